@@ -1,0 +1,102 @@
+// Element and block types. The numeric ids are GGUF's (ggml's) tensor type ids, so a
+// type read from a file maps straight onto this enum; blocks are laid out exactly as in
+// GGUF so weights are used in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace pagoda {
+
+enum class DType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kBF16 = 30,
+};
+
+struct DTypeInfo {
+  std::string_view name;
+  uint32_t block_elems;  // elements per block (1 for plain types)
+  uint32_t block_bytes;  // bytes per block
+};
+
+// nullptr when `id` is not a type Pagoda knows how to size.
+const DTypeInfo* dtype_info(uint32_t id);
+inline const DTypeInfo& dtype_info(DType t) { return *dtype_info(static_cast<uint32_t>(t)); }
+inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+// Parses "q8_0", "F16", ... (case-insensitive). Returns false when unknown.
+bool parse_dtype(std::string_view name, DType* out);
+
+// Bytes needed for a row of `n` elements; `n` must be a multiple of the block size.
+inline size_t row_bytes(DType t, int64_t n) {
+  const DTypeInfo& i = dtype_info(t);
+  return static_cast<size_t>(n / i.block_elems) * i.block_bytes;
+}
+
+// ---- scalar conversions (bit-exact, used by reference paths and converters) ----
+
+inline float f32_from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t bits_from_f32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float fp16_to_f32(uint16_t h) {
+  // Shift the half into a float's layout, then rescale the exponent with one multiply;
+  // denormals come out right because the multiply normalises them.
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t em = h & 0x7fff;
+  if (em >= 0x7c00) return f32_from_bits(sign | 0x7f800000 | (em & 0x3ff) << 13);  // inf/nan
+  return f32_from_bits(sign | bits_from_f32(f32_from_bits(em << 13) * 0x1p+112f));
+}
+
+inline uint16_t f32_to_fp16(float f) {
+  // Round to nearest even, with overflow to inf and gradual underflow.
+  const uint32_t x = bits_from_f32(f);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const uint32_t ax = x & 0x7fffffff;
+  if (ax > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);  // nan
+  if (ax >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
+  if (ax < 0x38800000) {  // result is a half denormal (or zero)
+    // Adding 0.5 aligns the mantissa so the FPU does the rounding for us.
+    const float r = f32_from_bits(ax) + 0.5f;
+    return static_cast<uint16_t>(sign | (bits_from_f32(r) - 0x3f000000));
+  }
+  const uint32_t mant_odd = (ax >> 13) & 1;
+  const uint32_t r = ax + 0xc8000fff + mant_odd;  // rebias exponent (-112 << 23) and round
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+
+inline uint16_t f32_to_bf16(float f) {
+  const uint32_t x = bits_from_f32(f);
+  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 64);  // quiet nan
+  return static_cast<uint16_t>((x + (0x7fff + ((x >> 16) & 1))) >> 16);
+}
+
+}  // namespace pagoda

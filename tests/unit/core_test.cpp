@@ -1,0 +1,70 @@
+#include <gtest/gtest.h>
+
+#include <immintrin.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace pagoda {
+namespace {
+
+TEST(Fp16, RoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = fp16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_fp16(f), h) << h;
+  }
+}
+
+__attribute__((target("f16c"))) uint16_t hw_to_fp16(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float hw_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+TEST(Fp16, MatchesHardwareConversion) {
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C";
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = fp16_to_f32(static_cast<uint16_t>(h)), b = hw_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(a)) { EXPECT_TRUE(std::isnan(b)); continue; }
+    EXPECT_EQ(bits_from_f32(a), bits_from_f32(b)) << h;
+  }
+  // Every float whose top 19 bits vary covers the rounding boundaries of each half.
+  for (uint64_t u = 0; u < (1ull << 32); u += 4093) {
+    const float f = f32_from_bits(static_cast<uint32_t>(u));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_fp16(f), hw_to_fp16(f)) << std::hex << u;
+  }
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(f32_from_bits(0x3f808000)), 0x3f80);  // tie, even stays
+  EXPECT_EQ(f32_to_bf16(f32_from_bits(0x3f818000)), 0x3f82);  // tie, odd rounds up
+  EXPECT_EQ(f32_to_bf16(f32_from_bits(0x3f808001)), 0x3f81);
+  EXPECT_EQ(bf16_to_f32(0xc040), -3.0f);
+}
+
+TEST(ThreadPool, RunsEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 200; ++rep) {
+      std::vector<std::atomic<int>> hits(1000);
+      pool.parallel_for(1000, 7, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+    std::atomic<int> seen{0};
+    pool.run([&](int ith, int nth) {
+      EXPECT_EQ(nth, threads);
+      seen.fetch_or(1 << ith);
+    });
+    EXPECT_EQ(seen.load(), (1 << threads) - 1);
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
