@@ -5,7 +5,10 @@
 // accumulation, so the bounds can be tight enough to catch a wrong scale rounding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -151,12 +154,19 @@ constexpr double kCrossIsaBound = 1e-10;
 
 class MatmulTest : public ::testing::TestWithParam<DType> {};
 
+// PAGODA_TEST_VERBOSE=1 prints the worst error per ISA level, to re-derive the bounds.
+bool verbose() {
+  static const bool v = std::getenv("PAGODA_TEST_VERBOSE") != nullptr;
+  return v;
+}
+
 TEST_P(MatmulTest, MatchesReferenceOnEveryIsa) {
   const DType t = GetParam();
   const auto isas = testing::available_isas();
   std::mt19937 rng(static_cast<uint32_t>(t) * 7919u + 1);
   MatmulScratch scratch;
   int case_index = 0;
+  std::vector<double> worst(isas.size(), 0.0), worst_cross(isas.size(), 0.0);
   for (int64_t cols : cols_for(t)) {
     for (int64_t rows : {1, 3, 37, 100}) {
       for (bool random_bits : {false, true}) {
@@ -192,15 +202,23 @@ TEST_P(MatmulTest, MatchesReferenceOnEveryIsa) {
             EXPECT_TRUE(gap_untouched) << where << ": wrote outside the output rows";
             const double e = testing::nmse(packed.data(), ref.data(), packed.size());
             ASSERT_LE(e, kRefBound) << where;
+            worst[outs.size()] = std::max(worst[outs.size()], e);
             if (!outs.empty()) {
-              EXPECT_LE(testing::nmse(packed.data(), outs[0].data(), packed.size()), kCrossIsaBound)
-                  << where << " vs " << isa_name(isas[0]);
+              const double c = testing::nmse(packed.data(), outs[0].data(), packed.size());
+              EXPECT_LE(c, kCrossIsaBound) << where << " vs " << isa_name(isas[0]);
+              worst_cross[outs.size()] = std::max(worst_cross[outs.size()], c);
             }
             outs.push_back(std::move(packed));
           }
         }
       }
     }
+  }
+  for (size_t i = 0; verbose() && i < isas.size(); ++i) {
+    std::printf("%s %s: kernel %s, worst nmse vs reference %.3g, vs %s %.3g\n",
+                std::string(dtype_name(t)).c_str(), std::string(isa_name(isas[i])).c_str(),
+                gemm_kernel(t, isas[i]) == gemm_kernel_generic(t) ? "generic" : "own", worst[i],
+                std::string(isa_name(isas[0])).c_str(), worst_cross[i]);
   }
 }
 

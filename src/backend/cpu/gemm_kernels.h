@@ -51,6 +51,13 @@ struct GemmKernel {
 const GemmKernel* gemm_kernel_generic(DType t);
 const GemmKernel* gemm_kernel_avx2(DType t);
 const GemmKernel* gemm_kernel_avx512(DType t);
+// The same per family of types, one source file each.
+const GemmKernel* gemm_q32_avx2(DType t);
+const GemmKernel* gemm_kquant_avx2(DType t);
+const GemmKernel* gemm_float_avx2(DType t);
+const GemmKernel* gemm_q32_avx512(DType t);
+const GemmKernel* gemm_kquant_avx512(DType t);
+const GemmKernel* gemm_float_avx512(DType t);
 // The kernel matmul uses for `t` at ISA level `isa` (falling back to lower levels).
 const GemmKernel* gemm_kernel(DType t, Isa isa);
 

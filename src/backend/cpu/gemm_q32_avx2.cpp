@@ -2,7 +2,7 @@
 
 namespace pagoda::cpu {
 
-const GemmKernel* gemm_kernel_avx2(DType t) {
+const GemmKernel* gemm_q32_avx2(DType t) {
   return nullptr;
 }
 

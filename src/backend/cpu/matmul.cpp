@@ -62,6 +62,18 @@ struct Job {
 
 }  // namespace
 
+const GemmKernel* gemm_kernel_avx512(DType t) {
+  if (const GemmKernel* k = gemm_q32_avx512(t)) return k;
+  if (const GemmKernel* k = gemm_kquant_avx512(t)) return k;
+  return gemm_float_avx512(t);
+}
+
+const GemmKernel* gemm_kernel_avx2(DType t) {
+  if (const GemmKernel* k = gemm_q32_avx2(t)) return k;
+  if (const GemmKernel* k = gemm_kquant_avx2(t)) return k;
+  return gemm_float_avx2(t);
+}
+
 const GemmKernel* gemm_kernel(DType t, Isa isa) {
   if (isa == Isa::kAvx512)
     if (const GemmKernel* k = gemm_kernel_avx512(t)) return k;
