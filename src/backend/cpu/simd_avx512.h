@@ -2,10 +2,11 @@
 // flags; keeping these in their own namespace keeps them out of generic code).
 #pragma once
 
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_*
 // placeholders (GCC bug 105593); it is not about our code.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #include <immintrin.h>
