@@ -17,6 +17,7 @@
 
 #include "backend/cpu/gemm_kernels.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/quant_blocks.h"
 #include "core/thread_pool.h"
 #include "op_test_util.h"
@@ -275,7 +276,8 @@ TEST_P(MatmulTest, ActivationConversionIsBitExact) {
             uint16_t* w16 = reinterpret_cast<uint16_t*>(want.data());
             for (int i = 0; i < n; ++i)
               for (int64_t c = 0; c < (cols + 1) / 2 * 2; ++c)
-                w16[(c / 2 * g + i) * 2 + c % 2] = c < cols ? f32_to_bf16(x[i * xs + c]) : 0;
+                w16[chunked_index(c / 2, i, g) * 2 + c % 2] =
+                    c < cols ? f32_to_bf16(x[i * xs + c]) : 0;
           } else {
             const FloatRound r = t == DType::kF16    ? FloatRound::kF16
                                  : t == DType::kBF16 ? FloatRound::kBF16
@@ -285,8 +287,11 @@ TEST_P(MatmulTest, ActivationConversionIsBitExact) {
           return want;
         };
         const auto want0 = expected(0x00), want1 = expected(0xFF);
-        std::vector<uint8_t> got(bytes, 0x55);
-        k->convert(x.data(), xs, n, cols, got.data());
+        // Converters may use aligned stores: matmul's scratch is 64-byte aligned.
+        AlignedBytes got_buf = aligned_bytes(bytes);
+        uint8_t* got = got_buf.get();
+        std::memset(got, 0x55, bytes);
+        k->convert(x.data(), xs, n, cols, got);
         size_t mismatches = 0, first = 0;
         for (size_t i = 0; i < bytes; ++i) {
           if (want0[i] == want1[i] && got[i] != want0[i] && mismatches++ == 0) first = i;

@@ -1,6 +1,6 @@
 // AVX2 kernels for float weights, per half row group: one register holds one column of 8
 // rows (F16 widened once per column, BF16 column pairs split by a shift and a mask) and
-// is reused for every token of the group. Activations use the scalar converter's [k][G]
+// is reused for every token of the group. Activations use the scalar converter's chunked
 // f32 layout (for BF16 weights rounded to bf16, which makes the products exact).
 #include "backend/cpu/simd_avx2.h"
 
@@ -27,10 +27,11 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uin
       const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
       const __m256 odd = _mm256_castsi256_ps(
           _mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
-      const float* xb = x + 2 * b * kG;
+      // Columns 2b and 2b + 1 share a chunk (chunks are even).
+      const float* xb = x + chunked_index(2 * b, 0, kG);
       for (int t = 0; t < T; ++t) {
-        acc[u][t] = _mm256_fmadd_ps(even, _mm256_broadcast_ss(xb + t), acc[u][t]);
-        acc[u][t] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(xb + kG + t), acc[u][t]);
+        acc[u][t] = _mm256_fmadd_ps(even, _mm256_broadcast_ss(xb + kFloatChunk * t), acc[u][t]);
+        acc[u][t] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(xb + kFloatChunk * t + 1), acc[u][t]);
       }
     } else {
       __m256 wv;
@@ -39,9 +40,9 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uin
       } else {
         wv = _mm256_load_ps(reinterpret_cast<const float*>(qb));
       }
-      const float* xb = x + b * kG;
+      const float* xb = x + chunked_index(b, 0, kG);
       for (int t = 0; t < T; ++t)
-        acc[u][t] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xb + t), acc[u][t]);
+        acc[u][t] = _mm256_fmadd_ps(wv, _mm256_broadcast_ss(xb + kFloatChunk * t), acc[u][t]);
     }
   };
   int64_t b = 0;
@@ -68,7 +69,7 @@ void convert(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst
 }
 
 size_t f32_bytes(int64_t k) {
-  return round_up64(static_cast<size_t>(k) * kG * 4);
+  return chunked_bytes(k, kG);
 }
 
 constexpr GemmKernel kF32{kG, f32_bytes, convert<FloatRound::kNone>, float_tile<DType::kF32>};

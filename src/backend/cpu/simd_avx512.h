@@ -64,6 +64,29 @@ inline void store_rows(float* y, __m512 v, int rows) {
   }
 }
 
+// One-token products (GEMV) stream the matrix from memory once. They prefetch this far
+// ahead of the data they compute on, a distance the out-of-order window alone does not
+// reach with the work done per weight line.
+constexpr int kPrefetchBytes = 16384;
+inline void prefetch(const uint8_t* p, int bytes) {
+  for (int off = 0; off < bytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+
+// Runs gemv.template operator()<R>(first_group, y_of_first_group, valid_rows_of_last)
+// over row groups [rg0, rg1) of a one-token product, R = kRows groups at a time (fewer at
+// the end).
+template <int kRows, typename Gemv>
+inline void for_each_gemv(const GemmArgs& a, int64_t rg0, int64_t rg1, Gemv&& gemv) {
+  for (int64_t g = rg0; g < rg1; g += kRows) {
+    const int r = static_cast<int>(std::min<int64_t>(kRows, rg1 - g));
+    const int last_rows =
+        static_cast<int>(std::min<int64_t>(kRowGroup, a.w->rows - (g + r - 1) * kRowGroup));
+    with_tokens<kRows>(
+        r, [&]<int R>() { gemv.template operator()<R>(g, a.y + g * kRowGroup, last_rows); });
+  }
+}
+
 // For each token group of the tile, instantiates the micro-kernel for its token count T
 // and runs it over the tile's row groups: micro.template operator()<T>(row_group, act,
 // y_of_row_group_token_0, valid_rows).
