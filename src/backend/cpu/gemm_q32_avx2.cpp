@@ -10,11 +10,12 @@ namespace {
 
 constexpr int kG = 4;
 
-inline __m256 round_half_away(__m256 v) {
-  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 up = _mm256_cmp_ps(abs_ps(_mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-  const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
-  return _mm256_add_ps(t, _mm256_and_ps(up, one));
+// roundf (halves away from zero) then truncation, exact for |v| < 256: add the largest
+// float below 0.5 with v's sign and truncate (see gemm_q32_avx512.cpp).
+inline __m256i round_half_away_epi32(__m256 v) {
+  const __m256 h =
+      _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(0.49999997f));
+  return _mm256_cvttps_epi32(_mm256_add_ps(v, h));
 }
 
 template <Q8Aux kAux>
@@ -34,7 +35,7 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       __m256i q[4];
       for (int i = 0; i < 4; ++i)
-        q[i] = _mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
+        q[i] = round_half_away_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + lay.qs(b, t)),
                           pack_i8(q[0], q[1], q[2], q[3]));
       const int sum =

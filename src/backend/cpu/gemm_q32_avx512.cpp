@@ -9,17 +9,80 @@ namespace pagoda::cpu {
 namespace avx512 {
 namespace {
 
-constexpr int kG = 12;
-constexpr int kPrefetch = 24576;  // T int + T float accumulators + weights fit the 32 registers
+constexpr int kG = 12;  // T int + T float accumulators + weights fit the 32 registers
 
-inline __m512 round_half_away(__m512 v) {
-  // roundf semantics (ggml's reference): truncate, then step away from zero when the
-  // dropped fraction is at least one half. Both steps are exact.
-  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
-  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(v, _mm512_set1_ps(-0.0f)));
-  return _mm512_mask_add_ps(t, up, t, one);
+// roundf (halves away from zero, ggml's reference rule) then truncation to int32, for
+// |v| < 256: adding the largest float below 0.5 with v's sign and truncating gives the
+// same result for every such float (checked exhaustively), in three operations.
+inline __m512i round_half_away_epi32(__m512 v) {
+  const __m512i half = _mm512_set1_epi32(0x3EFFFFFF);  // 0.49999997f
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  // (v & sign) | half
+  const __m512 h =
+      _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(v), sign, half, 0xEA));
+  return _mm512_cvttps_epi32(_mm512_add_ps(v, h));
+}
+
+// Index vectors for reduce16: level with output segment size S folds segments of 2S.
+struct FoldIndex {
+  alignas(64) int32_t lo[16];
+  alignas(64) int32_t hi[16];
+};
+constexpr FoldIndex fold_index(int s) {
+  FoldIndex f{};
+  const int nseg = 16 / (2 * s);
+  for (int p = 0; p < 16; ++p) {
+    const int k = p / s, e = p % s;
+    const int base = (k < nseg ? 0 : 16) + (k % nseg) * 2 * s;
+    f.lo[p] = base + e;
+    f.hi[p] = base + s + e;
+  }
+  return f;
+}
+constexpr FoldIndex kFold[4] = {fold_index(8), fold_index(4), fold_index(2), fold_index(1)};
+
+// Lane i of the result = op over all lanes of v[i]: 15 combining steps for 16 vectors
+// instead of a separate horizontal reduction for each.
+template <typename V, typename Op>
+inline V reduce16(V* v, Op op) {
+  unroll<4>([&](auto level) {
+    constexpr int kPairs = 8 >> level;
+    const __m512i lo = _mm512_load_si512(kFold[level].lo), hi = _mm512_load_si512(kFold[level].hi);
+    unroll<kPairs>([&](auto j) {
+      const __m512i a = reinterpret_cast<__m512i>(v[2 * j]),
+                    b = reinterpret_cast<__m512i>(v[2 * j + 1]);
+      v[j] = op(reinterpret_cast<V>(_mm512_permutex2var_epi32(a, lo, b)),
+                reinterpret_cast<V>(_mm512_permutex2var_epi32(a, hi, b)));
+    });
+  });
+  return v[0];
+}
+
+// Q8_0/Q8_1 quantization of each token, 16 blocks at a time so the per-block maxima,
+// scales and sums are computed across blocks in vector lanes.
+// One block on its own (the blocks left over after batches of 16).
+template <Q8Aux kAux>
+inline void convert_q8_block(const float* xb, const Q8ActLayout& lay, int64_t b, int t,
+                             uint8_t* dst) {
+  const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float d = amax / 127.0f;
+  const __m512 vid = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+  const __m512i q0 = round_half_away_epi32(_mm512_mul_ps(v0, vid));
+  const __m512i q1 = round_half_away_epi32(_mm512_mul_ps(v1, vid));
+  uint8_t* qs = dst + lay.qs(b, t);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
+  const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  const float dh = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+  std::memcpy(dst + lay.d(b, t), &dh, 4);
+  if constexpr (kAux == Q8Aux::kS) {
+    const float s = _cvtsh_ss(_cvtss_sh(static_cast<float>(sum) * d, _MM_FROUND_TO_NEAREST_INT));
+    std::memcpy(dst + lay.aux(b, t), &s, 4);
+  } else {
+    const int32_t c = sum * (kAux == Q8Aux::kSumTimesMinus8 ? -8 : -128);
+    std::memcpy(dst + lay.aux(b, t), &c, 4);
+  }
 }
 
 template <Q8Aux kAux>
@@ -27,29 +90,51 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
   const Q8ActLayout lay{cols / kQK, kG};
   for (int t = 0; t < n; ++t) {
     const float* xt = x + t * x_stride;
-    for (int64_t b = 0; b < lay.nb; ++b) {
-      const __m512 v0 = _mm512_loadu_ps(xt + b * kQK), v1 = _mm512_loadu_ps(xt + b * kQK + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      const __m512 vid = _mm512_set1_ps(id);
-      const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid)));
-      const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid)));
-      uint8_t* qs = dst + lay.qs(b, t);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
-      const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-      const float dh = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
-      std::memcpy(dst + lay.d(b, t), &dh, 4);
+    int64_t b0 = 0;
+    for (; b0 + 16 <= lay.nb; b0 += 16) {
+      constexpr int nbb = 16;
+      const float* xb = xt + b0 * kQK;
+      __m512 m[16];
+      for (int i = 0; i < 16; ++i) {
+        m[i] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + kQK * i)),
+                             _mm512_abs_ps(_mm512_loadu_ps(xb + kQK * i + 16)));
+      }
+      const __m512 amax = reduce16(m, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+      const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+      const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+      alignas(64) float id[16];
+      _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d));
+      __m512i sums[16];
+      for (int i = 0; i < 16; ++i) {
+        const __m512 vid = _mm512_set1_ps(id[i]);
+        const __m512i q0 = round_half_away_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i), vid));
+        const __m512i q1 =
+            round_half_away_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i + 16), vid));
+        uint8_t* qs = dst + lay.qs(b0 + i, t);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
+        sums[i] = _mm512_add_epi32(q0, q1);
+      }
+      const __m512i sum =
+          reduce16(sums, [](__m512i a, __m512i b) { return _mm512_add_epi32(a, b); });
+      alignas(64) float dh[16];
+      alignas(64) int32_t aux[16];
+      _mm512_store_ps(dh, _mm512_cvtph_ps(_mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT)));
       if constexpr (kAux == Q8Aux::kS) {
-        const float s =
-            _cvtsh_ss(_cvtss_sh(static_cast<float>(sum) * d, _MM_FROUND_TO_NEAREST_INT));
-        std::memcpy(dst + lay.aux(b, t), &s, 4);
+        const __m512 sv = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+        _mm512_store_ps(reinterpret_cast<float*>(aux),
+                        _mm512_cvtph_ps(_mm512_cvtps_ph(sv, _MM_FROUND_TO_NEAREST_INT)));
       } else {
-        const int32_t c = sum * (kAux == Q8Aux::kSumTimesMinus8 ? -8 : -128);
-        std::memcpy(dst + lay.aux(b, t), &c, 4);
+        _mm512_store_si512(
+            aux,
+            _mm512_mullo_epi32(sum, _mm512_set1_epi32(kAux == Q8Aux::kSumTimesMinus8 ? -8 : -128)));
+      }
+      for (int i = 0; i < nbb; ++i) {
+        std::memcpy(dst + lay.d(b0 + i, t), &dh[i], 4);
+        std::memcpy(dst + lay.aux(b0 + i, t), &aux[i], 4);
       }
     }
+    for (; b0 < lay.nb; ++b0) convert_q8_block<kAux>(xt + b0 * kQK, lay, b0, t, dst);
   }
 }
 

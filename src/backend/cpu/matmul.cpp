@@ -15,9 +15,10 @@ namespace {
 // Below this many activation elements a parallel conversion costs more than it saves.
 constexpr int64_t kParallelConvertElems = 16384;
 
-// Tiles handed out dynamically: enough of them that a core slowed by a neighbour does
-// not hold the other back, few enough that the counter is not contended.
-constexpr int64_t kTasksPerThread = 8;
+// One-token products are split into about this many tiles per thread: enough that a
+// core slowed by a neighbour does not hold the other back, few enough that each tile
+// is a long sequential stream (GEMV kernels take 4 row groups at a time).
+constexpr int64_t kTasksPerThread = 4;
 // Prefill tiles span about this many tokens, so a tile's weights are reused from L1/L2
 // across its token groups.
 constexpr int64_t kTileTokens = 64;
@@ -117,7 +118,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   const int64_t rg = wi.row_groups;
   if (job.n_groups == 1) {
     job.tc = 1;
-    job.rc = std::max<int64_t>(1, rg / (kTasksPerThread * threads));
+    const int64_t tasks = kTasksPerThread * threads;
+    job.rc = std::max<int64_t>(1, (rg + tasks - 1) / tasks);
   } else {
     job.tc = std::clamp<int64_t>(kTileTokens / g, 1, job.n_groups);
     job.rc = std::min<int64_t>(kTileRowGroups, rg);
