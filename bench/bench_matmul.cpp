@@ -63,6 +63,15 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Other work on the machine skews timings: print the load next to the numbers.
+std::string load_average() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return "load average unknown";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "load average %.2f %.2f %.2f", l[0], l[1], l[2]);
+  return buf;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -94,7 +103,8 @@ int main(int argc, char** argv) {
       if (v == "avx2") pagoda::cpu::set_isa_override(pagoda::cpu::Isa::kAvx2);
     }
   }
-  std::printf("isa %s\n", std::string(pagoda::cpu::isa_name(pagoda::cpu::best_isa())).c_str());
+  std::printf("isa %s, %s\n", std::string(pagoda::cpu::isa_name(pagoda::cpu::best_isa())).c_str(),
+              load_average().c_str());
   std::printf("%-5s %-8s %6s %6s %4s %3s %10s %9s %8s\n", "type", "shape", "rows", "cols", "tok",
               "thr", "time_us", "GMAC/s", "GB/s");
   std::mt19937 rng(42);

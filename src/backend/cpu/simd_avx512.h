@@ -73,18 +73,16 @@ inline void prefetch(const uint8_t* p, int bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
 }
 
-// Runs gemv.template operator()<R>(first_group, y_of_first_group, valid_rows_of_last)
-// over row groups [rg0, rg1) of a one-token product, R = kRows groups at a time (fewer at
-// the end).
-template <int kRows, typename Gemv>
+// Runs gemv(group, y_of_group, valid_rows) over row groups [rg0, rg1) of a one-token
+// product, after prefetching the start of the tile (the kernels prefetch the rest as
+// they go).
+template <typename Gemv>
 inline void for_each_gemv(const GemmArgs& a, int64_t rg0, int64_t rg1, Gemv&& gemv) {
-  for (int64_t g = rg0; g < rg1; g += kRows) {
-    const int r = static_cast<int>(std::min<int64_t>(kRows, rg1 - g));
-    const int last_rows =
-        static_cast<int>(std::min<int64_t>(kRowGroup, a.w->rows - (g + r - 1) * kRowGroup));
-    with_tokens<kRows>(
-        r, [&]<int R>() { gemv.template operator()<R>(g, a.y + g * kRowGroup, last_rows); });
-  }
+  prefetch(a.w->quants(rg0, 0),
+           static_cast<int>(std::min<size_t>(kPrefetchBytes, (rg1 - rg0) * a.w->group_bytes)));
+  for (int64_t g = rg0; g < rg1; ++g)
+    gemv(g, a.y + g * kRowGroup,
+         static_cast<int>(std::min<int64_t>(kRowGroup, a.w->rows - g * kRowGroup)));
 }
 
 // For each token group of the tile, instantiates the micro-kernel for its token count T
