@@ -91,7 +91,7 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* a
   };
   int64_t b = 0;
   for (; b + U <= w.nb; b += U) {
-    if constexpr (T == 1) prefetch(q + b * kStepBytes + kPrefetchBytes, U * kStepBytes);
+    if constexpr (T <= 4) prefetch(q + b * kStepBytes + kPrefetchBytes, U * kStepBytes);
     unroll<U>([&](auto u) { step(b + u, u); });
   }
   for (; b < w.nb; ++b) step(b, 0);

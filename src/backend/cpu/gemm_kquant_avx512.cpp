@@ -92,7 +92,7 @@ inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       const uint8_t* qj = q + j * kSubBytes;
-      if constexpr (T == 1) prefetch(qj + kPrefetchBytes, kSubBytes + 40);
+      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, kSubBytes + 40);
       __m512i ia[T];
       for (int t = 0; t < T; ++t) ia[t] = _mm512_setzero_si512();
       unroll<4>([&](auto m) {
@@ -149,7 +149,7 @@ inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       const uint8_t* qj = q + 384 * j;
-      if constexpr (T == 1) prefetch(qj + kPrefetchBytes, 384 + 40);
+      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, 384 + 40);
       // Two 16-column sub-blocks: steps 0..3 (low nibbles, top bits in the first 64 B)
       // and steps 4..7 (high nibbles, top bits in the second 64 B).
       unroll<2>([&](auto half) {

@@ -157,6 +157,9 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
     const uint8_t* xq = act + lay.qs(b, 0);
     const uint8_t* aux = act + lay.aux(b, 0);
     const uint8_t* dx = act + lay.d(b, 0);
+    // A few tokens still stream the weights from memory (see q32_gemv).
+    if constexpr (T <= 4)
+      prefetch(qb + kPrefetchBytes + b * (kQuantBytes + kScaleBytes), kQuantBytes + kScaleBytes);
     __m512i ia[P][T];
     for (int t = 0; t < T; ++t) {
       // Q4_0/Q8_0 start from the offset correction so the sum comes out signed.
