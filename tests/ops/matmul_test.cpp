@@ -313,6 +313,26 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
                                            DType::kQ6_K),
                          type_name);
 
+// Once a scratch has served a shape, the same call must not touch the allocator again
+// (the buffer, and so its address, stays put).
+TEST(Matmul, SteadyStateReusesScratch) {
+  std::mt19937 rng(8);
+  const int64_t rows = 64, cols = 256;
+  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kF16}) {
+    const auto wbytes = make_weights(rng, t, rows, cols, false);
+    auto w = WeightMatrix::from_gguf(t, wbytes.data(), rows, cols);
+    ASSERT_TRUE(w.is_ok());
+    MatmulScratch scratch;
+    const auto x = testing::random_floats(rng, static_cast<size_t>(cols * 40));
+    std::vector<float> y(static_cast<size_t>(rows * 40));
+    matmul(*w, x.data(), 40, cols, y.data(), rows, pool(2), scratch);
+    const uint8_t* before = scratch.get(1);
+    for (int64_t n : {40, 1, 17, 40})
+      matmul(*w, x.data(), n, cols, y.data(), rows, pool(2), scratch);
+    EXPECT_EQ(scratch.get(1), before) << dtype_name(t);
+  }
+}
+
 TEST(Matmul, RejectsBadShapesAndTypes) {
   std::vector<uint8_t> w(1024);
   EXPECT_FALSE(WeightMatrix::from_gguf(DType::kQ4_0, w.data(), 2, 48).is_ok());  // 48 % 32

@@ -46,7 +46,12 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uin
     }
   };
   int64_t b = 0;
-  for (; b + U <= w.nb; b += U) unroll<U>([&](auto u) { step(b + u, u); });
+  for (; b + U <= w.nb; b += U) {
+    if constexpr (T <= 2) {
+      if (h == 0) prefetch(w.quants(g, 0) + kPrefetchBytes + b * kStepBytes, U * kStepBytes);
+    }
+    unroll<U>([&](auto u) { step(b + u, u); });
+  }
   for (; b < w.nb; ++b) step(b, 0);
   for (int t = 0; t < T; ++t) {
     __m256 s = acc[0][t];

@@ -81,6 +81,11 @@ inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < w.nb; ++sb) {
+    if constexpr (T <= 2) {
+      if (h == 0)
+        prefetch(w.quants(g, 0) + kPrefetchBytes + sb * (w.quant_bytes + w.scale_bytes),
+                 w.quant_bytes + w.scale_bytes);
+    }
     const uint8_t* q = w.quants(g, sb) + 32 * h;
     const uint8_t* s = w.scales(g, sb);
     const uint8_t* xq = act + lay.qs(sb, 0);
@@ -143,6 +148,11 @@ inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < w.nb; ++sb) {
+    if constexpr (T <= 2) {
+      if (h == 0)
+        prefetch(w.quants(g, 0) + kPrefetchBytes + sb * (w.quant_bytes + w.scale_bytes),
+                 w.quant_bytes + w.scale_bytes);
+    }
     const uint8_t* q = w.quants(g, sb) + 32 * h;
     const uint8_t* s = w.scales(g, sb);
     const uint8_t* xq = act + lay.qs(sb, 0);

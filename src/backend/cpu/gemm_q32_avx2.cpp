@@ -67,6 +67,11 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < w.nb; ++b) {
+    if constexpr (T <= 2) {
+      if (h == 0)
+        prefetch(w.quants(g, 0) + kPrefetchBytes + b * (kQuantBytes + kScaleBytes),
+                 kQuantBytes + kScaleBytes);
+    }
     const uint8_t* q = qb + b * kQuantBytes;
     const uint8_t* s = sb + b * kScaleBytes;
     const uint8_t* xq = act + lay.qs(b, 0);

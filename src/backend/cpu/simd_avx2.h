@@ -32,6 +32,14 @@ inline void with_tokens(int n, F&& f) {
   (std::make_integer_sequence<int, G>{});
 }
 
+// Products of a few tokens stream the weights from memory once; they prefetch this far
+// ahead (the second half-group pass then finds the lines in cache).
+constexpr int kPrefetchBytes = 16384;
+inline void prefetch(const uint8_t* p, int bytes) {
+  for (int off = 0; off < bytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+
 inline __m256i bcast32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
