@@ -110,4 +110,22 @@ inline void for_each_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t t
   }
 }
 
+// The same over whole row groups (kernels that keep both halves in registers):
+// micro.template operator()<T>(group, act, y_of_group_token_0, valid_rows).
+template <int G, typename Micro>
+inline void for_each_group_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0,
+                                int64_t tg1, Micro&& micro) {
+  for (int64_t tg = tg0; tg < tg1; ++tg) {
+    const int n = static_cast<int>(std::min<int64_t>(G, a.n_tokens - tg * G));
+    const uint8_t* act = a.act + static_cast<size_t>(tg) * a.act_group_bytes;
+    float* y = a.y + tg * G * a.y_stride;
+    with_tokens<G>(n, [&]<int T>() {
+      for (int64_t rg = rg0; rg < rg1; ++rg) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRowGroup, a.w->rows - rg * kRowGroup));
+        micro.template operator()<T>(rg, act, y + rg * kRowGroup, rows);
+      }
+    });
+  }
+}
+
 }  // namespace pagoda::cpu::avx2
