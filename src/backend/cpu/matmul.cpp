@@ -17,7 +17,7 @@ constexpr int64_t kParallelConvertElems = 16384;
 
 // One-token products are split into about this many tiles per thread: enough that a
 // core slowed by a neighbour does not hold the other back, few enough that each tile
-// is a long sequential stream (GEMV kernels take 4 row groups at a time).
+// is a long sequential stream for the prefetcher.
 constexpr int64_t kTasksPerThread = 4;
 // Prefill tiles span about this many tokens, so a tile's weights are reused from L1/L2
 // across its token groups.
@@ -27,6 +27,7 @@ constexpr int64_t kTileRowGroups = 4;
 struct Job {
   const GemmKernel* kern;
   GemmArgs args;
+  uint8_t* act;  // args.act, writable
   const float* x;
   int64_t x_stride;
   int64_t cols;
@@ -46,7 +47,7 @@ struct Job {
     const int64_t t0 = i * g;
     kern->convert(x + t0 * x_stride, x_stride,
                   static_cast<int>(std::min<int64_t>(g, args.n_tokens - t0)), cols,
-                  const_cast<uint8_t*>(args.act) + static_cast<size_t>(i) * args.act_group_bytes);
+                  act + static_cast<size_t>(i) * args.act_group_bytes);
   }
   void multiply_all() {
     const int64_t n = n_rt * n_tt;
@@ -103,7 +104,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   job.cols = wi.cols;
   job.args.w = &wi;
   job.args.act_group_bytes = job.kern->act_group_bytes(wi.k);
-  job.args.act = scratch.get(job.args.act_group_bytes * static_cast<size_t>(job.n_groups));
+  job.act = scratch.get(job.args.act_group_bytes * static_cast<size_t>(job.n_groups));
+  job.args.act = job.act;
   job.args.n_tokens = n_tokens;
   job.args.y = y;
   job.args.y_stride = y_stride;
