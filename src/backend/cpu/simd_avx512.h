@@ -97,6 +97,10 @@ inline void for_each_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t t
     const int n = static_cast<int>(std::min<int64_t>(G, a.n_tokens - tg * G));
     const uint8_t* act = a.act + static_cast<size_t>(tg) * a.act_group_bytes;
     float* y = a.y + tg * G * a.y_stride;
+    // Few tokens stream the weights (the kernels prefetch ahead from here on).
+    if (n <= 4)
+      prefetch(a.w->quants(rg0, 0),
+               static_cast<int>(std::min<size_t>(kPrefetchBytes, (rg1 - rg0) * a.w->group_bytes)));
     with_tokens<G>(n, [&]<int T>() {
       for (int64_t rg = rg0; rg < rg1; ++rg) {
         const int rows = static_cast<int>(std::min<int64_t>(kRowGroup, a.w->rows - rg * kRowGroup));
