@@ -70,8 +70,8 @@ CpuTicks cpu_ticks() {
   CpuTicks t;
   if (FILE* f = std::fopen("/proc/stat", "r")) {
     long long v[8] = {};
-    if (std::fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                    &v[6], &v[7]) == 8)
+    if (std::fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) == 8)
       t.machine_busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // all but idle and iowait
     std::fclose(f);
   }
@@ -82,7 +82,8 @@ CpuTicks cpu_ticks() {
     // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
     if (const char* p = std::strrchr(buf, ')')) {
       long long utime = 0, stime = 0;
-      if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime, &stime) == 2)
+      if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime,
+                      &stime) == 2)
         t.self = utime + stime;
     }
     std::fclose(f);
@@ -202,8 +203,9 @@ int main(int argc, char** argv) {
             const CpuTicks c1 = cpu_ticks();
             // Reject samples during which other processes used more than a tick and 2% of one CPU
             // (the threads' spin-waits turn stolen cores into millisecond stalls).
-            const double foreign = static_cast<double>((c1.machine_busy - c0.machine_busy) - (c1.self - c0.self)) /
-                                   static_cast<double>(sysconf(_SC_CLK_TCK));
+            const double foreign =
+                static_cast<double>((c1.machine_busy - c0.machine_busy) - (c1.self - c0.self)) /
+                static_cast<double>(sysconf(_SC_CLK_TCK));
             if (g_reject && foreign > 0.02 * (s1 - s0) + 0.011 && rejected < g_max_rejects) {
               ++rejected;
               continue;
