@@ -65,7 +65,7 @@ void convert_bf16(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t
 
 template <DType kType, int T>
 inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                        int64_t y_stride, int rows) {
+                        int64_t y_stride, int rows, const uint8_t* pf_end) {
   // A column (pair) per step; with few tokens, U steps run in flight on separate
   // accumulators to cover the FMA latency.
   constexpr int U = T >= 4 ? 1 : T == 1 ? 4 : 2;
@@ -91,7 +91,7 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* a
   };
   int64_t b = 0;
   for (; b + U <= w.nb; b += U) {
-    if constexpr (T <= 4) prefetch(q + b * kStepBytes + kPrefetchBytes, U * kStepBytes);
+    if constexpr (T <= 4) prefetch(q + b * kStepBytes + kPrefetchBytes, U * kStepBytes, pf_end);
     unroll<U>([&](auto u) { step(b + u, u); });
   }
   for (; b < w.nb; ++b) step(b, 0);
@@ -104,10 +104,11 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* a
 
 template <DType kType>
 void float_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
-  for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
-                    [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows) {
-                      float_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows);
-                    });
+  for_each_tile<kG>(
+      a, rg0, rg1, tg0, tg1,
+      [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
+        float_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows, end);
+      });
 }
 
 size_t f32_bytes(int64_t k) {

@@ -140,7 +140,7 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
 
 template <DType kType, int T>
 inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                      int64_t y_stride, int rows) {
+                      int64_t y_stride, int rows, const uint8_t* pf_end) {
   const Q8ActLayout lay{w.nb, kG};
   constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : 256;
   constexpr int kScaleBytes = kType == DType::kQ4_1 ? 64 : 32;
@@ -159,7 +159,8 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
     const uint8_t* dx = act + lay.d(b, 0);
     // A few tokens still stream the weights from memory (see q32_gemv).
     if constexpr (T <= 4)
-      prefetch(qb + kPrefetchBytes + b * (kQuantBytes + kScaleBytes), kQuantBytes + kScaleBytes);
+      prefetch(qb + kPrefetchBytes + b * (kQuantBytes + kScaleBytes), kQuantBytes + kScaleBytes,
+               pf_end);
     __m512i ia[P][T];
     for (int t = 0; t < T; ++t) {
       // Q4_0/Q8_0 start from the offset correction so the sum comes out signed.
@@ -206,8 +207,8 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
 // several row groups at once shares the activation broadcasts but splits the memory
 // stream, which measured 2x slower from DRAM.)
 template <DType kType>
-inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                     int rows) {
+inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y, int rows,
+                     const uint8_t* pf_end) {
   const Q8ActLayout lay{w.nb, kG};
   constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : 256;
   constexpr int kScaleBytes = kType == DType::kQ4_1 ? 64 : 32;
@@ -215,7 +216,7 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
   __m512 acc = _mm512_setzero_ps();
   const uint8_t* pf = w.quants(g, 0) + kPrefetchBytes;
   for (int64_t b = 0; b < w.nb; ++b) {
-    prefetch(pf, kQuantBytes + kScaleBytes);
+    prefetch(pf, kQuantBytes + kScaleBytes, pf_end);
     pf += kQuantBytes + kScaleBytes;
     const uint8_t* xq = act + lay.qs(b, 0);
     const uint8_t* q = w.quants(g, b);
@@ -247,14 +248,16 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
 template <DType kType>
 void q32_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
   if (a.n_tokens == 1) {
-    for_each_gemv(a, rg0, rg1,
-                  [&](int64_t g, float* y, int rows) { q32_gemv<kType>(*a.w, g, a.act, y, rows); });
+    for_each_gemv(a, rg0, rg1, [&](int64_t g, float* y, int rows, const uint8_t* end) {
+      q32_gemv<kType>(*a.w, g, a.act, y, rows, end);
+    });
     return;
   }
-  for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
-                    [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows) {
-                      q32_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows);
-                    });
+  for_each_tile<kG>(
+      a, rg0, rg1, tg0, tg1,
+      [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
+        q32_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows, end);
+      });
 }
 
 size_t q8_bytes(int64_t k) {
