@@ -48,19 +48,25 @@ const CpuFeatures& cpu_features() {
 Isa best_isa() {
   static const Isa hw = hardware_isa();
   static const Isa cap = env_cap();
-  int best = static_cast<int>(hw) < static_cast<int>(cap) ? static_cast<int>(hw) : static_cast<int>(cap);
+  int best =
+      static_cast<int>(hw) < static_cast<int>(cap) ? static_cast<int>(hw) : static_cast<int>(cap);
   const int o = g_override.load(std::memory_order_relaxed);
   if (o >= 0 && o < best) best = o;
   return static_cast<Isa>(best);
 }
 
-void set_isa_override(Isa isa) { g_override.store(static_cast<int>(isa)); }
+void set_isa_override(Isa isa) {
+  g_override.store(static_cast<int>(isa));
+}
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    default: return "generic";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "generic";
   }
 }
 
