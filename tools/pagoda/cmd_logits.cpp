@@ -47,7 +47,9 @@ int cmd_logits(int argc, char** argv) {
   const Model& model = *loaded->model;
   std::vector<int32_t> tokens;
   if (args->has("--prompt")) {
-    tokens = loaded->tokenizer->encode(*args->get("--prompt"), true, false);
+    // Special-token text in a prompt becomes those tokens, as Hugging Face tokenizers and
+    // vLLM treat prompts.
+    tokens = loaded->tokenizer->encode(*args->get("--prompt"), true, true);
   } else {
     auto t = parse_token_list(*args->get("--tokens"));
     if (!t) return fail("logits", t.status());

@@ -30,6 +30,7 @@ int cmd_run(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
       {"--model", "-m", true, "GGUF model file"},
       {"--prompt", "-p", true, "prompt text"},
+      {"--tokens", "", true, "prompt as token ids instead of text: \"1 2 3\""},
       {"--n-predict", "-n", true, "tokens to generate (default 128)"},
       {"--temperature", "", true, "sampling temperature; 0 is greedy (default 0.8)"},
       {"--top-k", "", true, "keep the k most likely tokens; 0 is off (default 40)"},
@@ -54,7 +55,8 @@ int cmd_run(int argc, char** argv) {
     return 0;
   }
   if (!args->has("--model")) return fail("run", invalid_argument("missing -m MODEL"));
-  if (!args->has("--prompt")) return fail("run", invalid_argument("missing -p PROMPT"));
+  if (args->has("--prompt") == args->has("--tokens"))
+    return fail("run", invalid_argument("give exactly one of -p PROMPT or --tokens IDS"));
 
   SamplingParams sp;
   Status bad;
@@ -87,13 +89,25 @@ int cmd_run(int argc, char** argv) {
   const Model& model = *loaded->model;
   const Tokenizer& tok = *loaded->tokenizer;
 
-  std::string prompt = *args->get("--prompt");
-  if (args->has("--chat")) {
-    auto p = chatml(tok, args->get_or("--system", ""), prompt);
-    if (!p) return fail("run", p.status());
-    prompt = *p;
+  std::vector<int32_t> tokens;
+  if (args->has("--tokens")) {
+    auto t = parse_token_list(*args->get("--tokens"));
+    if (!t) return fail("run", t.status());
+    tokens = *t;
+    for (int32_t id : tokens)
+      if (id >= model.config().n_vocab)
+        return fail("run", invalid_argument(str_format("token id %d is outside the vocabulary", id)));
+  } else {
+    std::string prompt = *args->get("--prompt");
+    if (args->has("--chat")) {
+      auto p = chatml(tok, args->get_or("--system", ""), prompt);
+      if (!p) return fail("run", p.status());
+      prompt = *p;
+    }
+    // Special-token text in a prompt becomes those tokens, as Hugging Face tokenizers and
+    // vLLM treat prompts.
+    tokens = tok.encode(prompt, true, true);
   }
-  const std::vector<int32_t> tokens = tok.encode(prompt, true, args->has("--chat"));
   if (tokens.empty()) return fail("run", invalid_argument("the prompt has no tokens"));
   const int n_ctx =
       ctx_flag > 0 ? static_cast<int>(std::min<int64_t>(ctx_flag, model.config().context_length))
