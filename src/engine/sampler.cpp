@@ -56,6 +56,9 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab) {
     };
     // Softmax normaliser over all candidates before top-p/min-p (they refer to the full
     // tempered distribution, after top-k).
+    if (keep < cand_.size())  // the top-k set first, in any order
+      std::nth_element(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep),
+                       cand_.end(), by_logit);
     size_t sorted = std::min(keep, static_cast<size_t>(256));
     std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(sorted),
                       cand_.begin() + static_cast<std::ptrdiff_t>(keep), by_logit);

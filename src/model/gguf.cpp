@@ -365,10 +365,10 @@ Status GgufFile::parse_all() {
   // at least 8 + 4 + 4 + 8 bytes.
   if (n_kv > r.remaining() / 13)
     return corrupt(
-        str_format("metadata count %" PRIu64 " cannot fit in a %zu-byte file", n_kv, size_));
+        str_format("metadata count %" PRIu64 " cannot fit in a %zu-byte file: the file is truncated or corrupt", n_kv, size_));
   if (n_tensors > r.remaining() / 24)
     return corrupt(
-        str_format("tensor count %" PRIu64 " cannot fit in a %zu-byte file", n_tensors, size_));
+        str_format("tensor count %" PRIu64 " cannot fit in a %zu-byte file: the file is truncated or corrupt", n_tensors, size_));
 
   kv_.reserve(static_cast<size_t>(n_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {
