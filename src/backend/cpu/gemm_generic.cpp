@@ -1,0 +1,254 @@
+// Portable kernels for every weight type: plain loops over the packed layout, integer
+// dot products per block as the SIMD kernels do, for machines without AVX2 and as the
+// baseline the SIMD paths are compared with.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/gemm_kernels.h"
+
+namespace pagoda::cpu {
+namespace {
+
+constexpr int kG = 4;
+
+float ld_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+int16_t ld_i16(const uint8_t* p) {
+  int16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+float ld_h(const uint8_t* p, int i) {
+  uint16_t v;
+  std::memcpy(&v, p + 2 * i, 2);
+  return fp16_to_f32(v);
+}
+
+// Runs `micro(g, act_group, n_tokens, acc)` for each row group x token group of the tile,
+// where acc[t][i] collects row 16g + i for token t, and stores the valid part.
+template <typename Micro>
+void for_tiles(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1, Micro micro) {
+  for (int64_t tg = tg0; tg < tg1; ++tg) {
+    const int n = static_cast<int>(std::min<int64_t>(kG, a.n_tokens - tg * kG));
+    const uint8_t* act = a.act + static_cast<size_t>(tg) * a.act_group_bytes;
+    for (int64_t g = rg0; g < rg1; ++g) {
+      float acc[kG][kRowGroup] = {};
+      micro(g, act, n, acc);
+      const int rows = static_cast<int>(std::min<int64_t>(kRowGroup, a.w->rows - g * kRowGroup));
+      for (int t = 0; t < n; ++t)
+        for (int i = 0; i < rows; ++i)
+          a.y[(tg * kG + t) * a.y_stride + g * kRowGroup + i] = acc[t][i];
+    }
+  }
+}
+
+// ---- 32-element blocks against Q8 activations ----
+
+// Signed weight values of one packed block, [row][column].
+void unpack_q4(const uint8_t* q, int offset, int8_t w[kRowGroup][kQK]) {
+  for (int i = 0; i < kRowGroup; ++i)
+    for (int e = 0; e < kQK; ++e) w[i][e] = static_cast<int8_t>(packed_nibble(q, i, e) - offset);
+}
+
+int dot32(const int8_t* w, const int8_t* x) {
+  int s = 0;
+  for (int e = 0; e < kQK; ++e) s += w[e] * x[e];
+  return s;
+}
+
+template <DType kType>
+void tile_q32(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  const WeightMatrix::Impl& w = *a.w;
+  const Q8ActLayout lay{w.nb, kG};
+  for_tiles(a, rg0, rg1, tg0, tg1,
+            [&](int64_t g, const uint8_t* act, int n, float(*acc)[kRowGroup]) {
+              int8_t wq[kRowGroup][kQK];
+              for (int64_t b = 0; b < w.nb; ++b) {
+                const uint8_t* q = w.quants(g, b);
+                const uint8_t* s = w.scales(g, b);
+                if (kType == DType::kQ8_0) {
+                  for (int i = 0; i < kRowGroup; ++i)
+                    for (int e = 0; e < kQK; ++e)
+                      wq[i][e] = static_cast<int8_t>(packed_byte(q, i, e) ^ 0x80);
+                } else {
+                  unpack_q4(q, kType == DType::kQ4_0 ? 8 : 0, wq);
+                }
+                for (int t = 0; t < n; ++t) {
+                  const int8_t* xq = reinterpret_cast<const int8_t*>(act + lay.qs(b, t));
+                  const float dx = ld_f32(act + lay.d(b, t));
+                  for (int i = 0; i < kRowGroup; ++i) {
+                    acc[t][i] += static_cast<float>(dot32(wq[i], xq)) * (ld_h(s, i) * dx);
+                    if (kType == DType::kQ4_1)
+                      acc[t][i] += ld_h(s + 32, i) * ld_f32(act + lay.aux(b, t));
+                  }
+                }
+              }
+            });
+}
+
+// ---- K quants against Q8_K activations ----
+
+template <DType kType>
+void tile_k(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  const WeightMatrix::Impl& w = *a.w;
+  const Q8KActLayout lay{w.nb, kG};
+  for_tiles(a, rg0, rg1, tg0, tg1,
+            [&](int64_t g, const uint8_t* act, int n, float(*acc)[kRowGroup]) {
+              for (int64_t b = 0; b < w.nb; ++b) {
+                const uint8_t* q = w.quants(g, b);
+                const uint8_t* s = w.scales(g, b);
+                // Signed values per sub-block of 32 (Q6_K: q - 32 so its scales apply per 16).
+                int8_t wq[8][kRowGroup][kQK];
+                for (int j = 0; j < 8; ++j) {
+                  for (int i = 0; i < kRowGroup; ++i) {
+                    for (int e = 0; e < kQK; ++e) {
+                      int v;
+                      if (kType == DType::kQ6_K) {
+                        const uint8_t* qj = q + 384 * j;
+                        const int st = e >> 2;
+                        const uint8_t hb = qj[(st < 4 ? 256 : 320) + 4 * i + (e & 3)];
+                        v = (packed_nibble(qj, i, e) | (((hb >> (2 * (st & 3))) & 3) << 4)) - 32;
+                      } else if (kType == DType::kQ5_K) {
+                        const uint8_t* qj = q + 320 * j;
+                        v = packed_nibble(qj, i, e) |
+                            (((qj[256 + 4 * i + (e & 3)] >> (e >> 2)) & 1) << 4);
+                      } else {
+                        v = packed_nibble(q + 256 * j, i, e);
+                      }
+                      wq[j][i][e] = static_cast<int8_t>(v);
+                    }
+                  }
+                }
+                for (int t = 0; t < n; ++t) {
+                  const int8_t* xq = reinterpret_cast<const int8_t*>(act + lay.qs(b, t));
+                  const float dx = ld_f32(act + lay.d(b, t));
+                  for (int i = 0; i < kRowGroup; ++i) {
+                    if (kType == DType::kQ6_K) {
+                      int isum = 0;
+                      for (int j = 0; j < 16; ++j) {
+                        int dot = 0;
+                        for (int e = 0; e < 16; ++e)
+                          dot += wq[j / 2][i][16 * (j & 1) + e] * xq[16 * j + e];
+                        isum += dot * static_cast<int8_t>(s[32 + 16 * j + i]);
+                      }
+                      acc[t][i] += static_cast<float>(isum) * (ld_h(s, i) * dx);
+                    } else {
+                      int isum = 0, msum = 0;
+                      for (int j = 0; j < 8; ++j) {
+                        isum += dot32(wq[j][i], xq + 32 * j) * s[64 + 16 * j + i];
+                        msum += ld_i16(act + lay.bsum32(b, t) + 2 * j) *
+                                s[192 + 32 * (j / 2) + 2 * i + (j & 1)];
+                      }
+                      acc[t][i] += static_cast<float>(isum) * (ld_h(s, i) * dx) -
+                                   static_cast<float>(msum) * (ld_h(s + 32, i) * dx);
+                    }
+                  }
+                }
+              }
+            });
+}
+
+// ---- float weights against f32 activations ([k][G]) ----
+
+template <DType kType>
+void tile_float(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  const WeightMatrix::Impl& w = *a.w;
+  for_tiles(a, rg0, rg1, tg0, tg1,
+            [&](int64_t g, const uint8_t* act, int n, float(*acc)[kRowGroup]) {
+              const float* x = reinterpret_cast<const float*>(act);
+              for (int64_t b = 0; b < w.nb; ++b) {
+                const uint8_t* q = w.quants(g, b);
+                for (int p = 0; p < (kType == DType::kBF16 ? 2 : 1); ++p) {
+                  float wv[kRowGroup];
+                  for (int i = 0; i < kRowGroup; ++i) {
+                    if (kType == DType::kF32) {
+                      wv[i] = ld_f32(q + 4 * i);
+                    } else if (kType == DType::kF16) {
+                      wv[i] = ld_h(q, i);
+                    } else {
+                      uint16_t h;
+                      std::memcpy(&h, q + 4 * i + 2 * p, 2);
+                      wv[i] = bf16_to_f32(h);
+                    }
+                  }
+                  const float* xk = x + (b * (kType == DType::kBF16 ? 2 : 1) + p) * kG;
+                  for (int t = 0; t < n; ++t)
+                    for (int i = 0; i < kRowGroup; ++i) acc[t][i] += wv[i] * xk[t];
+                }
+              }
+            });
+}
+
+size_t q8_bytes(int64_t k) {
+  return Q8ActLayout{k / kQK, kG}.bytes();
+}
+size_t q8k_bytes(int64_t k) {
+  return Q8KActLayout{k / kQKK, kG}.bytes();
+}
+size_t f32_bytes(int64_t k) {
+  return round_up64(static_cast<size_t>(k) * kG * 4);
+}
+
+void conv_q4_0(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_q8_scalar(x, xs, n, cols, kG, Q8Aux::kSumTimesMinus8, dst);
+}
+void conv_q8_0(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_q8_scalar(x, xs, n, cols, kG, Q8Aux::kSumTimesMinus128, dst);
+}
+void conv_q4_1(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_q8_scalar(x, xs, n, cols, kG, Q8Aux::kS, dst);
+}
+void conv_q8k(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_q8k_scalar(x, xs, n, cols, kG, dst);
+}
+void conv_f32(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_f32_scalar(x, xs, n, cols, kG, FloatRound::kNone, dst);
+}
+void conv_f16(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_f32_scalar(x, xs, n, cols, kG, FloatRound::kF16, dst);
+}
+void conv_bf16(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_f32_scalar(x, xs, n, cols, kG, FloatRound::kBF16, dst);
+}
+
+constexpr GemmKernel kQ4_0{kG, q8_bytes, conv_q4_0, tile_q32<DType::kQ4_0>};
+constexpr GemmKernel kQ4_1{kG, q8_bytes, conv_q4_1, tile_q32<DType::kQ4_1>};
+constexpr GemmKernel kQ8_0{kG, q8_bytes, conv_q8_0, tile_q32<DType::kQ8_0>};
+constexpr GemmKernel kQ4_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ4_K>};
+constexpr GemmKernel kQ5_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ5_K>};
+constexpr GemmKernel kQ6_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ6_K>};
+constexpr GemmKernel kF32{kG, f32_bytes, conv_f32, tile_float<DType::kF32>};
+constexpr GemmKernel kF16{kG, f32_bytes, conv_f16, tile_float<DType::kF16>};
+constexpr GemmKernel kBF16{kG, f32_bytes, conv_bf16, tile_float<DType::kBF16>};
+
+}  // namespace
+
+const GemmKernel* gemm_kernel_generic(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+      return &kQ4_0;
+    case DType::kQ4_1:
+      return &kQ4_1;
+    case DType::kQ8_0:
+      return &kQ8_0;
+    case DType::kQ4_K:
+      return &kQ4_K;
+    case DType::kQ5_K:
+      return &kQ5_K;
+    case DType::kQ6_K:
+      return &kQ6_K;
+    case DType::kF32:
+      return &kF32;
+    case DType::kF16:
+      return &kF16;
+    case DType::kBF16:
+      return &kBF16;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace pagoda::cpu

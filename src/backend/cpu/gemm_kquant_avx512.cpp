@@ -1,0 +1,217 @@
+// AVX-512 VNNI kernels for Q4_K, Q5_K and Q6_K against Q8_K activations. Per 32-column
+// sub-block the weights are unpacked to unsigned bytes (4-bit nibbles plus the fifth or
+// fifth-and-sixth bits), vpdpbusd'd against each token, multiplied by the sub-block's
+// integer scale and summed in int32 over the super-block; the f16 super-block scales
+// are applied once per 256 columns. Mins (Q4_K/Q5_K) are one vpdpwssd of the per-row 6-bit
+// mins against the activation's per-32 sums; Q6_K's -32 offset starts each sub-block
+// sum at -32 * (activation sum).
+#include "backend/cpu/simd_avx512.h"
+
+namespace pagoda::cpu {
+namespace avx512 {
+namespace {
+
+constexpr int kG = 8;  // three sets of T accumulators must fit the 32 registers
+
+void convert_q8k(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
+  const Q8KActLayout lay{cols / kQKK, kG};
+  for (int t = 0; t < n; ++t) {
+    for (int64_t b = 0; b < lay.ns; ++b) {
+      const float* xb = x + t * x_stride + b * kQKK;
+      __m512 v[16];
+      __m512 amax_v = _mm512_setzero_ps();
+      for (int i = 0; i < 16; ++i) {
+        v[i] = _mm512_loadu_ps(xb + 16 * i);
+        amax_v = _mm512_max_ps(amax_v, _mm512_abs_ps(v[i]));
+      }
+      const float amax = _mm512_reduce_max_ps(amax_v);
+      int8_t* qs = reinterpret_cast<int8_t*>(dst + lay.qs(b, t));
+      int16_t bsum16[16];
+      float d = 0.0f;
+      if (amax == 0.0f) {
+        std::memset(qs, 0, kQKK);
+        std::memset(bsum16, 0, sizeof(bsum16));
+      } else {
+        // The reference keeps the sign of the first element of largest magnitude.
+        float max = 0.0f;
+        for (int i = 0; i < 16; ++i) {
+          const __mmask16 hit =
+              _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+          if (hit != 0) {
+            max = xb[16 * i + __builtin_ctz(hit)];
+            break;
+          }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 vs = _mm512_set1_ps(iscale);
+        for (int i = 0; i < 16; ++i) {
+          // cvtps2dq rounds to nearest even under the default MXCSR, as nearest_int.
+          const __m512i q =
+              _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(vs, v[i])), _mm512_set1_epi32(127));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16 * i), _mm512_cvtepi32_epi8(q));
+          bsum16[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+        }
+        d = 1.0f / iscale;
+      }
+      int16_t bsum32[8];
+      int32_t corr16[16];
+      for (int j = 0; j < 8; ++j)
+        bsum32[j] = static_cast<int16_t>(bsum16[2 * j] + bsum16[2 * j + 1]);
+      for (int j = 0; j < 16; ++j) corr16[j] = -32 * bsum16[j];
+      std::memcpy(dst + lay.d(b, t), &d, 4);
+      std::memcpy(dst + lay.bsum32(b, t), bsum32, sizeof(bsum32));
+      std::memcpy(dst + lay.corr16(b, t), corr16, sizeof(corr16));
+    }
+  }
+}
+
+// Moves bit `from` of every byte to bit `to` (other bits of the result are garbage
+// outside `mask`): 16-bit shifts cannot carry a bit across a byte boundary into a
+// position the mask keeps.
+template <int kFrom, int kTo>
+inline __m512i move_bits(__m512i v, __m512i mask) {
+  if constexpr (kFrom < kTo) return _mm512_and_si512(_mm512_slli_epi16(v, kTo - kFrom), mask);
+  if constexpr (kFrom > kTo) return _mm512_and_si512(_mm512_srli_epi16(v, kFrom - kTo), mask);
+  return _mm512_and_si512(v, mask);
+}
+
+template <DType kType, int T>
+inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+                     int64_t y_stride, int rows) {
+  const Q8KActLayout lay{w.nb, kG};
+  constexpr int kSubBytes = kType == DType::kQ4_K ? 256 : 320;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m10 = _mm512_set1_epi8(0x10);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < w.nb; ++sb) {
+    const uint8_t* q = w.quants(g, sb);
+    const uint8_t* s = w.scales(g, sb);
+    const uint8_t* xq = act + lay.qs(sb, 0);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* qj = q + j * kSubBytes;
+      __m512i ia[T];
+      for (int t = 0; t < T; ++t) ia[t] = _mm512_setzero_si512();
+      unroll<4>([&](auto m) {
+        const __m512i raw = _mm512_load_si512(qj + 64 * m);
+        __m512i lo = _mm512_and_si512(raw, m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        if constexpr (kType == DType::kQ5_K) {
+          // Byte bit s is the fifth bit of column 4s + e: steps m and m + 4 here.
+          const __m512i qh = _mm512_load_si512(qj + 256);
+          lo = _mm512_or_si512(lo, move_bits<m, 4>(qh, m10));
+          hi = _mm512_or_si512(hi, move_bits<m + 4, 4>(qh, m10));
+        }
+        for (int t = 0; t < T; ++t) {
+          const uint8_t* xt = xq + kQKK * t + 32 * j;
+          ia[t] = _mm512_dpbusd_epi32(ia[t], lo, bcast32(xt + 4 * m));
+          ia[t] = _mm512_dpbusd_epi32(ia[t], hi, bcast32(xt + 16 + 4 * m));
+        }
+      });
+      const __m512i sc =
+          _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s + 64 + 16 * j)));
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(ia[t], sc));
+    }
+    __m512i mins[4];
+    for (int p = 0; p < 4; ++p)
+      mins[p] = _mm512_cvtepu8_epi16(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(s + 192 + 32 * p)));
+    const __m512 d = load_f16x16(s), dmin = load_f16x16(s + 32);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* bs = act + lay.bsum32(sb, t);
+      __m512i ms = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) ms = _mm512_dpwssd_epi32(ms, mins[p], bcast32(bs + 4 * p));
+      const __m512 dx = bcast_f32(act + lay.d(sb, t));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmin, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
+template <int T>
+inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows) {
+  const Q8KActLayout lay{w.nb, kG};
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < w.nb; ++sb) {
+    const uint8_t* q = w.quants(g, sb);
+    const uint8_t* s = w.scales(g, sb);
+    const uint8_t* xq = act + lay.qs(sb, 0);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* qj = q + 384 * j;
+      // Two 16-column sub-blocks: steps 0..3 (low nibbles, top bits in the first 64 B)
+      // and steps 4..7 (high nibbles, top bits in the second 64 B).
+      unroll<2>([&](auto half) {
+        const __m512i qh = _mm512_load_si512(qj + 256 + 64 * half);
+        const int sub = 2 * j + half;
+        __m512i ia[T];
+        for (int t = 0; t < T; ++t) ia[t] = bcast32(act + lay.corr16(sb, t) + 4 * sub);
+        unroll<4>([&](auto m) {
+          const __m512i raw = _mm512_load_si512(qj + 64 * m);
+          const __m512i nib = half == 0 ? _mm512_and_si512(raw, m4)
+                                        : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+          const __m512i wv = _mm512_or_si512(nib, move_bits<2 * m, 4>(qh, m30));
+          for (int t = 0; t < T; ++t)
+            ia[t] =
+                _mm512_dpbusd_epi32(ia[t], wv, bcast32(xq + kQKK * t + 32 * j + 16 * half + 4 * m));
+        });
+        const __m512i sc = _mm512_cvtepi8_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(s + 32 + 16 * sub)));
+        for (int t = 0; t < T; ++t)
+          isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(ia[t], sc));
+      });
+    }
+    const __m512 d = load_f16x16(s);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
+                               _mm512_mul_ps(d, bcast_f32(act + lay.d(sb, t))), acc[t]);
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
+template <DType kType>
+void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
+                    [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows) {
+                      if constexpr (kType == DType::kQ6_K) {
+                        q6k_micro<T>(*a.w, g, act, y, a.y_stride, rows);
+                      } else {
+                        k4_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows);
+                      }
+                    });
+}
+
+size_t q8k_bytes(int64_t k) {
+  return Q8KActLayout{k / kQKK, kG}.bytes();
+}
+
+constexpr GemmKernel kQ4_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ4_K>};
+constexpr GemmKernel kQ5_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ5_K>};
+constexpr GemmKernel kQ6_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ6_K>};
+
+}  // namespace
+}  // namespace avx512
+
+const GemmKernel* gemm_kquant_avx512(DType t) {
+  switch (t) {
+    case DType::kQ4_K:
+      return &avx512::kQ4_K;
+    case DType::kQ5_K:
+      return &avx512::kQ5_K;
+    case DType::kQ6_K:
+      return &avx512::kQ6_K;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace pagoda::cpu

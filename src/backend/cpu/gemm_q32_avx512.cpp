@@ -1,0 +1,148 @@
+// AVX-512 VNNI kernels for the 32-element block types (Q4_0, Q4_1, Q8_0) against Q8
+// activations. A register holds one 4-column step of 16 rows as unsigned bytes; vpdpbusd
+// with the 4 activation bytes of one token broadcast from memory gives 16 row partial
+// sums at once. The step loop is outside the token loop so each unpacked weight
+// register serves all T tokens, and T independent accumulators hide vpdpbusd latency.
+#include "backend/cpu/simd_avx512.h"
+
+namespace pagoda::cpu {
+namespace avx512 {
+namespace {
+
+constexpr int kG = 12;  // T int + T float accumulators + weights fit the 32 registers
+
+inline __m512 round_half_away(__m512 v) {
+  // roundf semantics (ggml's reference): truncate, then step away from zero when the
+  // dropped fraction is at least one half. Both steps are exact.
+  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
+  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(v, _mm512_set1_ps(-0.0f)));
+  return _mm512_mask_add_ps(t, up, t, one);
+}
+
+template <Q8Aux kAux>
+void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
+  const Q8ActLayout lay{cols / kQK, kG};
+  for (int t = 0; t < n; ++t) {
+    const float* xt = x + t * x_stride;
+    for (int64_t b = 0; b < lay.nb; ++b) {
+      const __m512 v0 = _mm512_loadu_ps(xt + b * kQK), v1 = _mm512_loadu_ps(xt + b * kQK + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const __m512 vid = _mm512_set1_ps(id);
+      const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid)));
+      const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid)));
+      uint8_t* qs = dst + lay.qs(b, t);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
+      const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      const float dh = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+      std::memcpy(dst + lay.d(b, t), &dh, 4);
+      if constexpr (kAux == Q8Aux::kS) {
+        const float s =
+            _cvtsh_ss(_cvtss_sh(static_cast<float>(sum) * d, _MM_FROUND_TO_NEAREST_INT));
+        std::memcpy(dst + lay.aux(b, t), &s, 4);
+      } else {
+        const int32_t c = sum * (kAux == Q8Aux::kSumTimesMinus8 ? -8 : -128);
+        std::memcpy(dst + lay.aux(b, t), &c, 4);
+      }
+    }
+  }
+}
+
+template <DType kType, int T>
+inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows) {
+  const Q8ActLayout lay{w.nb, kG};
+  constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : 256;
+  constexpr int kScaleBytes = kType == DType::kQ4_1 ? 64 : 32;
+  // With few tokens, split each token's 8 dependent vpdpbusd over P accumulators.
+  constexpr int P = T == 1 ? 4 : T == 2 ? 2 : 1;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const uint8_t* qb = w.quants(g, 0);
+  const uint8_t* sb = w.scales(g, 0);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < w.nb; ++b) {
+    const uint8_t* q = qb + b * kQuantBytes;
+    const uint8_t* s = sb + b * kScaleBytes;
+    const uint8_t* xq = act + lay.qs(b, 0);
+    const uint8_t* aux = act + lay.aux(b, 0);
+    const uint8_t* dx = act + lay.d(b, 0);
+    __m512i ia[P][T];
+    for (int t = 0; t < T; ++t) {
+      // Q4_0/Q8_0 start from the offset correction so the sum comes out signed.
+      ia[0][t] = kType == DType::kQ4_1 ? _mm512_setzero_si512() : bcast32(aux + 4 * t);
+      for (int p = 1; p < P; ++p) ia[p][t] = _mm512_setzero_si512();
+    }
+    if constexpr (kType == DType::kQ8_0) {
+      unroll<8>([&](auto st) {
+        const __m512i wv = _mm512_load_si512(q + 64 * st);
+        for (int t = 0; t < T; ++t)
+          ia[st % P][t] = _mm512_dpbusd_epi32(ia[st % P][t], wv, bcast32(xq + 32 * t + 4 * st));
+      });
+    } else {
+      unroll<4>([&](auto m) {
+        const __m512i raw = _mm512_load_si512(q + 64 * m);
+        const __m512i lo = _mm512_and_si512(raw, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        for (int t = 0; t < T; ++t) {
+          ia[(2 * m) % P][t] =
+              _mm512_dpbusd_epi32(ia[(2 * m) % P][t], lo, bcast32(xq + 32 * t + 4 * m));
+          ia[(2 * m + 1) % P][t] =
+              _mm512_dpbusd_epi32(ia[(2 * m + 1) % P][t], hi, bcast32(xq + 32 * t + 16 + 4 * m));
+        }
+      });
+    }
+    const __m512 dw = load_f16x16(s);
+    for (int t = 0; t < T; ++t) {
+      __m512i sum = ia[0][t];
+      for (int p = 1; p < P; ++p) sum = _mm512_add_epi32(sum, ia[p][t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, bcast_f32(dx + 4 * t)),
+                               acc[t]);
+    }
+    if constexpr (kType == DType::kQ4_1) {
+      const __m512 mw = load_f16x16(s + 32);
+      for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(mw, bcast_f32(aux + 4 * t), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
+template <DType kType>
+void q32_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
+                    [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows) {
+                      q32_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows);
+                    });
+}
+
+size_t q8_bytes(int64_t k) {
+  return Q8ActLayout{k / kQK, kG}.bytes();
+}
+
+constexpr GemmKernel kQ4_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
+                           q32_tile<DType::kQ4_0>};
+constexpr GemmKernel kQ4_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ4_1>};
+constexpr GemmKernel kQ8_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus128>,
+                           q32_tile<DType::kQ8_0>};
+
+}  // namespace
+}  // namespace avx512
+
+const GemmKernel* gemm_q32_avx512(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+      return &avx512::kQ4_0;
+    case DType::kQ4_1:
+      return &avx512::kQ4_1;
+    case DType::kQ8_0:
+      return &avx512::kQ8_0;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace pagoda::cpu

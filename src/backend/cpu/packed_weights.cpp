@@ -1,0 +1,329 @@
+#include "backend/cpu/packed_weights.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/cpu/quant_blocks.h"
+
+namespace pagoda::cpu {
+namespace {
+
+constexpr PackedFormat kF32Format{1, 64, 0};
+constexpr PackedFormat kF16Format{1, 32, 0};
+constexpr PackedFormat kBF16Format{2, 64, 0};
+constexpr PackedFormat kQ4_0Format{32, 256, 32};
+constexpr PackedFormat kQ4_1Format{32, 256, 64};
+constexpr PackedFormat kQ8_0Format{32, 512, 32};
+constexpr PackedFormat kQ4_KFormat{256, 8 * 256, 320};
+constexpr PackedFormat kQ5_KFormat{256, 8 * 320, 320};
+constexpr PackedFormat kQ6_KFormat{256, 8 * 384, 320};
+
+// Offsets inside a K-quant scale block.
+constexpr int kKd = 0, kKdmin = 32, kKsc = 64, kKmin = 192, kQ6sc = 32;
+
+size_t round_up(size_t n, size_t m) {
+  return (n + m - 1) / m * m;
+}
+
+template <typename Block>
+Block load_block(const void* src, int64_t cols, int64_t r, int64_t b, int block_elems) {
+  Block blk;
+  const size_t row_bytes = static_cast<size_t>(cols / block_elems) * sizeof(Block);
+  std::memcpy(&blk,
+              static_cast<const uint8_t*>(src) + static_cast<size_t>(r) * row_bytes +
+                  static_cast<size_t>(b) * sizeof(Block),
+              sizeof(Block));
+  return blk;
+}
+
+void put_f16(uint8_t* p, int i, uint16_t v) {
+  std::memcpy(p + 2 * i, &v, 2);
+}
+uint16_t get_f16(const uint8_t* p, int i) {
+  uint16_t v;
+  std::memcpy(&v, p + 2 * i, 2);
+  return v;
+}
+
+// Writes the 32 nibbles q[0..31] of row i in Q4_0 order, word transposed.
+void put_nibbles(uint8_t* dst, int i, const uint8_t* q) {
+  for (int e = 0; e < 16; ++e)
+    dst[64 * (e >> 2) + 4 * i + (e & 3)] =
+        static_cast<uint8_t>((q[e] & 0xF) | ((q[e + 16] & 0xF) << 4));
+}
+
+// 6-bit quants of one GGUF Q6_K super-block, in element order.
+void q6k_values(const BlockQ6_K& b, uint8_t* q) {
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t lo = b.ql[64 * n + l + 32 * (k & 1)];
+        q[128 * n + 32 * k + l] = static_cast<uint8_t>(((k < 2 ? lo : lo >> 4) & 0xF) |
+                                                       (((b.qh[32 * n + l] >> (2 * k)) & 3) << 4));
+      }
+}
+
+template <typename Block>
+void k4_values(const Block& b, const uint8_t* qs, uint8_t* q) {
+  for (int j = 0; j < 8; ++j)
+    for (int l = 0; l < 32; ++l) q[32 * j + l] = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
+}
+
+// Packs block b of the row group starting at row r0; rows past `rows` stay zero.
+void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t r0, int64_t b,
+                uint8_t* q, uint8_t* s) {
+  for (int i = 0; i < kRowGroup && r0 + i < rows; ++i) {
+    const int64_t r = r0 + i;
+    switch (type) {
+      case DType::kF32: {
+        std::memcpy(q + 4 * i, static_cast<const float*>(src) + r * cols + b, 4);
+        break;
+      }
+      case DType::kF16: {
+        std::memcpy(q + 2 * i, static_cast<const uint16_t*>(src) + r * cols + b, 2);
+        break;
+      }
+      case DType::kBF16: {
+        // An odd last column pairs with a zero.
+        const uint16_t* row = static_cast<const uint16_t*>(src) + r * cols;
+        const int64_t c = 2 * b;
+        std::memcpy(q + 4 * i, row + c, 2);
+        if (c + 1 < cols) std::memcpy(q + 4 * i + 2, row + c + 1, 2);
+        break;
+      }
+      case DType::kQ4_0: {
+        const auto blk = load_block<BlockQ4_0>(src, cols, r, b, 32);
+        for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = blk.qs[e];
+        put_f16(s, i, blk.d);
+        break;
+      }
+      case DType::kQ4_1: {
+        const auto blk = load_block<BlockQ4_1>(src, cols, r, b, 32);
+        for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = blk.qs[e];
+        put_f16(s, i, blk.d);
+        put_f16(s + 32, i, blk.m);
+        break;
+      }
+      case DType::kQ8_0: {
+        const auto blk = load_block<BlockQ8_0>(src, cols, r, b, 32);
+        for (int e = 0; e < 32; ++e)
+          q[64 * (e >> 2) + 4 * i + (e & 3)] = static_cast<uint8_t>(blk.qs[e]) ^ 0x80;
+        put_f16(s, i, blk.d);
+        break;
+      }
+      case DType::kQ4_K:
+      case DType::kQ5_K: {
+        uint8_t v[kQKK];
+        uint16_t d, dmin;
+        const uint8_t* scales;
+        BlockQ4_K b4;
+        BlockQ5_K b5;
+        if (type == DType::kQ4_K) {
+          b4 = load_block<BlockQ4_K>(src, cols, r, b, kQKK);
+          k4_values(b4, b4.qs, v);
+          d = b4.d, dmin = b4.dmin, scales = b4.scales;
+        } else {
+          b5 = load_block<BlockQ5_K>(src, cols, r, b, kQKK);
+          k4_values(b5, b5.qs, v);
+          for (int e = 0; e < kQKK; ++e)
+            v[e] |= static_cast<uint8_t>(((b5.qh[e & 31] >> (e / 32)) & 1) << 4);
+          d = b5.d, dmin = b5.dmin, scales = b5.scales;
+        }
+        const int sub_bytes = type == DType::kQ4_K ? 256 : 320;
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* qj = q + j * sub_bytes;
+          put_nibbles(qj, i, v + 32 * j);
+          if (type == DType::kQ5_K) {
+            for (int e = 0; e < 4; ++e) {
+              uint8_t bits = 0;
+              for (int st = 0; st < 8; ++st)
+                bits |= static_cast<uint8_t>(((v[32 * j + 4 * st + e] >> 4) & 1) << st);
+              qj[256 + 4 * i + e] = bits;
+            }
+          }
+          uint8_t sc, m;
+          k4_scale_min(j, scales, &sc, &m);
+          s[kKsc + 16 * j + i] = sc;
+          s[kKmin + 32 * (j / 2) + 2 * i + (j & 1)] = m;
+        }
+        put_f16(s + kKd, i, d);
+        put_f16(s + kKdmin, i, dmin);
+        break;
+      }
+      case DType::kQ6_K: {
+        const auto blk = load_block<BlockQ6_K>(src, cols, r, b, kQKK);
+        uint8_t v[kQKK];
+        q6k_values(blk, v);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* qj = q + j * 384;
+          put_nibbles(qj, i, v + 32 * j);
+          for (int e = 0; e < 4; ++e) {
+            uint8_t a = 0, c = 0;
+            for (int st = 0; st < 4; ++st) {
+              a |= static_cast<uint8_t>(((v[32 * j + 4 * st + e] >> 4) & 3) << (2 * st));
+              c |= static_cast<uint8_t>(((v[32 * j + 16 + 4 * st + e] >> 4) & 3) << (2 * st));
+            }
+            qj[256 + 4 * i + e] = a;
+            qj[320 + 4 * i + e] = c;
+          }
+        }
+        for (int j = 0; j < 16; ++j) s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(blk.scales[j]);
+        put_f16(s, i, blk.d);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void AlignedFree::operator()(uint8_t* p) const {
+  ::operator delete[](p, std::align_val_t{64});
+}
+
+AlignedBytes aligned_bytes(size_t n) {
+  uint8_t* p = static_cast<uint8_t*>(::operator new[](n > 0 ? n : 1, std::align_val_t{64}));
+  std::memset(p, 0, n);
+  return AlignedBytes(p);
+}
+
+const PackedFormat* packed_format(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return &kF32Format;
+    case DType::kF16:
+      return &kF16Format;
+    case DType::kBF16:
+      return &kBF16Format;
+    case DType::kQ4_0:
+      return &kQ4_0Format;
+    case DType::kQ4_1:
+      return &kQ4_1Format;
+    case DType::kQ8_0:
+      return &kQ8_0Format;
+    case DType::kQ4_K:
+      return &kQ4_KFormat;
+    case DType::kQ5_K:
+      return &kQ5_KFormat;
+    case DType::kQ6_K:
+      return &kQ6_KFormat;
+    default:
+      return nullptr;
+  }
+}
+
+Status pack_weights(DType type, const void* src, int64_t rows, int64_t cols,
+                    WeightMatrix::Impl* out) {
+  const PackedFormat* f = packed_format(type);
+  if (f == nullptr)
+    return unsupported(str_format("matmul: weight type %s is not supported",
+                                  std::string(dtype_name(type)).c_str()));
+  if (rows <= 0 || cols <= 0) return invalid_argument("matmul: weight matrix has no elements");
+  const int64_t gguf_block = dtype_info(type).block_elems;
+  if (cols % gguf_block != 0)
+    return invalid_argument(
+        str_format("matmul: %lld columns is not a multiple of %s's block of %lld",
+                   static_cast<long long>(cols), std::string(dtype_name(type)).c_str(),
+                   static_cast<long long>(gguf_block)));
+  out->type = type;
+  out->rows = rows;
+  out->cols = cols;
+  out->nb = (cols + f->block_elems - 1) / f->block_elems;
+  out->k = out->nb * f->block_elems;
+  out->row_groups = (rows + kRowGroup - 1) / kRowGroup;
+  out->quant_bytes = f->quant_bytes;
+  out->scale_bytes = f->scale_bytes;
+  out->scale_offset = static_cast<size_t>(out->nb) * f->quant_bytes;
+  out->group_bytes =
+      round_up(out->scale_offset + static_cast<size_t>(out->nb) * f->scale_bytes, 64);
+  out->bytes = out->group_bytes * static_cast<size_t>(out->row_groups);
+  out->data = aligned_bytes(out->bytes);
+  for (int64_t g = 0; g < out->row_groups; ++g) {
+    for (int64_t b = 0; b < out->nb; ++b) {
+      uint8_t* base = out->data.get() + static_cast<size_t>(g) * out->group_bytes;
+      pack_block(type, src, rows, cols, g * kRowGroup, b,
+                 base + static_cast<size_t>(b) * f->quant_bytes,
+                 base + out->scale_offset + static_cast<size_t>(b) * f->scale_bytes);
+    }
+  }
+  return Status::ok();
+}
+
+void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
+  const int64_t g = r / kRowGroup;
+  const int i = static_cast<int>(r % kRowGroup);
+  for (int64_t b = 0; b < w.nb; ++b) {
+    const uint8_t* q = w.quants(g, b);
+    const uint8_t* s = w.scales(g, b);
+    switch (w.type) {
+      case DType::kF32:
+        std::memcpy(dst + b, q + 4 * i, 4);
+        break;
+      case DType::kF16:
+        dst[b] = fp16_to_f32(get_f16(q, i));
+        break;
+      case DType::kBF16:
+        dst[2 * b] = bf16_to_f32(get_f16(q, 2 * i));
+        if (2 * b + 1 < w.cols) dst[2 * b + 1] = bf16_to_f32(get_f16(q, 2 * i + 1));
+        break;
+      case DType::kQ4_0: {
+        const float d = fp16_to_f32(get_f16(s, i));
+        for (int e = 0; e < 32; ++e)
+          dst[32 * b + e] = static_cast<float>(packed_nibble(q, i, e) - 8) * d;
+        break;
+      }
+      case DType::kQ4_1: {
+        const float d = fp16_to_f32(get_f16(s, i)), m = fp16_to_f32(get_f16(s + 32, i));
+        for (int e = 0; e < 32; ++e)
+          dst[32 * b + e] = static_cast<float>(packed_nibble(q, i, e)) * d + m;
+        break;
+      }
+      case DType::kQ8_0: {
+        const float d = fp16_to_f32(get_f16(s, i));
+        for (int e = 0; e < 32; ++e)
+          dst[32 * b + e] =
+              static_cast<float>(static_cast<int8_t>(packed_byte(q, i, e) ^ 0x80)) * d;
+        break;
+      }
+      case DType::kQ4_K:
+      case DType::kQ5_K: {
+        const float d = fp16_to_f32(get_f16(s + kKd, i)),
+                    dmin = fp16_to_f32(get_f16(s + kKdmin, i));
+        const int sub_bytes = w.type == DType::kQ4_K ? 256 : 320;
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t* qj = q + j * sub_bytes;
+          const float step = d * s[kKsc + 16 * j + i];
+          const float off = dmin * s[kKmin + 32 * (j / 2) + 2 * i + (j & 1)];
+          for (int e = 0; e < 32; ++e) {
+            int v = packed_nibble(qj, i, e);
+            if (w.type == DType::kQ5_K) v |= ((qj[256 + 4 * i + (e & 3)] >> (e >> 2)) & 1) << 4;
+            dst[256 * b + 32 * j + e] = step * static_cast<float>(v) - off;
+          }
+        }
+        break;
+      }
+      case DType::kQ6_K: {
+        const float d = fp16_to_f32(get_f16(s, i));
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t* qj = q + j * 384;
+          for (int e = 0; e < 32; ++e) {
+            const int st = e >> 2;
+            const uint8_t hb = qj[(st < 4 ? 256 : 320) + 4 * i + (e & 3)];
+            const int v = packed_nibble(qj, i, e) | (((hb >> (2 * (st & 3))) & 3) << 4);
+            const float sc =
+                static_cast<float>(static_cast<int8_t>(s[kQ6sc + 16 * (2 * j + e / 16) + i]));
+            dst[256 * b + 32 * j + e] = d * sc * static_cast<float>(v - 32);
+          }
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,97 @@
+// The layout WeightMatrix keeps its data in: rows are interleaved in groups of
+// kRowGroup = 16 so one 512-bit register holds the same element of 16 rows, and a
+// kernel turns each weight load into 16 outputs of one token (no horizontal sums).
+//
+// The matrix is a sequence of row groups (the last padded with zero rows). A row group
+// is [quants of block 0..nb-1][scales of block 0..nb-1], each block covering
+// `block_elems` columns of all 16 rows; both parts start 64-byte aligned. Per type
+// (i = row within the group, "word transpose" = bytes 4m..4m+3 of row i go to offset
+// 64m + 4i, so one 64-byte line holds the same 4 columns of all 16 rows):
+//
+//   F32   block 1 col:   quants f32[16]
+//   F16   block 1 col:   quants f16[16]
+//   BF16  block 2 cols:  quants [16][2] bf16 (a lane = the column pair of one row)
+//   Q4_0  block 32:      quants 256 B = word transpose of GGUF qs[16] (low nibbles
+//                        are columns 4m..4m+3, high nibbles 16+4m..); scales f16 d[16]
+//   Q4_1  block 32:      quants as Q4_0; scales f16 d[16], f16 m[16]
+//   Q8_0  block 32:      quants 512 B = word transpose of (qs ^ 0x80), i.e. q + 128 as
+//                        u8, the unsigned operand vpdpbusd wants; scales f16 d[16]
+//   Q4_K  block 256:     quants 8 x 256 B, sub-block j in Q4_0 nibble order; scales
+//                        320 B: f16 d[16], f16 dmin[16], u8 sc[8][16], u8 m[4][16][2]
+//                        (m[p][i] = mins of sub-blocks 2p, 2p+1: one i16 pair per lane
+//                        after a zero-extend)
+//   Q5_K  block 256:     quants 8 x 320 B: Q4_K's 256 B of low nibbles, then 64 B whose
+//                        byte 4i+e has bit s = bit 4 of column 4s+e; scales as Q4_K
+//   Q6_K  block 256:     quants 8 x 384 B per 32 columns: 256 B of low nibbles (Q4_0
+//                        order), 64 B whose byte 4i+e holds bits 4..5 of column 4s+e at
+//                        bits 2s..2s+1 (s < 4), 64 B the same for s = 4..7; scales
+//                        320 B: f16 d[16], i8 sc[16][16], 32 B padding
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backend/cpu/matmul.h"
+#include "core/dtype.h"
+
+namespace pagoda::cpu {
+
+constexpr int kRowGroup = 16;
+
+struct PackedFormat {
+  int block_elems;  // columns per block
+  int quant_bytes;  // per block of 16 rows
+  int scale_bytes;  // per block of 16 rows
+};
+
+// nullptr when `t` is not a supported weight type.
+const PackedFormat* packed_format(DType t);
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const;
+};
+using AlignedBytes = std::unique_ptr<uint8_t[], AlignedFree>;
+// 64-byte aligned, zero-filled.
+AlignedBytes aligned_bytes(size_t n);
+
+struct WeightMatrix::Impl {
+  DType type = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t k = 0;           // cols rounded up to a whole block (BF16: even)
+  int64_t nb = 0;          // blocks per row
+  int64_t row_groups = 0;  // ceil(rows / 16)
+  size_t group_bytes = 0;
+  size_t scale_offset = 0;  // from the start of a row group
+  int quant_bytes = 0;      // per block
+  int scale_bytes = 0;      // per block
+  size_t bytes = 0;
+  AlignedBytes data;
+
+  const uint8_t* quants(int64_t g, int64_t b) const {
+    return data.get() + static_cast<size_t>(g) * group_bytes + static_cast<size_t>(b) * quant_bytes;
+  }
+  const uint8_t* scales(int64_t g, int64_t b) const {
+    return data.get() + static_cast<size_t>(g) * group_bytes + scale_offset +
+           static_cast<size_t>(b) * scale_bytes;
+  }
+};
+
+// Repacks a GGUF tensor (rows x cols of `type`, rows contiguous) into `out`.
+Status pack_weights(DType type, const void* src, int64_t rows, int64_t cols,
+                    WeightMatrix::Impl* out);
+// Row r of a packed matrix as f32, bit-identical to dequantize_row on the GGUF row.
+void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst);
+
+// Element e (0..31) of row i of a 256-byte block of word-transposed Q4_0-order nibbles.
+inline int packed_nibble(const uint8_t* q, int i, int e) {
+  const uint8_t byte = q[64 * ((e & 15) >> 2) + 4 * i + (e & 3)];
+  return e < 16 ? byte & 0xF : byte >> 4;
+}
+// Byte e (0..4n-1) of row i of word-transposed data.
+inline uint8_t packed_byte(const uint8_t* q, int i, int e) {
+  return q[64 * (e >> 2) + 4 * i + (e & 3)];
+}
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,144 @@
+// Quantized block layouts, byte for byte as GGUF stores them (ggml's block_* types), so
+// a tensor read from a file can be reinterpreted as an array of these. Halves are raw
+// IEEE binary16 bits (see core/dtype.h for conversions).
+#pragma once
+
+#include <cstdint>
+
+namespace pagoda::cpu {
+
+constexpr int kQK = 32;    // elements per block of the 32-element formats
+constexpr int kQKK = 256;  // elements per super-block of the K formats
+
+// value = (q - 8) * d; element j < 16 in the low nibble of qs[j], j >= 16 in the high
+// nibble of qs[j - 16].
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[16];
+};
+// value = q * d + m; nibbles as Q4_0.
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[16];
+};
+// value = (q - 16) * d; low 4 bits as Q4_0, bit 4 of element j is bit j of qh (LE u32).
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+// value = q * d + m; bits as Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+// value = q * d.
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[32];
+};
+// value = q * d; s = d * sum(q), kept so a dot with Q4_1 can add m * s in one step.
+struct BlockQ8_1 {
+  uint16_t d;
+  uint16_t s;
+  int8_t qs[32];
+};
+// 16 sub-blocks of 16: value = d * (scales[j] & 15) * q - dmin * (scales[j] >> 4).
+// Element 128n + 32k + l (l < 32) is bits 2k..2k+1 of qs[32n + l]; sub-block index
+// 8n + 2k + l / 16.
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d;
+  uint16_t dmin;
+};
+// 16 sub-blocks of 16: value = d * (s[j] - 32) * (q - (hbit ? 0 : 4)) with 6-bit s[j]
+// split as low nibbles in scales[0..7] and 2-bit high parts in scales[8..11]; q is
+// laid out as Q2_K, its high bit in hmask[l] bit (4n + k).
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+// 8 sub-blocks of 32: value = d * sc[j] * q - dmin * m[j] with 6-bit sc/m packed in
+// scales (k4_scale_min). Element 64c + l (l < 32) is the low nibble of qs[32c + l],
+// element 64c + 32 + l the high nibble.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+// Q4_K plus a fifth bit: element 64c + l has it in qh[l] bit 2c, 64c + 32 + l in bit
+// 2c + 1.
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+// 16 sub-blocks of 16: value = d * scales[j] * (q - 32), q 6 bits. In each 128-element
+// half n, element 128n + 32k + l (l < 32) has its low 4 bits in ql[64n + l + 32 (k & 1)]
+// (low nibble for k < 2, high for k >= 2) and bits 4..5 in qh[32n + l] bits 2k..2k+1.
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
+// The activation format of the K quants: value = q * d, bsums[j] = sum of q over
+// elements 16j..16j+15.
+struct BlockQ8_K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];
+};
+
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_K) == 292);
+
+// Sub-block j (0..7) scale and min of Q4_K/Q5_K: j < 4 keep 6 bits in bytes j and j + 4;
+// j >= 4 keep their low 4 bits in byte j + 4 and their top 2 bits in bits 6..7 of bytes
+// j - 4 and j.
+inline void k4_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// Inverse of k4_scale_min for all eight sub-blocks (values < 64).
+inline void k4_pack_scale_min(const uint8_t* sc, const uint8_t* m, uint8_t* s) {
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+}
+
+// Sub-block j (0..15) 6-bit scale of Q3_K, before the -32 offset.
+inline int q3k_scale(int j, const uint8_t* s) {
+  const int low = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+  const int high = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+  return low | (high << 4);
+}
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,473 @@
+// Scalar reference conversions between f32 rows and GGUF blocks. These define the
+// numbers: SIMD activation converters are tested bit for bit against them, and every
+// kernel's output against products of their dequantized values.
+#include "backend/cpu/quant_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/matmul.h"
+#include "core/dtype.h"
+
+namespace pagoda::cpu {
+namespace {
+
+// Ties to even, as ggml's nearest_int (and cvtps2dq under the default rounding mode).
+inline int nearest_int(float f) {
+  return static_cast<int>(std::lrintf(f));
+}
+
+inline float h2f(uint16_t h) {
+  return fp16_to_f32(h);
+}
+inline uint16_t f2h(float f) {
+  return f32_to_fp16(f);
+}
+
+// ---- 32-element formats ------------------------------------------------------------
+
+// ggml's reference rule: d = max / -8 with max the signed value of largest magnitude (so
+// it lands exactly on q = 0), q = min(15, trunc(x / d + 8.5)).
+void quantize_q4_0(const float* x, BlockQ4_0* y) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y->d = f2h(d);
+  for (int j = 0; j < 16; ++j) {
+    const int q0 = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+    const int q1 = std::min(15, static_cast<int>(x[j + 16] * id + 8.5f));
+    y->qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+  }
+}
+
+// ggml's reference rule: d = (max - min) / 15, m = min, q = min(15, trunc((x - min) / d +
+// 0.5)).
+void quantize_q4_1(const float* x, BlockQ4_1* y) {
+  float mn = x[0], mx = x[0];
+  for (int j = 1; j < kQK; ++j) {
+    mn = std::min(mn, x[j]);
+    mx = std::max(mx, x[j]);
+  }
+  const float d = (mx - mn) / 15.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y->d = f2h(d);
+  y->m = f2h(mn);
+  for (int j = 0; j < 16; ++j) {
+    const int q0 = std::min(15, static_cast<int>((x[j] - mn) * id + 0.5f));
+    const int q1 = std::min(15, static_cast<int>((x[j + 16] - mn) * id + 0.5f));
+    y->qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+  }
+}
+
+float q8_scale(const float* x, float* id) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  *id = d != 0.0f ? 1.0f / d : 0.0f;
+  return d;
+}
+
+void dequantize_q4_0(const BlockQ4_0* b, float* y) {
+  const float d = h2f(b->d);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((b->qs[j] & 0xF) - 8) * d;
+    y[j + 16] = static_cast<float>((b->qs[j] >> 4) - 8) * d;
+  }
+}
+
+void dequantize_q4_1(const BlockQ4_1* b, float* y) {
+  const float d = h2f(b->d), m = h2f(b->m);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(b->qs[j] & 0xF) * d + m;
+    y[j + 16] = static_cast<float>(b->qs[j] >> 4) * d + m;
+  }
+}
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+void dequantize_q5_0(const BlockQ5_0* b, float* y) {
+  const float d = h2f(b->d);
+  const uint32_t qh = load_u32(b->qh);
+  for (int j = 0; j < 16; ++j) {
+    const int h0 = (qh >> j) & 1, h1 = (qh >> (j + 16)) & 1;
+    y[j] = static_cast<float>(((b->qs[j] & 0xF) | (h0 << 4)) - 16) * d;
+    y[j + 16] = static_cast<float>(((b->qs[j] >> 4) | (h1 << 4)) - 16) * d;
+  }
+}
+
+void dequantize_q5_1(const BlockQ5_1* b, float* y) {
+  const float d = h2f(b->d), m = h2f(b->m);
+  const uint32_t qh = load_u32(b->qh);
+  for (int j = 0; j < 16; ++j) {
+    const int h0 = (qh >> j) & 1, h1 = (qh >> (j + 16)) & 1;
+    y[j] = static_cast<float>((b->qs[j] & 0xF) | (h0 << 4)) * d + m;
+    y[j + 16] = static_cast<float>((b->qs[j] >> 4) | (h1 << 4)) * d + m;
+  }
+}
+
+void dequantize_q8_0(const BlockQ8_0* b, float* y) {
+  const float d = h2f(b->d);
+  for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(b->qs[j]) * d;
+}
+
+void dequantize_q8_1(const BlockQ8_1* b, float* y) {
+  const float d = h2f(b->d);
+  for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(b->qs[j]) * d;
+}
+
+// ---- K formats ---------------------------------------------------------------------
+
+// Q4_K/Q5_K (a simple quantizer, not llama.cpp's search): each 32-element sub-block
+// gets the affine range [min(0, min x), max x] over `levels` steps; the eight scales
+// and mins are then quantized to 6 bits against their maxima, and q is chosen against
+// the scales as stored.
+void quantize_k_affine(const float* x, int levels, uint16_t* d_out, uint16_t* dmin_out,
+                       uint8_t* scales, uint8_t* q) {
+  float scale[8], minv[8], max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    float mn = 0.0f, mx = x[32 * j];
+    for (int l = 0; l < 32; ++l) {
+      mn = std::min(mn, x[32 * j + l]);
+      mx = std::max(mx, x[32 * j + l]);
+    }
+    scale[j] = std::max(0.0f, mx - mn) / static_cast<float>(levels);
+    minv[j] = -mn;
+    max_scale = std::max(max_scale, scale[j]);
+    max_min = std::max(max_min, minv[j]);
+  }
+  *d_out = f2h(max_scale / 63.0f);
+  *dmin_out = f2h(max_min / 63.0f);
+  const float d = h2f(*d_out), dmin = h2f(*dmin_out);
+  uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest_int(scale[j] / d), 0, 63) : 0);
+    m[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest_int(minv[j] / dmin), 0, 63) : 0);
+    const float step = d * sc[j], off = dmin * m[j];
+    for (int l = 0; l < 32; ++l) {
+      const int v = step > 0.0f ? nearest_int((x[32 * j + l] + off) / step) : 0;
+      q[32 * j + l] = static_cast<uint8_t>(std::clamp(v, 0, levels));
+    }
+  }
+  k4_pack_scale_min(sc, m, scales);
+}
+
+void quantize_q4_k(const float* x, BlockQ4_K* y) {
+  uint8_t q[kQKK];
+  quantize_k_affine(x, 15, &y->d, &y->dmin, y->scales, q);
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l)
+      y->qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+}
+
+void quantize_q5_k(const float* x, BlockQ5_K* y) {
+  uint8_t q[kQKK];
+  quantize_k_affine(x, 31, &y->d, &y->dmin, y->scales, q);
+  std::memset(y->qh, 0, sizeof(y->qh));
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+      y->qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      y->qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+    }
+  }
+}
+
+// Q6_K (simple): each 16-element sub-block gets scale amax / 31 so q - 32 spans
+// [-31, 31]; the sixteen scales are quantized to int8 against their maximum.
+void quantize_q6_k(const float* x, BlockQ6_K* y) {
+  float scale[16], max_scale = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    float amax = 0.0f;
+    for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * j + l]));
+    scale[j] = amax / 31.0f;
+    max_scale = std::max(max_scale, scale[j]);
+  }
+  y->d = f2h(max_scale / 127.0f);
+  const float d = h2f(y->d);
+  uint8_t q[kQKK];
+  for (int j = 0; j < 16; ++j) {
+    const int sc = d > 0.0f ? std::clamp(nearest_int(scale[j] / d), 0, 127) : 0;
+    y->scales[j] = static_cast<int8_t>(sc);
+    const float step = d * static_cast<float>(sc);
+    for (int l = 0; l < 16; ++l) {
+      const int v = step > 0.0f ? nearest_int(x[16 * j + l] / step) : 0;
+      q[16 * j + l] = static_cast<uint8_t>(std::clamp(v, -32, 31) + 32);
+    }
+  }
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t* qn = q + 128 * n;
+    for (int l = 0; l < 32; ++l) {
+      y->ql[64 * n + l] = static_cast<uint8_t>((qn[l] & 0xF) | ((qn[l + 64] & 0xF) << 4));
+      y->ql[64 * n + l + 32] = static_cast<uint8_t>((qn[l + 32] & 0xF) | ((qn[l + 96] & 0xF) << 4));
+      y->qh[32 * n + l] = static_cast<uint8_t>((qn[l] >> 4) | ((qn[l + 32] >> 4) << 2) |
+                                               ((qn[l + 64] >> 4) << 4) | ((qn[l + 96] >> 4) << 6));
+    }
+  }
+}
+
+void dequantize_q2_k(const BlockQ2_K* b, float* y) {
+  const float d = h2f(b->d), dmin = h2f(b->dmin);
+  for (int n = 0; n < 2; ++n) {
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t s = b->scales[8 * n + 2 * k + l / 16];
+        const int q = (b->qs[32 * n + l] >> (2 * k)) & 3;
+        y[128 * n + 32 * k + l] = d * static_cast<float>(s & 0xF) * static_cast<float>(q) -
+                                  dmin * static_cast<float>(s >> 4);
+      }
+    }
+  }
+}
+
+void dequantize_q3_k(const BlockQ3_K* b, float* y) {
+  const float d = h2f(b->d);
+  for (int n = 0; n < 2; ++n) {
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) {
+        const int s = q3k_scale(8 * n + 2 * k + l / 16, b->scales) - 32;
+        const int q =
+            ((b->qs[32 * n + l] >> (2 * k)) & 3) - ((b->hmask[l] >> (4 * n + k)) & 1 ? 0 : 4);
+        y[128 * n + 32 * k + l] = d * static_cast<float>(s) * static_cast<float>(q);
+      }
+    }
+  }
+}
+
+void dequantize_q4_k(const BlockQ4_K* b, float* y) {
+  const float d = h2f(b->d), dmin = h2f(b->dmin);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k4_scale_min(j, b->scales, &sc, &m);
+    const float step = d * sc, off = dmin * m;
+    const int shift = 4 * (j & 1);
+    for (int l = 0; l < 32; ++l)
+      y[32 * j + l] = step * static_cast<float>((b->qs[32 * (j / 2) + l] >> shift) & 0xF) - off;
+  }
+}
+
+void dequantize_q5_k(const BlockQ5_K* b, float* y) {
+  const float d = h2f(b->d), dmin = h2f(b->dmin);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k4_scale_min(j, b->scales, &sc, &m);
+    const float step = d * sc, off = dmin * m;
+    const int shift = 4 * (j & 1);
+    for (int l = 0; l < 32; ++l) {
+      const int q = ((b->qs[32 * (j / 2) + l] >> shift) & 0xF) | (((b->qh[l] >> j) & 1) << 4);
+      y[32 * j + l] = step * static_cast<float>(q) - off;
+    }
+  }
+}
+
+void dequantize_q6_k(const BlockQ6_K* b, float* y) {
+  const float d = h2f(b->d);
+  for (int n = 0; n < 2; ++n) {
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t lo = b->ql[64 * n + l + 32 * (k & 1)];
+        const int q = ((k < 2 ? lo : lo >> 4) & 0xF) | (((b->qh[32 * n + l] >> (2 * k)) & 3) << 4);
+        const int e = 128 * n + 32 * k + l;
+        y[e] = d * static_cast<float>(b->scales[e / 16]) * static_cast<float>(q - 32);
+      }
+    }
+  }
+}
+
+void dequantize_q8_k(const BlockQ8_K* b, float* y) {
+  for (int j = 0; j < kQKK; ++j) y[j] = b->d * static_cast<float>(b->qs[j]);
+}
+
+template <typename Block, typename F>
+void for_blocks(const void* src, int64_t nb, F&& f) {
+  const Block* b = static_cast<const Block*>(src);
+  for (int64_t i = 0; i < nb; ++i) f(b + i, i);
+}
+
+}  // namespace
+
+void quantize_block_q8_0(const float* x, BlockQ8_0* y) {
+  float id;
+  const float d = q8_scale(x, &id);
+  y->d = f2h(d);
+  for (int j = 0; j < kQK; ++j) y->qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+}
+
+void quantize_block_q8_1(const float* x, BlockQ8_1* y) {
+  float id;
+  const float d = q8_scale(x, &id);
+  int sum = 0;
+  for (int j = 0; j < kQK; ++j) {
+    y->qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    sum += y->qs[j];
+  }
+  y->d = f2h(d);
+  y->s = f2h(static_cast<float>(sum) * d);
+}
+
+void quantize_block_q8_k(const float* x, BlockQ8_K* y) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQKK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  if (amax == 0.0f) {
+    std::memset(y, 0, sizeof(*y));
+    return;
+  }
+  const float iscale = -127.0f / max;
+  for (int j = 0; j < kQKK; ++j)
+    y->qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
+  for (int j = 0; j < 16; ++j) {
+    int sum = 0;
+    for (int l = 0; l < 16; ++l) sum += y->qs[16 * j + l];
+    y->bsums[j] = static_cast<int16_t>(sum);
+  }
+  y->d = 1.0f / iscale;
+}
+
+Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
+  const DTypeInfo* info = dtype_info(static_cast<uint32_t>(type));
+  if (info == nullptr) return unsupported("quantize_row: unknown type");
+  if (n < 0 || n % info->block_elems != 0)
+    return invalid_argument(
+        str_format("quantize_row: %lld elements is not a multiple of %s's block",
+                   static_cast<long long>(n), std::string(info->name).c_str()));
+  const int64_t nb = n / info->block_elems;
+  const int be = static_cast<int>(info->block_elems);
+  switch (type) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return Status::ok();
+    case DType::kF16: {
+      uint16_t* y = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(src[i]);
+      return Status::ok();
+    }
+    case DType::kBF16: {
+      uint16_t* y = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(src[i]);
+      return Status::ok();
+    }
+    case DType::kQ4_0:
+      for (int64_t i = 0; i < nb; ++i)
+        quantize_q4_0(src + i * be, static_cast<BlockQ4_0*>(dst) + i);
+      return Status::ok();
+    case DType::kQ4_1:
+      for (int64_t i = 0; i < nb; ++i)
+        quantize_q4_1(src + i * be, static_cast<BlockQ4_1*>(dst) + i);
+      return Status::ok();
+    case DType::kQ8_0:
+      for (int64_t i = 0; i < nb; ++i)
+        quantize_block_q8_0(src + i * be, static_cast<BlockQ8_0*>(dst) + i);
+      return Status::ok();
+    case DType::kQ8_1:
+      for (int64_t i = 0; i < nb; ++i)
+        quantize_block_q8_1(src + i * be, static_cast<BlockQ8_1*>(dst) + i);
+      return Status::ok();
+    case DType::kQ4_K:
+      for (int64_t i = 0; i < nb; ++i)
+        quantize_q4_k(src + i * be, static_cast<BlockQ4_K*>(dst) + i);
+      return Status::ok();
+    case DType::kQ5_K:
+      for (int64_t i = 0; i < nb; ++i)
+        quantize_q5_k(src + i * be, static_cast<BlockQ5_K*>(dst) + i);
+      return Status::ok();
+    case DType::kQ6_K:
+      for (int64_t i = 0; i < nb; ++i)
+        quantize_q6_k(src + i * be, static_cast<BlockQ6_K*>(dst) + i);
+      return Status::ok();
+    case DType::kQ8_K:
+      for (int64_t i = 0; i < nb; ++i)
+        quantize_block_q8_k(src + i * be, static_cast<BlockQ8_K*>(dst) + i);
+      return Status::ok();
+    default:
+      return unsupported(
+          str_format("quantize_row: no quantizer for %s", std::string(info->name).c_str()));
+  }
+}
+
+Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
+  const DTypeInfo* info = dtype_info(static_cast<uint32_t>(type));
+  if (info == nullptr) return unsupported("dequantize_row: unknown type");
+  if (n < 0 || n % info->block_elems != 0)
+    return invalid_argument(
+        str_format("dequantize_row: %lld elements is not a multiple of %s's block",
+                   static_cast<long long>(n), std::string(info->name).c_str()));
+  const int64_t nb = n / info->block_elems;
+  const int be = static_cast<int>(info->block_elems);
+  switch (type) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return Status::ok();
+    case DType::kF64: {
+      const double* x = static_cast<const double*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(x[i]);
+      return Status::ok();
+    }
+    case DType::kF16: {
+      const uint16_t* x = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(x[i]);
+      return Status::ok();
+    }
+    case DType::kBF16: {
+      const uint16_t* x = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(x[i]);
+      return Status::ok();
+    }
+    case DType::kQ4_0:
+      for_blocks<BlockQ4_0>(src, nb, [&](auto* b, int64_t i) { dequantize_q4_0(b, dst + i * be); });
+      break;
+    case DType::kQ4_1:
+      for_blocks<BlockQ4_1>(src, nb, [&](auto* b, int64_t i) { dequantize_q4_1(b, dst + i * be); });
+      break;
+    case DType::kQ5_0:
+      for_blocks<BlockQ5_0>(src, nb, [&](auto* b, int64_t i) { dequantize_q5_0(b, dst + i * be); });
+      break;
+    case DType::kQ5_1:
+      for_blocks<BlockQ5_1>(src, nb, [&](auto* b, int64_t i) { dequantize_q5_1(b, dst + i * be); });
+      break;
+    case DType::kQ8_0:
+      for_blocks<BlockQ8_0>(src, nb, [&](auto* b, int64_t i) { dequantize_q8_0(b, dst + i * be); });
+      break;
+    case DType::kQ8_1:
+      for_blocks<BlockQ8_1>(src, nb, [&](auto* b, int64_t i) { dequantize_q8_1(b, dst + i * be); });
+      break;
+    case DType::kQ2_K:
+      for_blocks<BlockQ2_K>(src, nb, [&](auto* b, int64_t i) { dequantize_q2_k(b, dst + i * be); });
+      break;
+    case DType::kQ3_K:
+      for_blocks<BlockQ3_K>(src, nb, [&](auto* b, int64_t i) { dequantize_q3_k(b, dst + i * be); });
+      break;
+    case DType::kQ4_K:
+      for_blocks<BlockQ4_K>(src, nb, [&](auto* b, int64_t i) { dequantize_q4_k(b, dst + i * be); });
+      break;
+    case DType::kQ5_K:
+      for_blocks<BlockQ5_K>(src, nb, [&](auto* b, int64_t i) { dequantize_q5_k(b, dst + i * be); });
+      break;
+    case DType::kQ6_K:
+      for_blocks<BlockQ6_K>(src, nb, [&](auto* b, int64_t i) { dequantize_q6_k(b, dst + i * be); });
+      break;
+    case DType::kQ8_K:
+      for_blocks<BlockQ8_K>(src, nb, [&](auto* b, int64_t i) { dequantize_q8_k(b, dst + i * be); });
+      break;
+    default:
+      return unsupported(str_format("dequantize_row: %s is not a float or block type",
+                                    std::string(info->name).c_str()));
+  }
+  return Status::ok();
+}
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,18 @@
+// Scalar reference quantizers of single blocks, shared by quantize_row and by the
+// portable activation converters so both produce the same bits.
+#pragma once
+
+#include "backend/cpu/quant_blocks.h"
+
+namespace pagoda::cpu {
+
+// ggml's reference rules: d = amax / 127, q = roundf(x * (1 / d)) (halves away from
+// zero); d is stored as f16 after q is computed with the f32 d.
+void quantize_block_q8_0(const float* x, BlockQ8_0* y);
+// As Q8_0, plus s = f16(d * sum(q)) with the f32 d.
+void quantize_block_q8_1(const float* x, BlockQ8_1* y);
+// ggml's reference rule: max = the signed value of largest magnitude, iscale = -127 / max,
+// q = min(127, nearest_int(iscale * x)) (ties to even), d = 1 / iscale, bsums per 16.
+void quantize_block_q8_k(const float* x, BlockQ8_K* y);
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,85 @@
+// Helpers for the *_avx512.cpp translation units only (they are compiled with AVX-512
+// flags; keeping these in their own namespace keeps them out of generic code).
+#pragma once
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*
+// placeholders (GCC bug 105593); it is not about our code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "backend/cpu/gemm_kernels.h"
+
+namespace pagoda::cpu::avx512 {
+
+// Calls f(std::integral_constant<int, i>) for i in [0, N), unrolled, so shift counts and
+// offsets derived from i are compile-time constants.
+template <int N, typename F>
+inline void unroll(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    (f(std::integral_constant<int, I>{}), ...);
+  }
+  (std::make_integer_sequence<int, N>{});
+}
+
+// Calls f.template operator()<T>() with T == n, for n in [1, G].
+template <int G, typename F>
+inline void with_tokens(int n, F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((n == I + 1 ? (f.template operator()<I + 1>(), 0) : 0), ...);
+  }
+  (std::make_integer_sequence<int, G>{});
+}
+
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline __m512 bcast_f32(const void* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_ps(v);
+}
+
+inline __m512 load_f16x16(const void* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+}
+
+// Stores the first `rows` of 16 outputs.
+inline void store_rows(float* y, __m512 v, int rows) {
+  if (rows == kRowGroup) {
+    _mm512_storeu_ps(y, v);
+  } else {
+    _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << rows) - 1), v);
+  }
+}
+
+// For each token group of the tile, instantiates the micro-kernel for its token count T
+// and runs it over the tile's row groups: micro.template operator()<T>(row_group, act,
+// y_of_row_group_token_0, valid_rows).
+template <int G, typename Micro>
+inline void for_each_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1,
+                          Micro&& micro) {
+  for (int64_t tg = tg0; tg < tg1; ++tg) {
+    const int n = static_cast<int>(std::min<int64_t>(G, a.n_tokens - tg * G));
+    const uint8_t* act = a.act + static_cast<size_t>(tg) * a.act_group_bytes;
+    float* y = a.y + tg * G * a.y_stride;
+    with_tokens<G>(n, [&]<int T>() {
+      for (int64_t rg = rg0; rg < rg1; ++rg) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRowGroup, a.w->rows - rg * kRowGroup));
+        micro.template operator()<T>(rg, act, y + rg * kRowGroup, rows);
+      }
+    });
+  }
+}
+
+}  // namespace pagoda::cpu::avx512
