@@ -24,11 +24,14 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 # --- Python tools for the tests (a venv in .venv, git-ignored) --------------------------
+# llama-cpp-python is the independent reference several tests compare against (tokenizer,
+# quantizers) and the peer in bench/; it builds llama.cpp from source, several minutes
+# the first time (pip keeps the wheel in its cache after that).
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import pytest, numpy" 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check pytest numpy
+if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 llama-cpp-python==0.3.36
 fi
 
 # --- build ---------------------------------------------------------------------------------
