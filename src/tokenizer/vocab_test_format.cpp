@@ -25,10 +25,11 @@ std::string format_vocab_test_line(const std::vector<TokenId>& ids) {
   return line;
 }
 
-std::string run_vocab_test(const Tokenizer& tok, const std::vector<std::string>& inputs) {
+std::string run_vocab_test(const Tokenizer& tok, const std::vector<std::string>& inputs,
+                           bool parse_special) {
   std::string out;
   for (const std::string& in : inputs)
-    out += format_vocab_test_line(tok.encode(in, /*add_special=*/false, /*parse_special=*/false));
+    out += format_vocab_test_line(tok.encode(in, /*add_special=*/false, parse_special));
   return out;
 }
 

@@ -18,7 +18,8 @@ namespace pagoda {
 std::vector<std::string> parse_vocab_test_inputs(std::string_view contents);
 // One .out line for `ids`, newline included.
 std::string format_vocab_test_line(const std::vector<TokenId>& ids);
-// The whole .out file for `inputs`.
-std::string run_vocab_test(const Tokenizer& tok, const std::vector<std::string>& inputs);
+// The whole .out file for `inputs` (parse_special is off for llama.cpp's files).
+std::string run_vocab_test(const Tokenizer& tok, const std::vector<std::string>& inputs,
+                           bool parse_special = false);
 
 }  // namespace pagoda

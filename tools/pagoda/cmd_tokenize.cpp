@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: pagoda tokenize -m MODEL.gguf (-p TEXT | -f FILE | --stdin | --vocab-test CASES.inp)\n"
-    "                       [--pieces] [--no-bos] [--parse-special] [--info]\n"
+    "                       [--pieces] [--no-bos] [--parse-special] [--info] [--dump-pieces]\n"
     "  -m, --model FILE      GGUF file with tokenizer.ggml.* metadata (vocabulary-only is fine)\n"
     "  -p, --prompt TEXT     text to tokenize\n"
     "  -f, --file FILE       tokenize the contents of FILE\n"
@@ -27,13 +27,16 @@ constexpr const char* kUsage =
     "      --no-bos          do not add BOS/EOS even if the vocabulary asks for them\n"
     "      --parse-special   text like <|im_end|> becomes that control token\n"
     "      --vocab-test FILE print one line per case of a llama.cpp .inp conformance file\n"
-    "                        (add_special and parse_special off, as test-tokenizer-0 does)\n"
-    "      --info            print the vocabulary's special tokens and flags\n";
+    "                        (add_special and parse_special off, as test-tokenizer-0 does;\n"
+    "                        --parse-special turns parse_special on)\n"
+    "      --info            print the vocabulary's special tokens and flags\n"
+    "      --dump-pieces     print every token's piece in hex, plain and with specials rendered\n";
 
 struct Options {
   std::string model;
   std::optional<std::string> prompt, file, vocab_test;
-  bool from_stdin = false, pieces = false, no_bos = false, parse_special = false, info = false;
+  bool from_stdin = false, pieces = false, no_bos = false, parse_special = false, info = false,
+       dump_pieces = false;
 };
 
 int fail(const std::string& message) {
@@ -87,6 +90,19 @@ void print_info(const pagoda::Tokenizer& tok) {
   std::printf("\n");
 }
 
+std::string hex(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) out += pagoda::str_format("%02x", c);
+  return out.empty() ? "-" : out;
+}
+
+// One line per token: id, piece, piece with special tokens rendered (hex; "-" if empty).
+void dump_pieces(const pagoda::Tokenizer& tok) {
+  for (pagoda::TokenId id = 0; id < tok.n_vocab(); ++id)
+    std::printf("%d %s %s\n", id, hex(tok.token_to_piece(id, false)).c_str(),
+                hex(tok.token_to_piece(id, true)).c_str());
+}
+
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
@@ -123,6 +139,8 @@ int cmd_tokenize(int argc, char** argv) {
       o.parse_special = true;
     } else if (a == "--info") {
       o.info = true;
+    } else if (a == "--dump-pieces") {
+      o.dump_pieces = true;
     } else {
       return usage_error("unknown argument '" + a + "'");
     }
@@ -141,10 +159,12 @@ int cmd_tokenize(int argc, char** argv) {
   const pagoda::Tokenizer& t = **tok;
 
   if (o.info) print_info(t);
+  if (o.dump_pieces) dump_pieces(t);
   if (o.vocab_test) {
     std::string contents;
     if (!read_file(*o.vocab_test, &contents)) return fail("cannot read '" + *o.vocab_test + "'");
-    const std::string out = pagoda::run_vocab_test(t, pagoda::parse_vocab_test_inputs(contents));
+    const std::string out =
+        pagoda::run_vocab_test(t, pagoda::parse_vocab_test_inputs(contents), o.parse_special);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
   }
