@@ -49,8 +49,7 @@ const Ranges kDigit = {{'0', '9'}};
 const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 
 // What a Unicode category matches in the collapsed alphabet: its marker plus the ASCII
-// characters llama.cpp lists for it. (llama.cpp's ASCII symbol list leaves out '~'; this
-// is reproduced on purpose.)
+// characters llama.cpp lists for it (which are exactly the ASCII members of the category).
 bool collapsed_category(std::string_view name, Ranges* out) {
   if (name == "N") {
     *out = {{Regex::kCollapsedNumber, Regex::kCollapsedNumber}, {'0', '9'}};
@@ -78,7 +77,8 @@ bool collapsed_category(std::string_view name, Ranges* out) {
             {0x3C, 0x3E},
             {0x5E, 0x5E},
             {0x60, 0x60},
-            {0x7C, 0x7C}};
+            {0x7C, 0x7C},
+            {0x7E, 0x7E}};
   } else {
     return false;
   }

@@ -7,6 +7,7 @@ with parse_special off and on, plus every token's piece, the end-of-generation a
 sets, and BOS handling.
 """
 import ctypes
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
@@ -63,7 +64,7 @@ def _specials(llm, vocab):
 @pytest.mark.parametrize("parse_special", [False, True], ids=["plain", "parse_special"])
 def test_ids_match_llama_cpp(pagoda_bin, reference, parse_special, record_property):
     path, llm, vocab = reference
-    cases = make_cases(seed=1234, specials=_specials(llm, vocab), count=300)
+    cases = make_cases(seed=1234, specials=_specials(llm, vocab), count=500)
     ours = _ours(pagoda_bin, path, cases, parse_special)
     mismatches = []
     for case, got in zip(cases, ours):
@@ -118,3 +119,50 @@ def test_pieces_eog_and_control_match_llama_cpp(pagoda_bin, reference):
             bad.append(tid)
     print(f"\n{path.name}: pieces agree for {n - len(bad)}/{n} tokens")
     assert not bad, f"pieces differ for {len(bad)} tokens, e.g. {bad[:10]}"
+
+
+# Every pre-tokenizer variant, not only the five the shared files use: the qwen2 vocabulary
+# relabelled with each tokenizer.ggml.pre value and compared with llama.cpp, which then runs
+# the same merges under that variant's regexes (its std::regex against our engine).
+PRE_NAMES = ["default", "llama3", "llama-bpe", "dbrx", "chatglm-bpe", "deepseek-llm",
+             "deepseek-coder", "deepseek-v3", "falcon", "gpt-2", "mpt", "starcoder", "refact",
+             "command-r", "smollm", "qwen2", "stablelm2", "qwen35", "poro-chat", "viking",
+             "tekken", "gpt-4o", "chameleon", "seed-coder", "bailingmoe", "olmo", "jais"]
+
+
+def _relabel_pre(data, pre):
+    """The GGUF bytes with tokenizer.ggml.pre replaced (files without tensors only)."""
+    key = b"tokenizer.ggml.pre"
+    i = data.find(struct.pack("<Q", len(key)) + key)
+    assert i >= 0
+    j = i + 8 + len(key)
+    assert struct.unpack_from("<I", data, j)[0] == 8  # string
+    (n,) = struct.unpack_from("<Q", data, j + 4)
+    start = j + 12
+    return data[:j + 4] + struct.pack("<Q", len(pre)) + pre.encode() + data[start + n:]
+
+
+@pytest.fixture(scope="module")
+def qwen2_bytes():
+    path = TOKENIZER_DATA / "ggml-vocab-qwen2.gguf"
+    if not path.exists():
+        pytest.skip(f"{path} missing")
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("pre", PRE_NAMES)
+def test_pre_tokenizer_variants_match_llama_cpp(pagoda_bin, qwen2_bytes, tmp_path, pre):
+    path = tmp_path / f"qwen2-as-{pre}.gguf"
+    path.write_bytes(_relabel_pre(qwen2_bytes, pre))
+    try:
+        llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    except Exception as e:  # this llama.cpp build may not know the name
+        pytest.skip(f"llama.cpp cannot load pre '{pre}': {e}")
+    cases = make_cases(seed=99, specials=["<|im_end|>", "<|endoftext|>"], count=1000)
+    ours = _ours(pagoda_bin, path, cases, False)
+    bad = [(c, g, llm.tokenize(c, add_bos=False, special=False)) for c, g in zip(cases, ours)
+           if g != llm.tokenize(c, add_bos=False, special=False)]
+    print(f"\npre={pre}: {len(cases) - len(bad)}/{len(cases)} agree")
+    for case, got, want in bad[:3]:
+        print(f"  {case!r}\n    ours {got}\n    llama {want}")
+    assert not bad

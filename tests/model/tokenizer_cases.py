@@ -103,8 +103,21 @@ def _fragment(rng, specials):
     return rng.choice(["\n", " ", "  ", ". ", ", ", "\t"])
 
 
+def ascii_cases():
+    """Every printable ASCII character in a few contexts: category edge cases (which
+    characters count as punctuation or symbol) hide in specific neighbourhoods."""
+    out = []
+    for code in range(0x20, 0x7F):
+        c = chr(code)
+        for t in (" {c}{c}", "x{c}y", "({c}", "{c}(", "/{c}", " {c}\n", "9{c}9", "{c}'s"):
+            out.append(t.format(c=c).encode())
+    out.append(bytes(range(0x20, 0x7F)))
+    return out
+
+
 def make_cases(seed, specials, count=300):
-    """`specials` are texts of special tokens of the vocabulary under test."""
+    """`count` generated cases, then ascii_cases(); `specials` are texts of special tokens
+    of the vocabulary under test."""
     rng = random.Random(seed)
     cases = [b"", b" ", b"\n", b"  \n\n  ", b"a", b"A", b"1"]
     for text in specials[:8]:
@@ -120,4 +133,4 @@ def make_cases(seed, specials, count=300):
         if b"\n__ggml_vocab_test__\n" in b:
             continue
         cases.append(b)
-    return cases[:count]
+    return cases[:count] + ascii_cases()
