@@ -304,6 +304,12 @@ const PreTokenizerSpec& default_pre_tokenizer() {
   return variants().front().spec;
 }
 
+std::vector<std::string_view> known_pre_tokenizer_names() {
+  std::vector<std::string_view> names;
+  for (const Variant& v : variants()) names.insert(names.end(), v.names.begin(), v.names.end());
+  return names;
+}
+
 Result<PreTokenizer> PreTokenizer::create(const PreTokenizerSpec& spec) {
   PreTokenizer p;
   p.spec_ = spec;

@@ -27,6 +27,8 @@ struct PreTokenizerSpec {
 // The variant for a tokenizer.ggml.pre value; nullptr for a name we do not know.
 const PreTokenizerSpec* find_pre_tokenizer(std::string_view name);
 const PreTokenizerSpec& default_pre_tokenizer();
+// Every tokenizer.ggml.pre value find_pre_tokenizer() knows.
+std::vector<std::string_view> known_pre_tokenizer_names();
 
 class PreTokenizer {
  public:
