@@ -7,9 +7,12 @@
 namespace pagoda::byte_alphabet {
 namespace {
 
+constexpr uint32_t kCharLimit = 256 + 68;  // every character of the alphabet is below this
+
 struct Tables {
   std::array<uint32_t, 256> chars{};
   std::array<std::string, 256> utf8;
+  std::array<int16_t, kCharLimit> byte_of{};  // -1: not in the alphabet
   Tables() {
     // Printable Latin-1 bytes stand for themselves; the other 68 bytes take the code
     // points from U+0100 upwards, in byte order.
@@ -17,9 +20,11 @@ struct Tables {
       return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     };
     uint32_t next = 256;
+    byte_of.fill(-1);
     for (int b = 0; b < 256; ++b) {
       chars[b] = printable(b) ? static_cast<uint32_t>(b) : next++;
       utf8[b] = unicode::to_utf8(chars[b]);
+      byte_of[chars[b]] = static_cast<int16_t>(b);
     }
   }
 };
@@ -39,18 +44,8 @@ const std::string& utf8_of_byte(uint8_t byte) {
 }
 
 std::optional<uint8_t> byte_of_char(uint32_t cpt) {
-  if (cpt < 256) {
-    const bool printable =
-        (cpt >= 0x21 && cpt <= 0x7E) || (cpt >= 0xA1 && cpt <= 0xAC) || (cpt >= 0xAE);
-    if (printable) return static_cast<uint8_t>(cpt);
-    return std::nullopt;
-  }
-  if (cpt < 256 + 68) {
-    const auto& chars = tables().chars;
-    for (int b = 0; b < 256; ++b)
-      if (chars[b] == cpt) return static_cast<uint8_t>(b);
-  }
-  return std::nullopt;
+  if (cpt >= kCharLimit || tables().byte_of[cpt] < 0) return std::nullopt;
+  return static_cast<uint8_t>(tables().byte_of[cpt]);
 }
 
 void encode(std::string_view bytes, std::string* out) {
