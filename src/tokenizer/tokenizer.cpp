@@ -32,7 +32,7 @@ void replace_all(std::string* s, std::string_view from, std::string_view to) {
 
 // The byte a <0xXX> token stands for (lenient like strtol on the two hex digits).
 char byte_of_token(std::string_view text) {
-  const std::string hex(text.size() >= 5 ? text.substr(3, 2) : std::string_view());
+  const std::string hex(text.size() > 3 ? text.substr(3, 2) : std::string_view());
   return static_cast<char>(std::strtol(hex.c_str(), nullptr, 16));
 }
 
