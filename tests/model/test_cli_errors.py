@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from conftest import SHARED, run_pagoda
+from pagoda_util import SHARED, run_pagoda
 
 STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
 

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from conftest import FIXTURES, ROOT, model_path, pagoda_json, sha256
+from pagoda_util import FIXTURES, ROOT, model_path, pagoda_json, sha256
 
 # Largest allowed |ours - llama.cpp| for a logit in llama.cpp's top 20, per fixture.
 # Both engines compute the matrix products on the same kind of operands (activations

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import model_path, run_pagoda
+from pagoda_util import model_path, run_pagoda
 
 llama_cpp = pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")

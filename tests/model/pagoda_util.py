@@ -1,4 +1,4 @@
-"""Shared paths and helpers for the Python tests (they drive build/pagoda)."""
+"""Paths and helpers for the Python tests that drive build/pagoda."""
 import hashlib
 import json
 import os
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared"))
 MODELS = os.path.join(ROOT, "models")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -46,9 +46,3 @@ def model_path(rel):
     if not os.path.exists(path):
         pytest.fail(f"{path} is missing: run scripts/setup.sh (or scripts/fetch_models.sh)")
     return path
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _binary_exists():
-    if not os.path.exists(PAGODA):
-        pytest.fail(f"{PAGODA} is missing: build first (scripts/setup.sh)")
