@@ -4,6 +4,13 @@
 For each model and prompt it records the prompt's token ids (llama.cpp's tokenizer), the
 top-20 logits at every prompt position, and a 64-token greedy continuation (argmax of the
 logits, end-of-generation tokens not special-cased) with the top-5 logits at every step.
+
+It also records how far llama.cpp agrees with itself: the greedy steps are evaluated a
+second time as one batch (prompt + continuation), which takes other kernels (batched
+matrix products instead of matrix-vector ones) and so other summation orders. The largest
+logit difference between the two ("self_noise") is the width of llama.cpp's own
+numerical noise for that model and type; the tests allow Pagoda the same band.
+
 The tests (tests/model/test_llamacpp_fixtures.py) compare Pagoda against these files.
 
     .venv/bin/pip install llama-cpp-python==0.3.36
@@ -76,6 +83,7 @@ def make(name, path, prompts, n_ctx, n_gen=64):
     llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=2,
                 n_threads_batch=2, logits_all=True, flash_attn=False, verbose=False)
     cases = []
+    noise = {"max_abs_diff": 0.0, "argmax_flips": 0, "steps": 0}
     for text, special in prompts:
         toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)
         llm.reset()
@@ -89,6 +97,16 @@ def make(name, path, prompts, n_ctx, n_gen=64):
             gen_top.append({"ids": ids, "values": vals})
             gen.append(ids[0])
             llm.eval([ids[0]])
+        # The same tokens as one batch: llama.cpp's own batched-vs-sequential difference.
+        llm.reset()
+        llm.eval(toks + gen)
+        batched = np.array(llm.scores[: len(toks) + n_gen], dtype=np.float32)
+        for i, gt in enumerate(gen_top):
+            row = batched[len(toks) - 1 + i]
+            noise["max_abs_diff"] = max(noise["max_abs_diff"], max(
+                abs(float(row[t]) - v) for t, v in zip(gt["ids"], gt["values"])))
+            noise["argmax_flips"] += int(np.argmax(row)) != gt["ids"][0]
+            noise["steps"] += 1
         cases.append({
             "prompt": text, "parse_special": special, "tokens": [int(t) for t in toks],
             "logits": [{"ids": i, "values": v} for i, v in prompt_top],
@@ -100,6 +118,7 @@ def make(name, path, prompts, n_ctx, n_gen=64):
         "model": os.path.relpath(path, ROOT), "sha256": sha256(path),
         "reference": f"llama-cpp-python {llama_cpp.__version__}",
         "settings": {"n_threads": 2, "flash_attn": False, "n_batch": n_ctx, "n_gen": n_gen},
+        "self_noise": {**noise, "max_abs_diff": round(noise["max_abs_diff"], 4)},
         "cases": cases,
     }
 

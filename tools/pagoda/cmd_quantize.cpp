@@ -48,6 +48,7 @@ bool is_weight_matrix(const GgufTensorInfo& t) {
 int cmd_quantize(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
       {"--threads", "-t", true, "threads (default: all cores)"},
+      {"--tensor-type", "", true, "per-tensor overrides: NAME_PART=TYPE[,NAME_PART=TYPE...]"},
       {"--help", "-h", false, "show this help"},
   };
   auto args = Args::parse(argc, argv, 1, specs);
@@ -68,6 +69,19 @@ int cmd_quantize(int argc, char** argv) {
   auto th = args->get_int("--threads", 0, 0, 1024);
   if (!th) return fail("quantize", th.status());
 
+  // Tensors whose name contains NAME_PART get TYPE instead of the target type.
+  std::vector<std::pair<std::string, DType>> overrides;
+  for (std::string spec = args->get_or("--tensor-type", ""); !spec.empty();) {
+    const size_t comma = spec.find(',');
+    const std::string item = spec.substr(0, comma);
+    spec = comma == std::string::npos ? "" : spec.substr(comma + 1);
+    const size_t eq = item.find('=');
+    DType t;
+    if (eq == std::string::npos || !parse_dtype(item.substr(eq + 1), &t) || file_type_for(t) < 0)
+      return fail("quantize", invalid_argument("bad --tensor-type item '" + item + "'"));
+    overrides.emplace_back(item.substr(0, eq), t);
+  }
+
   auto file = GgufFile::open(in);
   if (!file) return fail("quantize", file.status());
   const GgufFile& f = **file;
@@ -84,6 +98,8 @@ int cmd_quantize(int argc, char** argv) {
     DType to = t.type;
     if (is_weight_matrix(t)) {
       to = target;
+      for (const auto& [part, type] : overrides)
+        if (t.name.find(part) != std::string::npos) to = type;
       if (t.ne[0] % dtype_info(to).block_elems != 0) {
         to = t.ne[0] % 32 == 0 ? DType::kQ8_0 : DType::kF16;
         std::fprintf(

@@ -96,7 +96,8 @@ int cmd_run(int argc, char** argv) {
     tokens = *t;
     for (int32_t id : tokens)
       if (id >= model.config().n_vocab)
-        return fail("run", invalid_argument(str_format("token id %d is outside the vocabulary", id)));
+        return fail("run",
+                    invalid_argument(str_format("token id %d is outside the vocabulary", id)));
   } else {
     std::string prompt = *args->get("--prompt");
     if (args->has("--chat")) {

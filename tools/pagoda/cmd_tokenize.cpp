@@ -185,7 +185,8 @@ int cmd_tokenize(int argc, char** argv) {
   }
   const auto ids = t.encode(text, !o.no_bos, o.parse_special);
   std::string line;
-  for (size_t k = 0; k < ids.size(); ++k) line += (k ? (o.json ? "," : " ") : "") + std::to_string(ids[k]);
+  for (size_t k = 0; k < ids.size(); ++k)
+    line += (k ? (o.json ? "," : " ") : "") + std::to_string(ids[k]);
   if (o.json) {
     std::printf("{\"ids\":[%s]}\n", line.c_str());
     return 0;

@@ -4,9 +4,9 @@
 // transposed so that scores for a block are one FMA per head dimension across
 // block_size lanes.
 //
-// Flash-attention structure: for a tile of queries (all query heads of one KV head,
-// up to kTileQ positions) the K/V blocks are converted from fp16 once and used by every
-// query of the tile, with an online softmax, so nothing of size n_ctx is materialised.
+// Work is tiled: a tile is all query heads of one KV head at up to kTileQ positions, so
+// each K/V block is converted from fp16 once and used by every query of the tile. The
+// tile's score rows (tile rows x context) are kept, then normalised, then applied to V.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -75,37 +75,48 @@ inline float fast_exp(float x) {
   return p * scale;
 }
 
-struct TileState {
-  float m[kTileQ * 16];  // running max per query row
-  float l[kTileQ * 16];  // running sum of exp
+// Scratch for one tile, reused across calls on the same thread.
+struct TileScratch {
+  std::vector<float> q, s, acc;
 };
 
 // One tile: query rows are (position t in [t0, t1)) x (head h in the KV head's group).
+//
+// The arithmetic follows llama.cpp's CPU attention (without flash attention) operand for
+// operand, because that is the reference our outputs are checked against and the
+// quantized activations downstream amplify any difference: the query and the softmax
+// weights are rounded to fp16 (K and V are fp16 in the cache), products are exact in f32,
+// the scale is applied to the f32 score, and the softmax normaliser is summed in double.
+// GPU attention kernels round the same operands to fp16 too.
 void attend_tile(const KvLayer& kv, const AttentionSeq& s, const AttentionParams& p, int g, int t0,
-                 int t1, const float* q, int64_t q_stride, float* out, int64_t out_stride) {
+                 int t1, const float* q, int64_t q_stride, float* out, int64_t out_stride,
+                 TileScratch& ts) {
   const int hd = kv.head_dim, bs = kv.block_size;
   const int group = p.n_heads / kv.n_kv_heads;
   const int nrows = (t1 - t0) * group;
+  const int n_keys = s.pos0 + t1;                 // keys visible to the tile's last query
   alignas(64) float kt[kMaxHeadDim * kMaxBlock];  // K block transposed: [d][slot]
   alignas(64) float vb[kMaxBlock * kMaxHeadDim];  // V block: [slot][d]
   alignas(64) float sc[kMaxBlock];
-  std::vector<float> qs(static_cast<size_t>(nrows) * hd);
-  std::vector<float> acc(static_cast<size_t>(nrows) * hd, 0.0f);
-  std::vector<float> m(static_cast<size_t>(nrows), -INFINITY), l(static_cast<size_t>(nrows), 0.0f);
+  ts.q.resize(static_cast<size_t>(nrows) * hd);
+  ts.s.resize(static_cast<size_t>(nrows) * n_keys);
+  ts.acc.assign(static_cast<size_t>(nrows) * hd, 0.0f);
+  float* qs = ts.q.data();
+  float* S = ts.s.data();
   for (int t = t0; t < t1; ++t)
     for (int j = 0; j < group; ++j) {
       const float* src = q + static_cast<int64_t>(s.q_row + t) * q_stride + (g * group + j) * hd;
-      float* dst = &qs[static_cast<size_t>((t - t0) * group + j) * hd];
-      for (int d = 0; d < hd; ++d) dst[d] = src[d] * p.scale;
+      float* dst = qs + static_cast<size_t>((t - t0) * group + j) * hd;
+      uint16_t h[kMaxHeadDim];
+      f32_to_f16(src, h, hd);
+      f16_to_f32(h, dst, hd);
     }
-  const int last_pos = s.pos0 + t1 - 1;
-  const int n_blocks = last_pos / bs + 1;
+  const int n_blocks = (n_keys + bs - 1) / bs;
+  // Scores.
   for (int b = 0; b < n_blocks; ++b) {
-    const int32_t block = s.blocks[b];
     const int base = b * bs;
-    const int n_valid = std::min(bs, last_pos + 1 - base);
-    const uint16_t* kp = kv.k + kv.head_offset(block, g, 0);
-    const uint16_t* vp = kv.v + kv.head_offset(block, g, 0);
+    const int n_valid = std::min(bs, n_keys - base);
+    const uint16_t* kp = kv.k + kv.head_offset(s.blocks[b], g, 0);
     float krow[kMaxHeadDim];
     for (int j = 0; j < n_valid; ++j) {
       f16_to_f32(kp + static_cast<size_t>(j) * hd, krow, hd);
@@ -113,33 +124,49 @@ void attend_tile(const KvLayer& kv, const AttentionSeq& s, const AttentionParams
     }
     for (int j = n_valid; j < bs; ++j)
       for (int d = 0; d < hd; ++d) kt[d * bs + j] = 0.0f;
-    f16_to_f32(vp, vb, n_valid * hd);
     for (int r = 0; r < nrows; ++r) {
       const int qpos = s.pos0 + t0 + r / group;
       if (qpos < base) continue;  // the whole block is in this query's future
       const int lim = std::min(n_valid, qpos - base + 1);
-      const float* qr = &qs[static_cast<size_t>(r) * hd];
+      const float* qr = qs + static_cast<size_t>(r) * hd;
       for (int j = 0; j < bs; ++j) sc[j] = 0.0f;
       for (int d = 0; d < hd; ++d) {
         const float qd = qr[d];
         const float* kd = kt + d * bs;
         for (int j = 0; j < bs; ++j) sc[j] += qd * kd[j];
       }
-      float mx = m[static_cast<size_t>(r)];
-      for (int j = 0; j < lim; ++j) mx = std::max(mx, sc[j]);
-      const float corr = fast_exp(m[static_cast<size_t>(r)] - mx);
-      float sum = 0.0f;
-      for (int j = 0; j < bs; ++j) {
-        const float e = j < lim ? fast_exp(sc[j] - mx) : 0.0f;
-        sc[j] = e;
-        sum += e;
-      }
-      m[static_cast<size_t>(r)] = mx;
-      l[static_cast<size_t>(r)] = l[static_cast<size_t>(r)] * corr + sum;
-      float* ar = &acc[static_cast<size_t>(r) * hd];
-      for (int d = 0; d < hd; ++d) ar[d] *= corr;
+      float* srow = S + static_cast<size_t>(r) * n_keys + base;
+      for (int j = 0; j < lim; ++j) srow[j] = sc[j] * p.scale;
+    }
+  }
+  // Softmax per row over the keys it may see, weights rounded to fp16.
+  for (int r = 0; r < nrows; ++r) {
+    const int nk = s.pos0 + t0 + r / group + 1;
+    float* srow = S + static_cast<size_t>(r) * n_keys;
+    float mx = -INFINITY;
+    for (int j = 0; j < nk; ++j) mx = std::max(mx, srow[j]);
+    double sum = 0;
+    for (int j = 0; j < nk; ++j) {
+      const float e = fast_exp(srow[j] - mx);
+      srow[j] = e;
+      sum += e;
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int j = 0; j < nk; ++j) srow[j] = fp16_to_f32(f32_to_fp16(srow[j] * inv));
+  }
+  // Weighted sum of V.
+  for (int b = 0; b < n_blocks; ++b) {
+    const int base = b * bs;
+    const int n_valid = std::min(bs, n_keys - base);
+    f16_to_f32(kv.v + kv.head_offset(s.blocks[b], g, 0), vb, n_valid * hd);
+    for (int r = 0; r < nrows; ++r) {
+      const int qpos = s.pos0 + t0 + r / group;
+      if (qpos < base) continue;
+      const int lim = std::min(n_valid, qpos - base + 1);
+      const float* prow = S + static_cast<size_t>(r) * n_keys + base;
+      float* ar = ts.acc.data() + static_cast<size_t>(r) * hd;
       for (int j = 0; j < lim; ++j) {
-        const float pj = sc[j];
+        const float pj = prow[j];
         const float* vr = vb + static_cast<size_t>(j) * hd;
         for (int d = 0; d < hd; ++d) ar[d] += pj * vr[d];
       }
@@ -148,9 +175,7 @@ void attend_tile(const KvLayer& kv, const AttentionSeq& s, const AttentionParams
   for (int r = 0; r < nrows; ++r) {
     const int t = t0 + r / group, h = g * group + r % group;
     float* dst = out + static_cast<int64_t>(s.q_row + t) * out_stride + h * hd;
-    const float inv = 1.0f / l[static_cast<size_t>(r)];
-    const float* ar = &acc[static_cast<size_t>(r) * hd];
-    for (int d = 0; d < hd; ++d) dst[d] = ar[d] * inv;
+    std::memcpy(dst, ts.acc.data() + static_cast<size_t>(r) * hd, sizeof(float) * hd);
   }
 }
 
@@ -182,9 +207,10 @@ void attention(const KvLayer& kv, const AttentionSeq* seqs, int n_seqs, const At
       for (int g = 0; g < kv.n_kv_heads; ++g)
         items.push_back({i, g, t0, std::min(seqs[i].n_q, t0 + kTileQ)});
   pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
+    thread_local TileScratch scratch;
     for (int64_t i = b; i < e; ++i) {
       const Item& it = items[static_cast<size_t>(i)];
-      attend_tile(kv, seqs[it.seq], p, it.g, it.t0, it.t1, q, q_stride, out, out_stride);
+      attend_tile(kv, seqs[it.seq], p, it.g, it.t0, it.t1, q, q_stride, out, out_stride, scratch);
     }
   });
 }

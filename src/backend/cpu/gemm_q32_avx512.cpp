@@ -11,16 +11,6 @@ namespace {
 
 constexpr int kG = 12;  // T int + T float accumulators + weights fit the 32 registers
 
-inline __m512 round_half_away(__m512 v) {
-  // roundf semantics (ggml's reference): truncate, then step away from zero when the
-  // dropped fraction is at least one half. Both steps are exact.
-  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
-  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(v, _mm512_set1_ps(-0.0f)));
-  return _mm512_mask_add_ps(t, up, t, one);
-}
-
 template <Q8Aux kAux>
 void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
   const Q8ActLayout lay{cols / kQK, kG};
@@ -30,10 +20,11 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
       const __m512 v0 = _mm512_loadu_ps(xt + b * kQK), v1 = _mm512_loadu_ps(xt + b * kQK + 16);
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
       const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
       const __m512 vid = _mm512_set1_ps(id);
-      const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid)));
-      const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid)));
+      // Same rounding as quantize_block_q8_act: nearest, ties to even.
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
       uint8_t* qs = dst + lay.qs(b, t);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
