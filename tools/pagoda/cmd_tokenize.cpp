@@ -1,6 +1,8 @@
 // `pagoda tokenize`: text to token ids with a model's own tokenizer, and llama.cpp's
 // tokenizer conformance format (--vocab-test) for checking against its reference files.
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -8,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/gguf.h"
@@ -23,6 +26,7 @@ constexpr const char* kUsage =
     "  -p, --prompt TEXT     text to tokenize\n"
     "  -f, --file FILE       tokenize the contents of FILE\n"
     "      --stdin           tokenize standard input\n"
+    "      --decode IDS      print the text of token ids (\"1 2 3\"), control tokens included\n"
     "      --pieces          also print each token's piece, one per line\n"
     "      --json            print {\"ids\": [...]}\n"
     "      --no-bos          do not add BOS/EOS even if the vocabulary asks for them\n"
@@ -35,7 +39,7 @@ constexpr const char* kUsage =
 
 struct Options {
   std::string model;
-  std::optional<std::string> prompt, file, vocab_test;
+  std::optional<std::string> prompt, file, vocab_test, decode;
   bool from_stdin = false, pieces = false, no_bos = false, parse_special = false, info = false,
        dump_pieces = false, json = false;
 };
@@ -129,6 +133,9 @@ int cmd_tokenize(int argc, char** argv) {
     } else if (a == "-f" || a == "--file") {
       if (!value(&v)) return usage_error(a + " needs a file");
       o.file = v;
+    } else if (a == "--decode") {
+      if (!value(&v)) return usage_error(a + " needs token ids");
+      o.decode = v;
     } else if (a == "--vocab-test") {
       if (!value(&v)) return usage_error(a + " needs a file");
       o.vocab_test = v;
@@ -151,9 +158,9 @@ int cmd_tokenize(int argc, char** argv) {
     }
   }
   if (o.model.empty()) return usage_error("no model given (-m FILE.gguf)");
-  const int inputs =
-      (o.prompt ? 1 : 0) + (o.file ? 1 : 0) + (o.from_stdin ? 1 : 0) + (o.vocab_test ? 1 : 0);
-  if (inputs > 1) return usage_error("give only one of -p, -f, --stdin, --vocab-test");
+  const int inputs = (o.decode ? 1 : 0) + (o.prompt ? 1 : 0) + (o.file ? 1 : 0) +
+                     (o.from_stdin ? 1 : 0) + (o.vocab_test ? 1 : 0);
+  if (inputs > 1) return usage_error("give only one of -p, -f, --stdin, --vocab-test, --decode");
   if (inputs == 0 && !o.info)
     return usage_error("nothing to tokenize (-p, -f, --stdin or --vocab-test)");
 
@@ -174,6 +181,25 @@ int cmd_tokenize(int argc, char** argv) {
     return 0;
   }
   if (inputs == 0) return 0;
+  if (o.decode) {
+    // Ids back to text (the exact bytes, control tokens rendered).
+    std::vector<pagoda::TokenId> ids;
+    for (size_t i = 0; i < o.decode->size();) {
+      while (i < o.decode->size() &&
+             (std::isspace(static_cast<unsigned char>((*o.decode)[i])) || (*o.decode)[i] == ','))
+        ++i;
+      if (i >= o.decode->size()) break;
+      char* end = nullptr;
+      const long id = std::strtol(o.decode->c_str() + i, &end, 10);
+      if (end == o.decode->c_str() + i || id < 0 || id >= t.n_vocab())
+        return fail("bad or out-of-range token id near '" + o.decode->substr(i, 12) + "'");
+      ids.push_back(static_cast<pagoda::TokenId>(id));
+      i = static_cast<size_t>(end - o.decode->c_str());
+    }
+    const std::string text = t.decode(ids, true);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
 
   std::string text;
   if (o.prompt) {
