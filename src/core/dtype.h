@@ -41,8 +41,12 @@ struct DTypeInfo {
 
 // nullptr when `id` is not a type Pagoda knows how to size.
 const DTypeInfo* dtype_info(uint32_t id);
-inline const DTypeInfo& dtype_info(DType t) { return *dtype_info(static_cast<uint32_t>(t)); }
-inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+inline const DTypeInfo& dtype_info(DType t) {
+  return *dtype_info(static_cast<uint32_t>(t));
+}
+inline std::string_view dtype_name(DType t) {
+  return dtype_info(t).name;
+}
 // Parses "q8_0", "F16", ... (case-insensitive). Returns false when unknown.
 bool parse_dtype(std::string_view name, DType* out);
 
@@ -79,7 +83,7 @@ inline uint16_t f32_to_fp16(float f) {
   const uint32_t x = bits_from_f32(f);
   const uint32_t sign = (x >> 16) & 0x8000;
   const uint32_t ax = x & 0x7fffffff;
-  if (ax > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);  // nan
+  if (ax > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);   // nan
   if (ax >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
   if (ax < 0x38800000) {  // result is a half denormal (or zero)
     // Adding 0.5 aligns the mantissa so the FPU does the rounding for us.
@@ -91,7 +95,9 @@ inline uint16_t f32_to_fp16(float f) {
   return static_cast<uint16_t>(sign | (r >> 13));
 }
 
-inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return f32_from_bits(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   const uint32_t x = bits_from_f32(f);

@@ -24,8 +24,12 @@ std::atomic<int>& level_storage() {
 
 }  // namespace
 
-LogLevel log_level() { return static_cast<LogLevel>(level_storage().load()); }
-void set_log_level(LogLevel level) { level_storage().store(static_cast<int>(level)); }
+LogLevel log_level() {
+  return static_cast<LogLevel>(level_storage().load());
+}
+void set_log_level(LogLevel level) {
+  level_storage().store(static_cast<int>(level));
+}
 
 void log_message(LogLevel level, const std::string& message) {
   if (level < log_level()) return;

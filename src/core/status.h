@@ -9,8 +9,17 @@
 
 namespace pagoda {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kIoError, kCorrupt, kUnsupported,
-                        kOutOfRange, kResourceExhausted, kInternal };
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,
+  kNotFound,
+  kIoError,
+  kCorrupt,
+  kUnsupported,
+  kOutOfRange,
+  kResourceExhausted,
+  kInternal
+};
 
 class [[nodiscard]] Status {
  public:
@@ -41,19 +50,33 @@ std::string str_format(const char* fmt, Args... args) {
   return s;
 }
 
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
-inline Status corrupt(std::string m) { return {StatusCode::kCorrupt, std::move(m)}; }
-inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
-inline Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
+inline Status not_found(std::string m) {
+  return {StatusCode::kNotFound, std::move(m)};
+}
+inline Status io_error(std::string m) {
+  return {StatusCode::kIoError, std::move(m)};
+}
+inline Status corrupt(std::string m) {
+  return {StatusCode::kCorrupt, std::move(m)};
+}
+inline Status unsupported(std::string m) {
+  return {StatusCode::kUnsupported, std::move(m)};
+}
+inline Status out_of_range(std::string m) {
+  return {StatusCode::kOutOfRange, std::move(m)};
+}
+inline Status internal_error(std::string m) {
+  return {StatusCode::kInternal, std::move(m)};
+}
 
 // A value or the Status that explains why there is none.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool is_ok() const { return std::holds_alternative<T>(v_); }
@@ -80,15 +103,17 @@ class [[nodiscard]] Result {
 #define PAGODA_CONCAT(a, b) PAGODA_CONCAT_INNER(a, b)
 
 // Returns early from a function returning Status or Result<T> when `expr` fails.
-#define PAGODA_RETURN_IF_ERROR(expr)               \
-  do {                                             \
-    ::pagoda::Status pagoda_status_ = (expr);      \
+#define PAGODA_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    ::pagoda::Status pagoda_status_ = (expr);           \
     if (!pagoda_status_.is_ok()) return pagoda_status_; \
   } while (0)
 
 // `PAGODA_ASSIGN_OR_RETURN(auto x, f())` binds the value or returns the Status.
-#define PAGODA_ASSIGN_OR_RETURN(lhs, expr)                                   \
-  auto PAGODA_CONCAT(pagoda_result_, __LINE__) = (expr);                     \
-  if (!PAGODA_CONCAT(pagoda_result_, __LINE__).is_ok())                      \
-    return PAGODA_CONCAT(pagoda_result_, __LINE__).status();                 \
-  lhs = std::move(PAGODA_CONCAT(pagoda_result_, __LINE__)).value()
+// (__COUNTER__ is expanded once so a call spanning several lines names one variable.)
+#define PAGODA_ASSIGN_OR_RETURN(lhs, expr) \
+  PAGODA_ASSIGN_OR_RETURN_IMPL(PAGODA_CONCAT(pagoda_result_, __COUNTER__), lhs, expr)
+#define PAGODA_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.is_ok()) return tmp.status();             \
+  lhs = std::move(tmp).value()

@@ -12,6 +12,27 @@
 #endif
 
 namespace pagoda {
+namespace {
+
+// Busy-waits politely: a few hundred pause instructions (a partner thread on another
+// core answers within that), then yields the core each round, so that when the machine
+// is oversubscribed the thread we wait for gets to run instead of us spinning through
+// its time slice.
+class Backoff {
+ public:
+  void wait() {
+    if (++n_ < 256) {
+      PAGODA_CPU_RELAX();
+    } else {
+      sched_yield();
+    }
+  }
+
+ private:
+  int n_ = 0;
+};
+
+}  // namespace
 
 int hardware_threads() {
   cpu_set_t set;
@@ -53,7 +74,8 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) PAGODA_CPU_RELAX();
+  Backoff backoff;
+  while (pending_.load(std::memory_order_acquire) != 0) backoff.wait();
   job_ = nullptr;
 }
 
@@ -65,9 +87,10 @@ void ThreadPool::worker_main(int index) {
     if (gen == seen) {
       const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(2000);
       int iter = 0;
+      Backoff backoff;
       while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
-        PAGODA_CPU_RELAX();
-        if ((++iter & 1023) == 0 && std::chrono::steady_clock::now() > spin_until) break;
+        backoff.wait();
+        if ((++iter & 255) == 0 && std::chrono::steady_clock::now() > spin_until) break;
       }
       if (gen == seen) {
         std::unique_lock<std::mutex> lock(mu_);

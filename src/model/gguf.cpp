@@ -15,15 +15,29 @@ constexpr uint64_t kMaxNameLength = 65535;
 
 size_t fixed_size(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    default: return 0;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
-bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64); }
+bool valid_type(uint32_t t) {
+  return t <= static_cast<uint32_t>(GgufType::kF64);
+}
 
 // Sequential reader over [data, data+size) that reports, rather than overruns, a short file.
 class Reader {
@@ -45,11 +59,12 @@ class Reader {
     uint64_t len = 0;
     PAGODA_RETURN_IF_ERROR(read(&len, what));
     if (len > max_len)
-      return corrupt(str_format("%s length %" PRIu64 " at offset %zu is implausible", what, len,
-                                pos_ - 8));
+      return corrupt(
+          str_format("%s length %" PRIu64 " at offset %zu is implausible", what, len, pos_ - 8));
     if (len > remaining())
       return corrupt(str_format("file truncated: %s of %" PRIu64 " bytes at offset %zu runs past "
-                                "the end", what, len, pos_));
+                                "the end",
+                                what, len, pos_));
     *out = std::string_view(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
     pos_ += static_cast<size_t>(len);
     return Status::ok();
@@ -72,29 +87,86 @@ class Reader {
 Status read_value(Reader& r, GgufType type, GgufValue* v, int depth, const std::string& key) {
   v->type = type;
   switch (type) {
-    case GgufType::kU8: { uint8_t x; PAGODA_RETURN_IF_ERROR(r.read(&x, "u8")); v->u = x; v->i = x; break; }
-    case GgufType::kI8: { int8_t x; PAGODA_RETURN_IF_ERROR(r.read(&x, "i8")); v->i = x; break; }
-    case GgufType::kU16: { uint16_t x; PAGODA_RETURN_IF_ERROR(r.read(&x, "u16")); v->u = x; v->i = x; break; }
-    case GgufType::kI16: { int16_t x; PAGODA_RETURN_IF_ERROR(r.read(&x, "i16")); v->i = x; break; }
-    case GgufType::kU32: { uint32_t x; PAGODA_RETURN_IF_ERROR(r.read(&x, "u32")); v->u = x; v->i = x; break; }
-    case GgufType::kI32: { int32_t x; PAGODA_RETURN_IF_ERROR(r.read(&x, "i32")); v->i = x; break; }
-    case GgufType::kU64: { uint64_t x; PAGODA_RETURN_IF_ERROR(r.read(&x, "u64")); v->u = x; v->i = static_cast<int64_t>(x); break; }
-    case GgufType::kI64: { int64_t x; PAGODA_RETURN_IF_ERROR(r.read(&x, "i64")); v->i = x; break; }
-    case GgufType::kF32: { float x; PAGODA_RETURN_IF_ERROR(r.read(&x, "f32")); v->f = x; break; }
-    case GgufType::kF64: { double x; PAGODA_RETURN_IF_ERROR(r.read(&x, "f64")); v->f = x; break; }
+    case GgufType::kU8: {
+      uint8_t x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "u8"));
+      v->u = x;
+      v->i = x;
+      break;
+    }
+    case GgufType::kI8: {
+      int8_t x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "i8"));
+      v->i = x;
+      break;
+    }
+    case GgufType::kU16: {
+      uint16_t x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "u16"));
+      v->u = x;
+      v->i = x;
+      break;
+    }
+    case GgufType::kI16: {
+      int16_t x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "i16"));
+      v->i = x;
+      break;
+    }
+    case GgufType::kU32: {
+      uint32_t x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "u32"));
+      v->u = x;
+      v->i = x;
+      break;
+    }
+    case GgufType::kI32: {
+      int32_t x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "i32"));
+      v->i = x;
+      break;
+    }
+    case GgufType::kU64: {
+      uint64_t x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "u64"));
+      v->u = x;
+      v->i = static_cast<int64_t>(x);
+      break;
+    }
+    case GgufType::kI64: {
+      int64_t x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "i64"));
+      v->i = x;
+      break;
+    }
+    case GgufType::kF32: {
+      float x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "f32"));
+      v->f = x;
+      break;
+    }
+    case GgufType::kF64: {
+      double x;
+      PAGODA_RETURN_IF_ERROR(r.read(&x, "f64"));
+      v->f = x;
+      break;
+    }
     case GgufType::kBool: {
       uint8_t x;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "bool"));
-      if (x > 1) return corrupt(str_format("metadata '%s': bool value %u is not 0 or 1", key.c_str(), x));
+      if (x > 1)
+        return corrupt(str_format("metadata '%s': bool value %u is not 0 or 1", key.c_str(), x));
       v->i = x;
       break;
     }
     case GgufType::kString:
-      PAGODA_RETURN_IF_ERROR(r.read_string(&v->str, "string value", std::numeric_limits<uint64_t>::max()));
+      PAGODA_RETURN_IF_ERROR(
+          r.read_string(&v->str, "string value", std::numeric_limits<uint64_t>::max()));
       break;
     case GgufType::kArray: {
       if (depth >= kMaxArrayDepth)
-        return corrupt(str_format("metadata '%s': arrays nested deeper than %d", key.c_str(), kMaxArrayDepth));
+        return corrupt(
+            str_format("metadata '%s': arrays nested deeper than %d", key.c_str(), kMaxArrayDepth));
       uint32_t et = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&et, "array element type"));
       if (!valid_type(et))
@@ -102,16 +174,18 @@ Status read_value(Reader& r, GgufType type, GgufValue* v, int depth, const std::
       v->elem_type = static_cast<GgufType>(et);
       PAGODA_RETURN_IF_ERROR(r.read(&v->count, "array length"));
       // Every element takes at least this many bytes, which bounds the count by the file.
-      const size_t min_elem = v->elem_type == GgufType::kString ? 8
+      const size_t min_elem = v->elem_type == GgufType::kString  ? 8
                               : v->elem_type == GgufType::kArray ? 12
                                                                  : fixed_size(v->elem_type);
       if (v->count > r.remaining() / min_elem)
         return corrupt(str_format("metadata '%s': array of %" PRIu64 " elements cannot fit in the "
-                                  "%zu bytes left in the file", key.c_str(), v->count, r.remaining()));
+                                  "%zu bytes left in the file",
+                                  key.c_str(), v->count, r.remaining()));
       if (v->elem_type == GgufType::kString) {
         v->strings.resize(static_cast<size_t>(v->count));
         for (auto& s : v->strings)
-          PAGODA_RETURN_IF_ERROR(r.read_string(&s, "string array element", std::numeric_limits<uint64_t>::max()));
+          PAGODA_RETURN_IF_ERROR(
+              r.read_string(&s, "string array element", std::numeric_limits<uint64_t>::max()));
       } else if (v->elem_type == GgufType::kArray) {
         v->arrays.resize(static_cast<size_t>(v->count));
         for (auto& a : v->arrays)
@@ -122,7 +196,8 @@ Status read_value(Reader& r, GgufType type, GgufValue* v, int depth, const std::
         if (v->elem_type == GgufType::kBool) {
           for (uint64_t k = 0; k < v->count; ++k)
             if (v->array_data[k] > 1)
-              return corrupt(str_format("metadata '%s': bool array element is not 0 or 1", key.c_str()));
+              return corrupt(
+                  str_format("metadata '%s': bool array element is not 0 or 1", key.c_str()));
         }
       }
       break;
@@ -141,16 +216,23 @@ T load_le(const uint8_t* p) {
 }  // namespace
 
 std::string_view gguf_type_name(GgufType t) {
-  static constexpr std::string_view kNames[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
-                                                "bool", "string", "array", "u64", "i64", "f64"};
+  static constexpr std::string_view kNames[] = {"u8",  "i8",  "u16",  "i16",    "u32",
+                                                "i32", "f32", "bool", "string", "array",
+                                                "u64", "i64", "f64"};
   const auto k = static_cast<uint32_t>(t);
   return k < std::size(kNames) ? kNames[k] : "?";
 }
 
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16:
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kU64: case GgufType::kI64:
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kU16:
+    case GgufType::kI16:
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kU64:
+    case GgufType::kI64:
       return true;
     default:
       return false;
@@ -174,17 +256,29 @@ std::optional<double> GgufValue::as_float() const {
 int64_t GgufValue::array_int(uint64_t k) const {
   const uint8_t* p = array_data + k * fixed_size(elem_type);
   switch (elem_type) {
-    case GgufType::kU8: case GgufType::kBool: return load_le<uint8_t>(p);
-    case GgufType::kI8: return load_le<int8_t>(p);
-    case GgufType::kU16: return load_le<uint16_t>(p);
-    case GgufType::kI16: return load_le<int16_t>(p);
-    case GgufType::kU32: return load_le<uint32_t>(p);
-    case GgufType::kI32: return load_le<int32_t>(p);
-    case GgufType::kU64: return static_cast<int64_t>(load_le<uint64_t>(p));
-    case GgufType::kI64: return load_le<int64_t>(p);
-    case GgufType::kF32: return static_cast<int64_t>(load_le<float>(p));
-    case GgufType::kF64: return static_cast<int64_t>(load_le<double>(p));
-    default: return 0;
+    case GgufType::kU8:
+    case GgufType::kBool:
+      return load_le<uint8_t>(p);
+    case GgufType::kI8:
+      return load_le<int8_t>(p);
+    case GgufType::kU16:
+      return load_le<uint16_t>(p);
+    case GgufType::kI16:
+      return load_le<int16_t>(p);
+    case GgufType::kU32:
+      return load_le<uint32_t>(p);
+    case GgufType::kI32:
+      return load_le<int32_t>(p);
+    case GgufType::kU64:
+      return static_cast<int64_t>(load_le<uint64_t>(p));
+    case GgufType::kI64:
+      return load_le<int64_t>(p);
+    case GgufType::kF32:
+      return static_cast<int64_t>(load_le<float>(p));
+    case GgufType::kF64:
+      return static_cast<int64_t>(load_le<double>(p));
+    default:
+      return 0;
   }
 }
 
@@ -197,24 +291,35 @@ double GgufValue::array_float(uint64_t k) const {
 
 std::string GgufValue::to_string(size_t max_elems) const {
   switch (type) {
-    case GgufType::kString: return "\"" + std::string(str.substr(0, 200)) + (str.size() > 200 ? "...\"" : "\"");
-    case GgufType::kBool: return i ? "true" : "false";
-    case GgufType::kF32: case GgufType::kF64: return str_format("%g", f);
-    case GgufType::kU64: return str_format("%" PRIu64, u);
+    case GgufType::kString:
+      return "\"" + std::string(str.substr(0, 200)) + (str.size() > 200 ? "...\"" : "\"");
+    case GgufType::kBool:
+      return i ? "true" : "false";
+    case GgufType::kF32:
+    case GgufType::kF64:
+      return str_format("%g", f);
+    case GgufType::kU64:
+      return str_format("%" PRIu64, u);
     case GgufType::kArray: {
-      std::string s = str_format("[%s x %" PRIu64 "]", std::string(gguf_type_name(elem_type)).c_str(), count);
+      std::string s =
+          str_format("[%s x %" PRIu64 "]", std::string(gguf_type_name(elem_type)).c_str(), count);
       s += " [";
       for (uint64_t k = 0; k < count && k < max_elems; ++k) {
         if (k) s += ", ";
-        if (elem_type == GgufType::kString) s += "\"" + std::string(strings[k].substr(0, 40)) + "\"";
-        else if (elem_type == GgufType::kArray) s += arrays[k].to_string(max_elems);
-        else if (elem_type == GgufType::kF32 || elem_type == GgufType::kF64) s += str_format("%g", array_float(k));
-        else s += str_format("%" PRId64, array_int(k));
+        if (elem_type == GgufType::kString)
+          s += "\"" + std::string(strings[k].substr(0, 40)) + "\"";
+        else if (elem_type == GgufType::kArray)
+          s += arrays[k].to_string(max_elems);
+        else if (elem_type == GgufType::kF32 || elem_type == GgufType::kF64)
+          s += str_format("%g", array_float(k));
+        else
+          s += str_format("%" PRId64, array_int(k));
       }
       if (count > max_elems) s += ", ...";
       return s + "]";
     }
-    default: return str_format("%" PRId64, i);
+    default:
+      return str_format("%" PRId64, i);
   }
 }
 
@@ -259,9 +364,11 @@ Status GgufFile::parse_all() {
   // A key-value pair needs at least 8 (key length) + 4 (type) + 1 bytes; a tensor info
   // at least 8 + 4 + 4 + 8 bytes.
   if (n_kv > r.remaining() / 13)
-    return corrupt(str_format("metadata count %" PRIu64 " cannot fit in a %zu-byte file", n_kv, size_));
+    return corrupt(
+        str_format("metadata count %" PRIu64 " cannot fit in a %zu-byte file: the file is truncated or corrupt", n_kv, size_));
   if (n_tensors > r.remaining() / 24)
-    return corrupt(str_format("tensor count %" PRIu64 " cannot fit in a %zu-byte file", n_tensors, size_));
+    return corrupt(
+        str_format("tensor count %" PRIu64 " cannot fit in a %zu-byte file: the file is truncated or corrupt", n_tensors, size_));
 
   kv_.reserve(static_cast<size_t>(n_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {
@@ -274,8 +381,7 @@ Status GgufFile::parse_all() {
       return corrupt(str_format("metadata '%s' has unknown value type %u", key_s.c_str(), type));
     GgufValue v;
     PAGODA_RETURN_IF_ERROR(read_value(r, static_cast<GgufType>(type), &v, 0, key_s));
-    if (kv_index_.count(key_s))
-      return corrupt("duplicate metadata key '" + key_s + "'");
+    if (kv_index_.count(key_s)) return corrupt("duplicate metadata key '" + key_s + "'");
     kv_index_.emplace(key_s, kv_.size());
     kv_.emplace_back(std::move(key_s), std::move(v));
   }
@@ -296,7 +402,8 @@ Status GgufFile::parse_all() {
     uint32_t n_dims = 0;
     PAGODA_RETURN_IF_ERROR(r.read(&n_dims, "tensor dimension count"));
     if (n_dims > kMaxDims)
-      return corrupt(str_format("tensor '%s' has %u dimensions (at most %d)", t.name.c_str(), n_dims, kMaxDims));
+      return corrupt(str_format("tensor '%s' has %u dimensions (at most %d)", t.name.c_str(),
+                                n_dims, kMaxDims));
     t.n_dims = static_cast<int>(n_dims);
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t ne = 0;
@@ -309,7 +416,8 @@ Status GgufFile::parse_all() {
     PAGODA_RETURN_IF_ERROR(r.read(&type, "tensor type"));
     const DTypeInfo* info = dtype_info(type);
     if (info == nullptr)
-      return unsupported(str_format("tensor '%s' has unknown or unsupported type id %u", t.name.c_str(), type));
+      return unsupported(
+          str_format("tensor '%s' has unknown or unsupported type id %u", t.name.c_str(), type));
     t.type = static_cast<DType>(type);
     PAGODA_RETURN_IF_ERROR(r.read(&t.offset, "tensor offset"));
     // Element count and byte size, refusing anything that overflows 63 bits.
@@ -317,15 +425,18 @@ Status GgufFile::parse_all() {
     for (int d = 0; d < kMaxDims; ++d) {
       const auto ne = static_cast<uint64_t>(t.ne[d]);
       if (ne != 0 && n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ne)
-        return corrupt(str_format("tensor '%s' has an element count that overflows", t.name.c_str()));
+        return corrupt(
+            str_format("tensor '%s' has an element count that overflows", t.name.c_str()));
       n *= ne;
     }
     if (t.ne[0] % info->block_elems != 0)
-      return corrupt(str_format("tensor '%s': row length %" PRId64 " is not a multiple of the %s block size %u",
-                                t.name.c_str(), t.ne[0], std::string(info->name).c_str(), info->block_elems));
+      return corrupt(str_format(
+          "tensor '%s': row length %" PRId64 " is not a multiple of the %s block size %u",
+          t.name.c_str(), t.ne[0], std::string(info->name).c_str(), info->block_elems));
     t.size = n / info->block_elems * info->block_bytes;
     if (t.offset % alignment_ != 0)
-      return corrupt(str_format("tensor '%s' offset %" PRIu64 " is not aligned to %u", t.name.c_str(), t.offset, alignment_));
+      return corrupt(str_format("tensor '%s' offset %" PRIu64 " is not aligned to %u",
+                                t.name.c_str(), t.offset, alignment_));
     if (tensor_index_.count(t.name)) return corrupt("duplicate tensor name '" + t.name + "'");
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));

@@ -19,18 +19,29 @@
 namespace pagoda {
 
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 std::string_view gguf_type_name(GgufType t);
 
 // One metadata value. Scalars are widened into i/u/f; strings point into the file.
 struct GgufValue {
   GgufType type = GgufType::kU8;
-  int64_t i = 0;        // signed integer types and bool
-  uint64_t u = 0;       // unsigned integer types
-  double f = 0;         // f32 and f64
-  std::string_view str; // kString
+  int64_t i = 0;         // signed integer types and bool
+  uint64_t u = 0;        // unsigned integer types
+  double f = 0;          // f32 and f64
+  std::string_view str;  // kString
   // kArray: element type and count; elements of fixed-size type are left in place at
   // `array_data` (little-endian, possibly unaligned), strings and nested arrays are parsed.
   GgufType elem_type = GgufType::kU8;
@@ -82,7 +93,9 @@ class GgufFile {
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
-  const uint8_t* tensor_data(const GgufTensorInfo& t) const { return data_ + data_offset_ + t.offset; }
+  const uint8_t* tensor_data(const GgufTensorInfo& t) const {
+    return data_ + data_offset_ + t.offset;
+  }
   uint64_t data_offset() const { return data_offset_; }
 
  private:

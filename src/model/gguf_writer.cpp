@@ -21,29 +21,65 @@ void append_str(std::vector<uint8_t>& b, std::string_view s) {
 
 size_t fixed_size(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    default: return 0;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 // Serialises the payload of `v` (without its type tag).
 void append_payload(std::vector<uint8_t>& b, const GgufValue& v) {
   switch (v.type) {
-    case GgufType::kU8: append<uint8_t>(b, static_cast<uint8_t>(v.u)); break;
-    case GgufType::kI8: append<int8_t>(b, static_cast<int8_t>(v.i)); break;
-    case GgufType::kU16: append<uint16_t>(b, static_cast<uint16_t>(v.u)); break;
-    case GgufType::kI16: append<int16_t>(b, static_cast<int16_t>(v.i)); break;
-    case GgufType::kU32: append<uint32_t>(b, static_cast<uint32_t>(v.u)); break;
-    case GgufType::kI32: append<int32_t>(b, static_cast<int32_t>(v.i)); break;
-    case GgufType::kU64: append<uint64_t>(b, v.u); break;
-    case GgufType::kI64: append<int64_t>(b, v.i); break;
-    case GgufType::kF32: append<float>(b, static_cast<float>(v.f)); break;
-    case GgufType::kF64: append<double>(b, v.f); break;
-    case GgufType::kBool: append<uint8_t>(b, v.i ? 1 : 0); break;
-    case GgufType::kString: append_str(b, v.str); break;
+    case GgufType::kU8:
+      append<uint8_t>(b, static_cast<uint8_t>(v.u));
+      break;
+    case GgufType::kI8:
+      append<int8_t>(b, static_cast<int8_t>(v.i));
+      break;
+    case GgufType::kU16:
+      append<uint16_t>(b, static_cast<uint16_t>(v.u));
+      break;
+    case GgufType::kI16:
+      append<int16_t>(b, static_cast<int16_t>(v.i));
+      break;
+    case GgufType::kU32:
+      append<uint32_t>(b, static_cast<uint32_t>(v.u));
+      break;
+    case GgufType::kI32:
+      append<int32_t>(b, static_cast<int32_t>(v.i));
+      break;
+    case GgufType::kU64:
+      append<uint64_t>(b, v.u);
+      break;
+    case GgufType::kI64:
+      append<int64_t>(b, v.i);
+      break;
+    case GgufType::kF32:
+      append<float>(b, static_cast<float>(v.f));
+      break;
+    case GgufType::kF64:
+      append<double>(b, v.f);
+      break;
+    case GgufType::kBool:
+      append<uint8_t>(b, v.i ? 1 : 0);
+      break;
+    case GgufType::kString:
+      append_str(b, v.str);
+      break;
     case GgufType::kArray:
       append<uint32_t>(b, static_cast<uint32_t>(v.elem_type));
       append<uint64_t>(b, v.count);
@@ -102,10 +138,18 @@ void GgufWriter::remove(std::string_view key) {
   }
 }
 
-void GgufWriter::set_u32(std::string_view key, uint32_t v) { put(key, scalar(GgufType::kU32, v)); }
-void GgufWriter::set_i32(std::string_view key, int32_t v) { put(key, scalar(GgufType::kI32, v)); }
-void GgufWriter::set_u64(std::string_view key, uint64_t v) { put(key, scalar(GgufType::kU64, v)); }
-void GgufWriter::set_f32(std::string_view key, float v) { put(key, scalar(GgufType::kF32, v)); }
+void GgufWriter::set_u32(std::string_view key, uint32_t v) {
+  put(key, scalar(GgufType::kU32, v));
+}
+void GgufWriter::set_i32(std::string_view key, int32_t v) {
+  put(key, scalar(GgufType::kI32, v));
+}
+void GgufWriter::set_u64(std::string_view key, uint64_t v) {
+  put(key, scalar(GgufType::kU64, v));
+}
+void GgufWriter::set_f32(std::string_view key, float v) {
+  put(key, scalar(GgufType::kF32, v));
+}
 void GgufWriter::set_bool(std::string_view key, bool v) {
   put(key, scalar<uint8_t>(GgufType::kBool, v ? 1 : 0));
 }

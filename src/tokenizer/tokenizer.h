@@ -34,7 +34,8 @@ class Tokenizer {
   virtual std::string token_to_piece(TokenId id, bool render_special = false) const = 0;
   // Ids to text: the concatenation of the pieces, with the SentencePiece leading space
   // rule applied as llama.cpp does.
-  virtual std::string decode(const std::vector<TokenId>& ids, bool render_special = false) const = 0;
+  virtual std::string decode(const std::vector<TokenId>& ids,
+                             bool render_special = false) const = 0;
 
   virtual int32_t n_vocab() const = 0;
   // The vocabulary's stored token string.

@@ -19,6 +19,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/packed_weights.h"
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_ref.h"
 #include "core/thread_pool.h"
 #include "op_test_util.h"
 
@@ -115,11 +116,19 @@ std::vector<double> reference(DType t, const std::vector<uint8_t>& w, int64_t ro
   const auto wf = dequant_rows(t, w.data(), rows, cols);
   const DType at = act_type(t);
   std::vector<double> y(static_cast<size_t>(n * rows));
-  std::vector<uint8_t> xq(row_bytes(at, cols));
+  std::vector<uint8_t> xq(std::max(row_bytes(at, cols), row_bytes(DType::kQ8_1, cols)));
   std::vector<float> xf(static_cast<size_t>(cols));
   for (int64_t i = 0; i < n; ++i) {
-    EXPECT_TRUE(quantize_row(at, x + i * x_stride, xq.data(), cols).is_ok());
-    EXPECT_TRUE(dequantize_row(at, xq.data(), xf.data(), cols).is_ok());
+    if (at == DType::kQ8_0 || at == DType::kQ8_1) {
+      // Activations are quantized with llama.cpp's x86 activation rule.
+      for (int64_t b = 0; b < cols / kQK; ++b)
+        quantize_block_q8_act(x + i * x_stride + b * kQK,
+                              reinterpret_cast<BlockQ8_1*>(xq.data()) + b);
+      EXPECT_TRUE(dequantize_row(DType::kQ8_1, xq.data(), xf.data(), cols).is_ok());
+    } else {
+      EXPECT_TRUE(quantize_row(at, x + i * x_stride, xq.data(), cols).is_ok());
+      EXPECT_TRUE(dequantize_row(at, xq.data(), xf.data(), cols).is_ok());
+    }
     for (int64_t r = 0; r < rows; ++r) {
       double s = 0;
       for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(wf[r * cols + c]) * xf[c];

@@ -22,13 +22,18 @@ TEST(Fp16, RoundTripsEveryHalf) {
 __attribute__((target("f16c"))) uint16_t hw_to_fp16(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
-__attribute__((target("f16c"))) float hw_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) float hw_to_f32(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
 TEST(Fp16, MatchesHardwareConversion) {
   if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C";
   for (uint32_t h = 0; h < 65536; ++h) {
     const float a = fp16_to_f32(static_cast<uint16_t>(h)), b = hw_to_f32(static_cast<uint16_t>(h));
-    if (std::isnan(a)) { EXPECT_TRUE(std::isnan(b)); continue; }
+    if (std::isnan(a)) {
+      EXPECT_TRUE(std::isnan(b));
+      continue;
+    }
     EXPECT_EQ(bits_from_f32(a), bits_from_f32(b)) << h;
   }
   // Every float whose top 19 bits vary covers the rounding boundaries of each half.

@@ -1,2 +1,49 @@
+// The pagoda command line: one executable, one subcommand per job.
 #include <cstdio>
-int main() { std::puts("pagoda"); return 0; }
+#include <cstring>
+#include <string>
+
+#include "commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*fn)(int, char**);
+  const char* help;
+};
+
+const Command kCommands[] = {
+    {"run", pagoda::cli::cmd_run, "generate text from a prompt"},
+    {"logits", pagoda::cli::cmd_logits, "print the top logits for a prompt"},
+    {"bench", pagoda::cli::cmd_bench, "measure prefill and decode speed"},
+    {"tokenize", pagoda::cli::cmd_tokenize, "text to token ids (and vocabulary conformance tests)"},
+    {"quantize", pagoda::cli::cmd_quantize, "convert a GGUF model's weights to another type"},
+    {"mkmodel", pagoda::cli::cmd_mkmodel, "write a random-weight GGUF model for testing"},
+    {"info", pagoda::cli::cmd_info, "show a GGUF file's metadata and tensors"},
+};
+
+void print_usage(FILE* out) {
+  std::fprintf(
+      out, "usage: pagoda COMMAND [flags]   (pagoda COMMAND --help for its flags)\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_usage(stdout);
+    return 0;
+  }
+  for (const Command& c : kCommands)
+    if (!std::strcmp(argv[1], c.name)) return c.fn(argc - 1, argv + 1);
+  std::fprintf(stderr, "pagoda: unknown command '%s'\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}

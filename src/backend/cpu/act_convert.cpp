@@ -1,5 +1,6 @@
-// Scalar activation converters: the quantized values come from the reference block
-// quantizers, so every ISA level feeds its kernels the numbers llama.cpp would.
+// Scalar activation converters: the quantized values come from the same block
+// quantizers llama.cpp's x86 backend uses for activations (quant_ref.h), so every ISA
+// level feeds its kernels the numbers llama.cpp would.
 #include <cstring>
 
 #include "backend/cpu/gemm_kernels.h"
@@ -16,7 +17,7 @@ void convert_q8_scalar(const float* x, int64_t x_stride, int n, int64_t cols, in
       float d;
       int32_t word;
       BlockQ8_1 blk;
-      quantize_block_q8_1(xb, &blk);
+      quantize_block_q8_act(xb, &blk);
       d = fp16_to_f32(blk.d);
       int sum = 0;
       for (int e = 0; e < kQK; ++e) sum += blk.qs[e];

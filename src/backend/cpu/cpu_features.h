@@ -11,8 +11,8 @@ namespace pagoda::cpu {
 enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 
 struct CpuFeatures {
-  bool avx2 = false;     // with FMA and F16C
-  bool avx512 = false;   // F, BW, VL, DQ
+  bool avx2 = false;    // with FMA and F16C
+  bool avx512 = false;  // F, BW, VL, DQ
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
 };

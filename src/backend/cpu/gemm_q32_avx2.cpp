@@ -10,13 +10,9 @@ namespace {
 
 constexpr int kG = 4;
 
-// roundf (halves away from zero) then truncation, exact for |v| < 256: add the largest
-// float below 0.5 with v's sign and truncate (see gemm_q32_avx512.cpp).
-inline __m256i round_half_away_epi32(__m256 v) {
-  const __m256 h =
-      _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(0.49999997f));
-  return _mm256_cvttps_epi32(_mm256_add_ps(v, h));
-}
+// Activation quantization follows llama.cpp's x86 backend (quantize_block_q8_act):
+// d = amax / 127, q = x * (127 / amax) rounded to nearest even (cvtps2dq under the
+// default MXCSR).
 
 template <Q8Aux kAux>
 void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
@@ -32,10 +28,10 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
       }
       const float amax = hmax(amax_v);
       const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
       __m256i q[4];
       for (int i = 0; i < 4; ++i)
-        q[i] = round_half_away_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + lay.qs(b, t)),
                           pack_i8(q[0], q[1], q[2], q[3]));
       const int sum =

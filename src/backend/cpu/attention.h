@@ -1,0 +1,53 @@
+// Causal attention over a paged fp16 KV cache. Keys and values live in fixed-size blocks
+// ([block][kv_head][slot][head_dim] per layer); a sequence reaches its tokens through a
+// block table, as vLLM's PagedAttention and FlashInfer's index arrays do, so a growing
+// sequence never moves its KV. Prefill chunks and single-token decodes share one path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace pagoda::cpu {
+
+// One layer's K and V pools.
+struct KvLayer {
+  uint16_t* k = nullptr;  // fp16
+  uint16_t* v = nullptr;  // fp16
+  int block_size = 16;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  size_t block_elems() const { return static_cast<size_t>(n_kv_heads) * block_size * head_dim; }
+  size_t head_offset(int32_t block, int kv_head, int slot) const {
+    return static_cast<size_t>(block) * block_elems() +
+           (static_cast<size_t>(kv_head) * block_size + slot) * head_dim;
+  }
+};
+
+// The queries of one sequence in a batch: rows [q_row, q_row + n_q) of the batch, at
+// positions [pos0, pos0 + n_q); the sequence's cache covers positions [0, pos0 + n_q).
+struct AttentionSeq {
+  int q_row = 0;
+  int n_q = 0;
+  int pos0 = 0;
+  const int32_t* blocks = nullptr;  // block table
+};
+
+struct AttentionParams {
+  int n_heads = 0;  // query heads; n_heads / n_kv_heads share a KV head
+  float scale = 1.0f;
+};
+
+// Writes rows of k and v (f32, n_kv_heads*head_dim each, row stride `stride`) for
+// positions [pos0, pos0 + n) into the cache.
+void kv_write(const KvLayer& kv, const AttentionSeq& seq, const float* k, const float* v,
+              int64_t stride);
+
+// out[row][h*head_dim + d] = softmax(q_h . K^T * scale, causal) . V for every query row of
+// every sequence. q rows hold n_heads*head_dim values (row stride q_stride); out rows
+// n_heads*head_dim (stride out_stride).
+void attention(const KvLayer& kv, const AttentionSeq* seqs, int n_seqs, const AttentionParams& p,
+               const float* q, int64_t q_stride, float* out, int64_t out_stride, ThreadPool& pool);
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,118 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pagoda {
+
+int32_t argmax(const float* v, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt)
+    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {
+  if (params_.repetition_penalty != 1.0f) seen_.insert(prompt.begin(), prompt.end());
+}
+
+void Sampler::accept(int32_t token) {
+  if (params_.repetition_penalty != 1.0f) seen_.insert(token);
+  out_counts_[token]++;
+}
+
+void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {
+  const float rp = params_.repetition_penalty;
+  if (rp != 1.0f) {
+    for (int32_t t : seen_) {
+      if (t < 0 || t >= n_vocab) continue;
+      logits[t] = logits[t] > 0 ? logits[t] / rp : logits[t] * rp;
+    }
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    for (const auto& [t, count] : out_counts_) {
+      if (t < 0 || t >= n_vocab) continue;
+      logits[t] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
+    }
+  }
+}
+
+int32_t Sampler::sample(float* logits, int32_t n_vocab) {
+  apply_penalties(logits, n_vocab);
+  int32_t chosen;
+  if (params_.temperature <= 0.0f || params_.top_k == 1) {
+    chosen = argmax(logits, n_vocab);
+  } else {
+    const float inv_t = 1.0f / params_.temperature;
+    // Candidates sorted by logit, most likely first; only as many as the filters can keep
+    // are sorted (a full sort of a 150k vocabulary would cost more than a decode step).
+    cand_.resize(static_cast<size_t>(n_vocab));
+    for (int32_t i = 0; i < n_vocab; ++i) cand_[static_cast<size_t>(i)] = {logits[i] * inv_t, i};
+    size_t keep = cand_.size();
+    if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
+    const auto by_logit = [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    // Softmax normaliser over all candidates before top-p/min-p (they refer to the full
+    // tempered distribution, after top-k).
+    if (keep < cand_.size())  // the top-k set first, in any order
+      std::nth_element(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep),
+                       cand_.end(), by_logit);
+    size_t sorted = std::min(keep, static_cast<size_t>(256));
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(sorted),
+                      cand_.begin() + static_cast<std::ptrdiff_t>(keep), by_logit);
+    const float max_logit = cand_[0].first;
+    double z = 0;
+    for (size_t i = 0; i < keep; ++i)
+      z += std::exp(static_cast<double>(cand_[i].first - max_logit));
+    const auto prob = [&](size_t i) {
+      return std::exp(static_cast<double>(cand_[i].first - max_logit)) / z;
+    };
+    if (params_.min_p > 0.0f) {
+      // p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p)
+      const float cut = max_logit + std::log(params_.min_p);
+      size_t n = 0;
+      for (size_t i = 0; i < keep; ++i)
+        if (cand_[i].first >= cut) cand_[n++] = cand_[i];
+      keep = std::max<size_t>(n, 1);
+      sorted = std::min(sorted, keep);
+    }
+    if (params_.top_p < 1.0f) {
+      double cum = 0;
+      size_t i = 0;
+      for (;; ++i) {
+        if (i == sorted && sorted < keep) {  // need more of the order: sort further
+          const size_t more = std::min(keep, sorted * 4);
+          std::partial_sort(cand_.begin() + static_cast<std::ptrdiff_t>(sorted),
+                            cand_.begin() + static_cast<std::ptrdiff_t>(more),
+                            cand_.begin() + static_cast<std::ptrdiff_t>(keep), by_logit);
+          sorted = more;
+        }
+        if (i >= keep) break;
+        cum += prob(i);
+        if (cum >= params_.top_p) {
+          ++i;
+          break;
+        }
+      }
+      keep = std::max<size_t>(std::min(i, keep), 1);
+    }
+    double total = 0;
+    for (size_t i = 0; i < keep; ++i) total += prob(i);
+    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
+    double acc = 0;
+    chosen = cand_[keep - 1].second;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += prob(i);
+      if (u < acc) {
+        chosen = cand_[i].second;
+        break;
+      }
+    }
+  }
+  accept(chosen);
+  return chosen;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,39 @@
+// Chooses each next token of one request from the model's logits: penalties, then
+// temperature, then the top-k / top-p / min-p filters, then a seeded draw.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "pagoda/sampling_params.h"
+
+namespace pagoda {
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt);
+
+  // Picks a token from `logits` (n_vocab values; modified in place) and records it.
+  int32_t sample(float* logits, int32_t n_vocab);
+  // Records a token chosen elsewhere (forced or replayed).
+  void accept(int32_t token);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  void apply_penalties(float* logits, int32_t n_vocab) const;
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_set<int32_t> seen_;             // prompt and output, for repetition
+  std::unordered_map<int32_t, int> out_counts_;  // output only, presence/frequency
+  std::vector<std::pair<float, int32_t>> cand_;  // reused candidate buffer
+};
+
+// Index of the largest value (the first on ties).
+int32_t argmax(const float* v, int32_t n);
+
+}  // namespace pagoda

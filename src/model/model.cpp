@@ -1,0 +1,170 @@
+#include "model/model.h"
+
+#include <cstring>
+
+#include "model/arch/arch.h"
+
+namespace pagoda {
+namespace {
+
+std::string shape_str(const GgufTensorInfo& t) {
+  std::string s = "[";
+  for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
+  return s + "]";
+}
+
+// Finds a tensor and checks its shape (ne[0] first, as GGUF stores it).
+Result<const GgufTensorInfo*> find_tensor(const GgufFile& f, const std::string& name,
+                                          std::vector<int64_t> shape) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) return not_found("model file has no tensor '" + name + "'");
+  bool ok = true;
+  for (int d = 0; d < 4; ++d) {
+    const int64_t want = d < static_cast<int>(shape.size()) ? shape[static_cast<size_t>(d)] : 1;
+    if (t->ne[d] != want) ok = false;
+  }
+  if (!ok) {
+    std::string want = "[";
+    for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
+    return corrupt("tensor '" + name + "' has shape " + shape_str(*t) + ", expected " + want + "]");
+  }
+  return t;
+}
+
+Result<std::vector<float>> load_vector(const GgufFile& f, const std::string& name, int64_t n) {
+  PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(f, name, {n}));
+  std::vector<float> v(static_cast<size_t>(n));
+  if (t->type == DType::kF32) {
+    std::memcpy(v.data(), f.tensor_data(*t), static_cast<size_t>(n) * sizeof(float));
+  } else {
+    Status s = cpu::dequantize_row(t->type, f.tensor_data(*t), v.data(), n);
+    if (!s) return s.with_context("tensor '" + name + "'");
+  }
+  return v;
+}
+
+// Loads the matrices named in `names` (each [cols] x rows[i]); when all share a type
+// they are stacked into one matrix so a single product computes them all.
+Result<std::vector<cpu::WeightMatrix>> load_stacked(const GgufFile& f,
+                                                    const std::vector<std::string>& names,
+                                                    const std::vector<int64_t>& rows,
+                                                    int64_t cols) {
+  std::vector<const GgufTensorInfo*> ts;
+  for (size_t i = 0; i < names.size(); ++i) {
+    PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(f, names[i], {cols, rows[i]}));
+    if (!cpu::is_supported_weight_type(t->type))
+      return unsupported("tensor '" + names[i] + "' has type " + std::string(dtype_name(t->type)) +
+                         ", which the CPU backend cannot multiply with yet");
+    ts.push_back(t);
+  }
+  std::vector<cpu::WeightMatrix> out;
+  bool same = true;
+  for (const GgufTensorInfo* t : ts) same = same && t->type == ts[0]->type;
+  if (same && ts.size() > 1) {
+    std::vector<uint8_t> buf;
+    int64_t total = 0;
+    for (const GgufTensorInfo* t : ts) {
+      buf.insert(buf.end(), f.tensor_data(*t), f.tensor_data(*t) + t->size);
+      total += t->ne[1];
+    }
+    PAGODA_ASSIGN_OR_RETURN(auto w,
+                            cpu::WeightMatrix::from_gguf(ts[0]->type, buf.data(), total, cols));
+    out.push_back(std::move(w));
+  } else {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      PAGODA_ASSIGN_OR_RETURN(
+          auto w, cpu::WeightMatrix::from_gguf(ts[i]->type, f.tensor_data(*ts[i]), rows[i], cols));
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
+}
+
+Result<cpu::WeightMatrix> load_matrix(const GgufFile& f, const std::string& name, int64_t rows,
+                                      int64_t cols) {
+  PAGODA_ASSIGN_OR_RETURN(auto v, load_stacked(f, {name}, {rows}, cols));
+  return std::move(v[0]);
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::load(const GgufFile& f) {
+  const auto arch_name = f.get_string("general.architecture");
+  if (!arch_name) return corrupt("model file has no general.architecture");
+  const Architecture* arch = find_architecture(*arch_name);
+  if (arch == nullptr)
+    return unsupported("architecture '" + std::string(*arch_name) +
+                       "' is not supported (supported: " + std::string(supported_architectures()) +
+                       ")");
+  std::unique_ptr<Model> m(new Model());
+  ModelConfig& c = m->config_;
+  PAGODA_RETURN_IF_ERROR(arch->read_config(f, &c));
+  if (f.tensors().empty())
+    return invalid_argument("the file has no tensors (a vocabulary-only file?)");
+
+  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (embd == nullptr) return not_found("model file has no tensor 'token_embd.weight'");
+  if (embd->ne[0] != c.dim || embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
+    return corrupt("token_embd.weight has shape " + shape_str(*embd));
+  c.n_vocab = static_cast<int>(embd->ne[1]);
+  PAGODA_ASSIGN_OR_RETURN(m->tok_embd_, load_matrix(f, "token_embd.weight", c.n_vocab, c.dim));
+  PAGODA_ASSIGN_OR_RETURN(m->output_norm_, load_vector(f, "output_norm.weight", c.dim));
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  if (!c.tied_embeddings) {
+    PAGODA_ASSIGN_OR_RETURN(m->output_, load_matrix(f, "output.weight", c.n_vocab, c.dim));
+  }
+  if (f.find_tensor("rope_freqs.weight")) {
+    PAGODA_ASSIGN_OR_RETURN(m->rope_freq_factors_,
+                            load_vector(f, "rope_freqs.weight", c.rope_dims / 2));
+    c.rope_has_freq_factors = true;
+  }
+
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  m->layers_.resize(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = m->layers_[static_cast<size_t>(l)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    PAGODA_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", c.dim));
+    PAGODA_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", c.dim));
+    PAGODA_ASSIGN_OR_RETURN(
+        L.qkv, load_stacked(f, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
+                            {q, kv, kv}, c.dim));
+    if (c.qkv_bias) {
+      PAGODA_ASSIGN_OR_RETURN(auto bq, load_vector(f, p + "attn_q.bias", q));
+      PAGODA_ASSIGN_OR_RETURN(auto bk, load_vector(f, p + "attn_k.bias", kv));
+      PAGODA_ASSIGN_OR_RETURN(auto bv, load_vector(f, p + "attn_v.bias", kv));
+      L.qkv_bias = bq;
+      L.qkv_bias.insert(L.qkv_bias.end(), bk.begin(), bk.end());
+      L.qkv_bias.insert(L.qkv_bias.end(), bv.begin(), bv.end());
+    }
+    PAGODA_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", c.dim, q));
+    PAGODA_ASSIGN_OR_RETURN(L.gate_up, load_stacked(f, {p + "ffn_gate.weight", p + "ffn_up.weight"},
+                                                    {c.ffn_dim, c.ffn_dim}, c.dim));
+    PAGODA_ASSIGN_OR_RETURN(L.down, load_matrix(f, p + "ffn_down.weight", c.dim, c.ffn_dim));
+  }
+  return m;
+}
+
+size_t Model::weight_bytes() const {
+  size_t n = tok_embd_.bytes() + (config_.tied_embeddings ? 0 : output_.bytes()) +
+             (output_norm_.size() + rope_freq_factors_.size()) * sizeof(float);
+  for (const LayerWeights& L : layers_) {
+    for (const auto& w : L.qkv) n += w.bytes();
+    for (const auto& w : L.gate_up) n += w.bytes();
+    n += L.wo.bytes() + L.down.bytes();
+    n += (L.attn_norm.size() + L.ffn_norm.size() + L.qkv_bias.size()) * sizeof(float);
+  }
+  return n;
+}
+
+size_t Model::decode_weight_bytes() const {
+  // A decode step reads every matrix once, but of the embedding only one row (unless it
+  // doubles as the output projection, which is read whole).
+  const size_t embd_row = tok_embd_.bytes() / static_cast<size_t>(config_.n_vocab);
+  return weight_bytes() - (config_.tied_embeddings ? 0 : tok_embd_.bytes() - embd_row) +
+         (config_.tied_embeddings ? embd_row : 0);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,79 @@
+// A loaded decoder-only transformer: configuration, weights in ordinary memory, and the
+// forward pass over a batch of tokens from one or more sequences.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/matmul.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/gguf.h"
+#include "model/kv_storage.h"
+#include "model/model_config.h"
+
+namespace pagoda {
+
+// Tokens of several sequences run together: sequence i owns batch rows
+// [seqs[i].q_row, seqs[i].q_row + seqs[i].n_q) at positions pos0.. and reaches its KV
+// through seqs[i].blocks.
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<cpu::AttentionSeq> seqs;
+  // Batch rows whose logits are wanted, in the order they are written to `logits`.
+  std::vector<int> logit_rows;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;
+  // q, k and v as one matrix when their types agree (one pass over the activations),
+  // otherwise three.
+  std::vector<cpu::WeightMatrix> qkv;
+  std::vector<float> qkv_bias;  // q_dim + 2*kv_dim, empty without biases
+  cpu::WeightMatrix wo;
+  std::vector<cpu::WeightMatrix> gate_up;  // fused [gate; up] or {gate, up}
+  cpu::WeightMatrix down;
+};
+
+class Model {
+ public:
+  // Reads config and weights from an opened GGUF file (copied into ordinary memory).
+  static Result<std::unique_ptr<Model>> load(const GgufFile& file);
+
+  const ModelConfig& config() const { return config_; }
+  // Bytes of all weights held (the bytes one decode step reads, but for the embedding).
+  size_t weight_bytes() const;
+  // Bytes a single-token decode step reads from weights: every matrix plus one embedding row.
+  size_t decode_weight_bytes() const;
+
+  // Scratch memory for forward(); grows to the largest batch seen.
+  struct Workspace;
+  struct WorkspaceDeleter {
+    void operator()(Workspace* w) const;
+  };
+  using WorkspacePtr = std::unique_ptr<Workspace, WorkspaceDeleter>;
+  WorkspacePtr make_workspace() const;
+
+  // Runs the batch, writing K/V into `kv`, and logits for batch.logit_rows into `logits`
+  // (logit_rows.size() x n_vocab floats).
+  Status forward(const Batch& batch, KvStorage& kv, float* logits, Workspace& ws,
+                 ThreadPool& pool) const;
+
+  ~Model();
+
+ private:
+  Model() = default;
+  void compute_rope_tables(const Batch& batch, Workspace& ws) const;
+
+  ModelConfig config_;
+  cpu::WeightMatrix tok_embd_;
+  cpu::WeightMatrix output_;  // empty when tied to tok_embd_
+  std::vector<float> output_norm_;
+  std::vector<float> rope_freq_factors_;  // llama3 scaling, empty when absent
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace pagoda

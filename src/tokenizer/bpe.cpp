@@ -1,0 +1,117 @@
+#include "tokenizer/bpe.h"
+
+#include <queue>
+#include <string>
+
+#include "tokenizer/byte_alphabet.h"
+#include "tokenizer/unicode.h"
+
+namespace pagoda {
+namespace {
+
+struct Symbol {
+  int prev;
+  int next;
+  size_t offset;
+  size_t length;  // 0 once merged into its left neighbour
+};
+
+struct Bigram {
+  int left;
+  int right;
+  int32_t rank;
+  size_t length;  // of left + right when the pair was queued
+};
+
+// Lowest rank first; among equal ranks the leftmost pair.
+struct BigramOrder {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  }
+};
+
+class BpeWord {
+ public:
+  BpeWord(const Vocab& vocab, std::string* key) : vocab_(vocab), key_(*key) {}
+
+  void encode(std::string_view word, bool ignore_merges, std::vector<TokenId>* out) {
+    word_ = word;
+    symbols_.clear();
+    if (ignore_merges) {
+      if (auto id = vocab_.find(word)) {
+        out->push_back(*id);
+        return;
+      }
+    }
+    for (size_t off = 0; off < word.size();) {
+      const size_t n =
+          std::min(unicode::utf8_len(static_cast<uint8_t>(word[off])), word.size() - off);
+      const int index = static_cast<int>(symbols_.size());
+      symbols_.push_back({index - 1, off + n == word.size() ? -1 : index + 1, off, n});
+      off += n;
+    }
+    for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add(i - 1, i);
+    while (!queue_.empty()) {
+      const Bigram b = queue_.top();
+      queue_.pop();
+      Symbol& l = symbols_[static_cast<size_t>(b.left)];
+      Symbol& r = symbols_[static_cast<size_t>(b.right)];
+      // Stale: a side was merged away or grew since the pair was queued (lengths only
+      // grow, so an unchanged total means the pair is the one that was queued).
+      if (l.length == 0 || r.length == 0 || l.length + r.length != b.length || l.next != b.right)
+        continue;
+      l.length += r.length;
+      r.length = 0;
+      l.next = r.next;
+      if (r.next >= 0) symbols_[static_cast<size_t>(r.next)].prev = b.left;
+      try_add(l.prev, b.left);
+      try_add(b.left, l.next);
+    }
+    for (const Symbol& s : symbols_) {
+      if (s.length == 0) continue;
+      const std::string_view piece = word_.substr(s.offset, s.length);
+      if (auto id = vocab_.find(piece)) {
+        out->push_back(*id);
+        continue;
+      }
+      // Not a token: llama.cpp falls back to single bytes of the encoded piece, which are
+      // only tokens for ASCII characters; the rest is dropped.
+      for (char c : piece)
+        if (auto id = vocab_.find(std::string_view(&c, 1))) out->push_back(*id);
+    }
+  }
+
+ private:
+  void try_add(int left, int right) {
+    if (left < 0 || right < 0) return;
+    const Symbol& l = symbols_[static_cast<size_t>(left)];
+    const Symbol& r = symbols_[static_cast<size_t>(right)];
+    key_.assign(word_.substr(l.offset, l.length));
+    key_.push_back('\n');
+    key_.append(word_.substr(r.offset, r.length));
+    auto it = vocab_.merge_ranks.find(key_);
+    if (it == vocab_.merge_ranks.end()) return;
+    queue_.push({left, right, it->second, l.length + r.length});
+  }
+
+  const Vocab& vocab_;
+  std::string& key_;
+  std::string_view word_;
+  std::vector<Symbol> symbols_;
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue_;
+};
+
+}  // namespace
+
+void bpe_encode(const Vocab& vocab, const PreTokenizer& pre, std::string_view text,
+                std::vector<TokenId>* out) {
+  std::string key, encoded;
+  BpeWord bpe(vocab, &key);
+  for (const std::string& word : pre.split(text)) {
+    encoded.clear();
+    byte_alphabet::encode(word, &encoded);
+    bpe.encode(encoded, vocab.pre.ignore_merges, out);
+  }
+}
+
+}  // namespace pagoda

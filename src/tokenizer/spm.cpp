@@ -1,0 +1,124 @@
+#include "tokenizer/spm.h"
+
+#include <map>
+#include <queue>
+#include <string>
+
+#include "core/status.h"
+#include "tokenizer/unicode.h"
+
+namespace pagoda {
+namespace {
+
+struct Symbol {
+  int prev;
+  int next;
+  size_t offset;
+  size_t length;  // 0 once merged into its left neighbour
+};
+
+struct Bigram {
+  int left;
+  int right;
+  float score;
+  size_t length;
+};
+
+// Highest score first; among equal scores the leftmost pair, so results are deterministic.
+struct BigramOrder {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  }
+};
+
+class SpmSession {
+ public:
+  SpmSession(const Vocab& vocab, std::string_view text) : vocab_(vocab), text_(text) {}
+
+  void encode(std::vector<TokenId>* out) {
+    // One symbol per UTF-8 character, its length judged by the lead byte alone.
+    for (size_t off = 0; off < text_.size();) {
+      const size_t n =
+          std::min(unicode::utf8_len(static_cast<uint8_t>(text_[off])), text_.size() - off);
+      const int index = static_cast<int>(symbols_.size());
+      symbols_.push_back({index - 1, off + n == text_.size() ? -1 : index + 1, off, n});
+      off += n;
+    }
+    for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add(i - 1, i);
+
+    while (!queue_.empty()) {
+      const Bigram b = queue_.top();
+      queue_.pop();
+      Symbol& l = symbols_[static_cast<size_t>(b.left)];
+      Symbol& r = symbols_[static_cast<size_t>(b.right)];
+      // Stale: one side already merged elsewhere.
+      if (l.length == 0 || r.length == 0 || l.length + r.length != b.length) continue;
+      l.length += r.length;
+      r.length = 0;
+      l.next = r.next;
+      if (r.next >= 0) symbols_[static_cast<size_t>(r.next)].prev = b.left;
+      try_add(l.prev, b.left);
+      try_add(b.left, l.next);
+    }
+    if (symbols_.empty()) return;
+    for (int i = 0; i != -1; i = symbols_[static_cast<size_t>(i)].next)
+      resegment(symbols_[static_cast<size_t>(i)], out);
+  }
+
+ private:
+  std::string_view piece(const Symbol& s) const { return text_.substr(s.offset, s.length); }
+
+  void try_add(int left, int right) {
+    if (left < 0 || right < 0) return;
+    const Symbol& l = symbols_[static_cast<size_t>(left)];
+    const Symbol& r = symbols_[static_cast<size_t>(right)];
+    const std::string_view merged = text_.substr(l.offset, l.length + r.length);
+    const auto id = vocab_.find(merged);
+    if (!id) return;
+    queue_.push({left, right, vocab_.tokens[static_cast<size_t>(*id)].score, merged.size()});
+    // Remembers how this text was formed, for pieces that end up not being tokens.
+    rev_merge_[std::string(merged)] = {left, right};
+  }
+
+  void resegment(const Symbol& s, std::vector<TokenId>* out) {
+    const std::string_view text = piece(s);
+    if (auto id = vocab_.find(text)) {
+      out->push_back(*id);
+      return;
+    }
+    auto it = rev_merge_.find(text);
+    if (it == rev_merge_.end()) {
+      for (char c : text) push_byte(static_cast<uint8_t>(c), out);
+      return;
+    }
+    resegment(symbols_[static_cast<size_t>(it->second.first)], out);
+    resegment(symbols_[static_cast<size_t>(it->second.second)], out);
+  }
+
+  // Byte fallback: <0xXX>, else the byte itself as a token, else <unk> (llama.cpp would
+  // throw here; a vocabulary without byte tokens cannot represent the byte otherwise).
+  void push_byte(uint8_t byte, std::vector<TokenId>* out) {
+    const std::string hex = str_format("<0x%02X>", byte);
+    if (auto id = vocab_.find(hex)) {
+      out->push_back(*id);
+    } else if (auto raw = vocab_.find(std::string_view(reinterpret_cast<const char*>(&byte), 1))) {
+      out->push_back(*raw);
+    } else if (vocab_.unk >= 0) {
+      out->push_back(vocab_.unk);
+    }
+  }
+
+  const Vocab& vocab_;
+  std::string_view text_;
+  std::vector<Symbol> symbols_;
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue_;
+  std::map<std::string, std::pair<int, int>, std::less<>> rev_merge_;
+};
+
+}  // namespace
+
+void spm_encode(const Vocab& vocab, std::string_view text, std::vector<TokenId>* out) {
+  SpmSession(vocab, text).encode(out);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,174 @@
+#include "tokenizer/tokenizer.h"
+
+#include <cstdlib>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/byte_alphabet.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/special_tokens.h"
+#include "tokenizer/spm.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/vocab.h"
+
+namespace pagoda {
+namespace {
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+void replace_all(std::string* s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s->size());
+  size_t pos = 0;
+  while (true) {
+    const size_t m = s->find(from, pos);
+    if (m == std::string::npos) break;
+    out.append(*s, pos, m - pos);
+    out.append(to);
+    pos = m + from.size();
+  }
+  out.append(*s, pos, std::string::npos);
+  s->swap(out);
+}
+
+// The byte a <0xXX> token stands for (lenient like strtol on the two hex digits).
+char byte_of_token(std::string_view text) {
+  const std::string hex(text.size() > 3 ? text.substr(3, 2) : std::string_view());
+  return static_cast<char>(std::strtol(hex.c_str(), nullptr, 16));
+}
+
+// Inverse of the GPT-2 byte alphabet. A character outside it cannot come from bytes; it is
+// rendered the way llama.cpp renders it so that output stays comparable.
+std::string bytes_of_bpe_token(std::string_view text) {
+  std::string out;
+  size_t off = 0;
+  while (off < text.size()) {
+    const uint32_t cpt = unicode::decode_one(text, &off);
+    if (auto b = byte_alphabet::byte_of_char(cpt)) {
+      out.push_back(static_cast<char>(*b));
+      continue;
+    }
+    out += "[UNK_BYTE_0x";
+    const std::string utf8 = unicode::to_utf8(cpt);
+    for (char c : utf8) out += str_format("%02x", static_cast<uint8_t>(c));
+    out += std::string(text) + "]";
+  }
+  return out;
+}
+
+class GgufTokenizer final : public Tokenizer {
+ public:
+  GgufTokenizer(Vocab vocab, std::optional<PreTokenizer> pre)
+      : vocab_(std::move(vocab)), pre_(std::move(pre)) {
+    pieces_.reserve(vocab_.tokens.size());
+    for (TokenId id = 0; id < vocab_.n_tokens(); ++id) pieces_.push_back(render(id));
+  }
+
+  std::vector<TokenId> encode(std::string_view text, bool add_special,
+                              bool parse_special) const override {
+    std::vector<TokenId> out;
+    const std::vector<Fragment> frags = split_special_tokens(vocab_, text, parse_special);
+    if (add_special && vocab_.add_bos) out.push_back(vocab_.bos);
+    if (vocab_.type == VocabType::kSpm) {
+      // SentencePiece adds a space before text that starts the input or follows a special
+      // token (the "dummy prefix").
+      bool after_special = true;
+      std::string piece;
+      for (const Fragment& f : frags) {
+        if (f.token >= 0) {
+          out.push_back(f.token);
+          after_special = true;
+          continue;
+        }
+        piece.clear();
+        if (vocab_.add_space_prefix && after_special) piece.push_back(' ');
+        piece.append(text.substr(f.offset, f.length));
+        replace_all(&piece, " ", kSpaceMarker);
+        spm_encode(vocab_, piece, &out);
+        after_special = false;
+      }
+    } else {
+      for (const Fragment& f : frags) {
+        if (f.token >= 0)
+          out.push_back(f.token);
+        else
+          bpe_encode(vocab_, *pre_, text.substr(f.offset, f.length), &out);
+      }
+    }
+    if (add_special && vocab_.add_eos) out.push_back(vocab_.eos);
+    return out;
+  }
+
+  std::string token_to_piece(TokenId id, bool render_special) const override {
+    if (!vocab_.valid(id)) return {};
+    if (!render_special && (vocab_.attr(id) & (kAttrControl | kAttrUnknown))) return {};
+    return pieces_[static_cast<size_t>(id)];
+  }
+
+  std::string decode(const std::vector<TokenId>& ids, bool render_special) const override {
+    std::string out;
+    // With add_space_prefix, the space that encoding put in front is taken off the first
+    // token again (llama.cpp's detokenize without remove_special: the first token, whatever
+    // it renders to, uses up the chance).
+    bool strip_space = vocab_.add_space_prefix;
+    for (TokenId id : ids) {
+      const std::string piece = token_to_piece(id, render_special);
+      if (strip_space && !piece.empty() && piece[0] == ' ')
+        out.append(piece, 1, std::string::npos);
+      else
+        out += piece;
+      strip_space = false;
+    }
+    return out;
+  }
+
+  int32_t n_vocab() const override { return vocab_.n_tokens(); }
+  std::string_view token_text(TokenId id) const override {
+    return vocab_.valid(id) ? std::string_view(vocab_.tokens[static_cast<size_t>(id)].text)
+                            : std::string_view();
+  }
+  std::optional<TokenId> find_token(std::string_view text) const override {
+    return vocab_.find(text);
+  }
+  TokenId bos() const override { return vocab_.bos; }
+  TokenId eos() const override { return vocab_.eos; }
+  bool add_bos() const override { return vocab_.add_bos; }
+  bool is_end_of_generation(TokenId id) const override {
+    return vocab_.end_of_generation.count(id) > 0;
+  }
+  bool is_control(TokenId id) const override { return vocab_.attr(id) & kAttrControl; }
+
+ private:
+  // The piece of a token with special tokens rendered; token_to_piece hides them.
+  std::string render(TokenId id) const {
+    const TokenData& t = vocab_.tokens[static_cast<size_t>(id)];
+    if (t.attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) return t.text;
+    if (t.attr & kAttrNormal) {
+      if (vocab_.type == VocabType::kBpe) return bytes_of_bpe_token(t.text);
+      std::string s = t.text;
+      replace_all(&s, kSpaceMarker, " ");
+      return s;
+    }
+    if (t.attr & kAttrByte) return std::string(1, byte_of_token(t.text));
+    return {};  // unused and undefined tokens render as nothing
+  }
+
+  Vocab vocab_;
+  std::optional<PreTokenizer> pre_;
+  std::vector<std::string> pieces_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) {
+  PAGODA_ASSIGN_OR_RETURN(Vocab vocab, Vocab::from_gguf(file));
+  std::optional<PreTokenizer> pre;
+  if (vocab.type == VocabType::kBpe) {
+    auto p = PreTokenizer::create(vocab.pre);
+    if (!p.is_ok())
+      return p.status().with_context("tokenizer: pre-tokenizer '" + vocab.pre.canonical + "'");
+    pre = std::move(p).value();
+  }
+  return std::unique_ptr<Tokenizer>(new GgufTokenizer(std::move(vocab), std::move(pre)));
+}
+
+}  // namespace pagoda

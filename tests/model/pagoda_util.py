@@ -1,0 +1,48 @@
+"""Paths and helpers for the Python tests that drive build/pagoda."""
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared"))
+MODELS = os.path.join(ROOT, "models")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+PAGODA = os.environ.get("PAGODA_BIN", os.path.join(ROOT, "build", "pagoda"))
+
+
+def run_pagoda(*args, check=True, timeout=600, input=None):
+    """Runs build/pagoda with args; returns the CompletedProcess (text mode)."""
+    proc = subprocess.run([PAGODA, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, input=input)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"pagoda {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                             f"{proc.stderr}")
+    return proc
+
+
+def pagoda_json(*args, **kw):
+    return json.loads(run_pagoda(*args, **kw).stdout)
+
+
+_sha_cache = {}
+
+
+def sha256(path):
+    if path not in _sha_cache:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _sha_cache[path] = h.hexdigest()
+    return _sha_cache[path]
+
+
+def model_path(rel):
+    """A model the setup script provides; a clear failure when it is missing."""
+    path = os.path.normpath(os.path.join(ROOT, rel))
+    if not os.path.exists(path):
+        pytest.fail(f"{path} is missing: run scripts/setup.sh (or scripts/fetch_models.sh)")
+    return path

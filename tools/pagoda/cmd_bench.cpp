@@ -1,0 +1,112 @@
+// pagoda bench: prefill and decode speed on random tokens, as llama-bench measures them
+// (pp: one prompt of P tokens from an empty context; tg: G single-token steps from an
+// empty context), medians over repeats.
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+#include "engine/session.h"
+#include "json_out.h"
+
+namespace pagoda::cli {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = {
+      {"--model", "-m", true, "GGUF model file"},
+      {"--prompt-len", "-p", true, "prompt tokens for the prefill test (default 512; 0 skips it)"},
+      {"--gen-len", "-n", true, "tokens for the decode test (default 128; 0 skips it)"},
+      {"--threads", "-t", true, "threads (default: all cores)"},
+      {"--repeats", "-r", true, "repetitions; the median is reported (default 5)"},
+      {"--batch-size", "-b", true, "prompt tokens per forward pass (default 512)"},
+      {"--json", "", false, "print JSON"},
+      {"--help", "-h", false, "show this help"},
+  };
+  auto args = Args::parse(argc, argv, 1, specs);
+  if (!args) return fail("bench", args.status());
+  if (args->has("--help")) {
+    std::printf("%s", usage("bench",
+                            "-m MODEL [--prompt-len P] [--gen-len G] [--threads T] [--json]", specs)
+                          .c_str());
+    return 0;
+  }
+  if (!args->has("--model")) return fail("bench", invalid_argument("missing -m MODEL"));
+  auto pl = args->get_int("--prompt-len", 512, 0, 1 << 20);
+  auto gl = args->get_int("--gen-len", 128, 0, 1 << 20);
+  auto th = args->get_int("--threads", 0, 0, 1024);
+  auto reps = args->get_int("--repeats", 5, 1, 1000);
+  auto nb = args->get_int("--batch-size", 512, 1, 1 << 16);
+  for (const Status& s : {pl.status(), gl.status(), th.status(), reps.status(), nb.status()})
+    if (!s) return fail("bench", s);
+
+  auto loaded = load(*args->get("--model"), true, false);
+  if (!loaded) return fail("bench", loaded.status());
+  const Model& model = *loaded->model;
+  const ModelConfig& c = model.config();
+  const int P = static_cast<int>(*pl), G = static_cast<int>(*gl);
+  if (std::max(P, G) > c.context_length)
+    return fail("bench", out_of_range(str_format("%d tokens exceed the model's context of %d",
+                                                 std::max(P, G), c.context_length)));
+
+  ThreadPool pool(static_cast<int>(*th));
+  Session session(model, pool, std::max({P, G, 1}), static_cast<int>(*nb));
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> dist(0, c.n_vocab - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(std::max(P, G)));
+  for (int32_t& t : prompt) t = dist(rng);
+  std::vector<float> logits;
+
+  // One untimed warm-up of each test so page faults and first-touch costs are excluded.
+  std::vector<double> pp, tg;
+  for (int64_t r = 0; r <= *reps; ++r) {
+    if (P > 0) {
+      session.reset();
+      const double t0 = now_seconds();
+      std::vector<int32_t> p(prompt.begin(), prompt.begin() + P);
+      if (Status s = session.eval(p, false, &logits); !s) return fail("bench", s);
+      if (r > 0) pp.push_back(P / (now_seconds() - t0));
+    }
+    if (G > 0) {
+      session.reset();
+      const double t0 = now_seconds();
+      for (int i = 0; i < G; ++i)
+        if (Status s = session.eval({prompt[static_cast<size_t>(i)]}, false, &logits); !s)
+          return fail("bench", s);
+      if (r > 0) tg.push_back(G / (now_seconds() - t0));
+    }
+  }
+  // Bytes one decode step reads: the weights, plus on average half the generated
+  // context's KV (the mean depth over the run is G/2).
+  const double kv_read = static_cast<double>(KvStorage::bytes_per_token(c)) * G / 2.0;
+  const double bytes_per_token = static_cast<double>(model.decode_weight_bytes()) + kv_read;
+  const double pp_tps = pp.empty() ? 0 : median(pp), tg_tps = tg.empty() ? 0 : median(tg);
+  if (args->has("--json")) {
+    std::printf(
+        "{\"model\":%s,\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"repeats\":%lld,"
+        "\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prefill_runs\":%s,\"decode_runs\":%s,"
+        "\"weight_bytes\":%zu,\"decode_bytes_per_token\":%.0f,\"load_s\":%.3f}\n",
+        json_string(*args->get("--model")).c_str(), pool.size(), P, G,
+        static_cast<long long>(*reps), pp_tps, tg_tps, json_array(pp).c_str(),
+        json_array(tg).c_str(), model.weight_bytes(), bytes_per_token, loaded->load_seconds);
+  } else {
+    std::printf("model %s (%s), %d threads\n", args->get("--model")->c_str(), c.name.c_str(),
+                pool.size());
+    if (P > 0) std::printf("prefill pp%d: %.1f tok/s (median of %zu)\n", P, pp_tps, pp.size());
+    if (G > 0) std::printf("decode  tg%d: %.1f tok/s (median of %zu)\n", G, tg_tps, tg.size());
+    std::printf("bytes read per decoded token: %.1f MB\n", bytes_per_token / 1e6);
+  }
+  return 0;
+}
+
+}  // namespace pagoda::cli

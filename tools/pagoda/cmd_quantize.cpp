@@ -1,0 +1,143 @@
+// pagoda quantize: rewrite a GGUF model with its weight matrices in another type
+// (dequantize each row to f32, then quantize with our reference quantizers).
+#include <cstdio>
+#include <cstring>
+
+#include "args.h"
+#include "backend/cpu/matmul.h"
+#include "commands.h"
+#include "common.h"
+#include "model/gguf_writer.h"
+
+namespace pagoda::cli {
+namespace {
+
+// llama.cpp's general.file_type values ("mostly TYPE"), so other tools label the file right.
+int file_type_for(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ4_1:
+      return 3;
+    case DType::kQ8_0:
+      return 7;
+    case DType::kQ4_K:
+      return 14;
+    case DType::kQ5_K:
+      return 16;
+    case DType::kQ6_K:
+      return 18;
+    case DType::kBF16:
+      return 32;
+    default:
+      return -1;
+  }
+}
+
+bool is_weight_matrix(const GgufTensorInfo& t) {
+  const std::string& n = t.name;
+  return t.n_dims >= 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0;
+}
+
+}  // namespace
+
+int cmd_quantize(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = {
+      {"--threads", "-t", true, "threads (default: all cores)"},
+      {"--tensor-type", "", true, "per-tensor overrides: NAME_PART=TYPE[,NAME_PART=TYPE...]"},
+      {"--help", "-h", false, "show this help"},
+  };
+  auto args = Args::parse(argc, argv, 1, specs);
+  if (!args) return fail("quantize", args.status());
+  const char* synopsis =
+      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K)";
+  if (args->has("--help")) {
+    std::printf("%s", usage("quantize", synopsis, specs).c_str());
+    return 0;
+  }
+  if (args->positional().size() != 3)
+    return fail("quantize", invalid_argument(std::string("expected ") + synopsis));
+  const std::string in = args->positional()[0], out = args->positional()[1];
+  DType target;
+  if (!parse_dtype(args->positional()[2], &target) || file_type_for(target) < 0)
+    return fail("quantize",
+                invalid_argument("unsupported target type '" + args->positional()[2] + "'"));
+  auto th = args->get_int("--threads", 0, 0, 1024);
+  if (!th) return fail("quantize", th.status());
+
+  // Tensors whose name contains NAME_PART get TYPE instead of the target type.
+  std::vector<std::pair<std::string, DType>> overrides;
+  for (std::string spec = args->get_or("--tensor-type", ""); !spec.empty();) {
+    const size_t comma = spec.find(',');
+    const std::string item = spec.substr(0, comma);
+    spec = comma == std::string::npos ? "" : spec.substr(comma + 1);
+    const size_t eq = item.find('=');
+    DType t;
+    if (eq == std::string::npos || !parse_dtype(item.substr(eq + 1), &t) || file_type_for(t) < 0)
+      return fail("quantize", invalid_argument("bad --tensor-type item '" + item + "'"));
+    overrides.emplace_back(item.substr(0, eq), t);
+  }
+
+  auto file = GgufFile::open(in);
+  if (!file) return fail("quantize", file.status());
+  const GgufFile& f = **file;
+  GgufWriter w;
+  w.set_alignment(f.alignment());
+  for (const auto& [k, v] : f.metadata())
+    if (k != "general.alignment") w.set_value(k, v);
+  w.set_u32("general.file_type", static_cast<uint32_t>(file_type_for(target)));
+
+  ThreadPool pool(static_cast<int>(*th));
+  size_t n_converted = 0;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    DType to = t.type;
+    if (is_weight_matrix(t)) {
+      to = target;
+      for (const auto& [part, type] : overrides)
+        if (t.name.find(part) != std::string::npos) to = type;
+      if (t.ne[0] % dtype_info(to).block_elems != 0) {
+        to = t.ne[0] % 32 == 0 ? DType::kQ8_0 : DType::kF16;
+        std::fprintf(
+            stderr,
+            "pagoda quantize: %s has rows of %lld, not a multiple of the %s block; using %s\n",
+            t.name.c_str(), static_cast<long long>(t.ne[0]),
+            std::string(dtype_name(target)).c_str(), std::string(dtype_name(to)).c_str());
+      }
+    }
+    if (to == t.type) {
+      w.add_tensor_ref(t.name, t.type, ne, f.tensor_data(t), t.size);
+      continue;
+    }
+    const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
+    const size_t in_rb = row_bytes(t.type, cols), out_rb = row_bytes(to, cols);
+    std::vector<uint8_t> data(out_rb * static_cast<size_t>(rows));
+    Status err;
+    std::mutex mu;
+    pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = r0; r < r1; ++r) {
+        Status s = cpu::dequantize_row(t.type, f.tensor_data(t) + in_rb * r, row.data(), cols);
+        if (s) s = cpu::quantize_row(to, row.data(), data.data() + out_rb * r, cols);
+        if (!s) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (err) err = s;
+          return;
+        }
+      }
+    });
+    if (!err) return fail("quantize", err.with_context("converting '" + t.name + "'"));
+    w.add_tensor(t.name, to, ne, std::move(data));
+    ++n_converted;
+  }
+  if (Status s = w.write(out); !s) return fail("quantize", s);
+  std::fprintf(stderr, "pagoda quantize: wrote %s (%zu tensors converted to %s)\n", out.c_str(),
+               n_converted, std::string(dtype_name(target)).c_str());
+  return 0;
+}
+
+}  // namespace pagoda::cli

@@ -1,0 +1,178 @@
+// pagoda run: generate a continuation of a prompt, streaming it to stdout.
+#include <algorithm>
+#include <cstdio>
+
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "json_out.h"
+
+namespace pagoda::cli {
+namespace {
+
+// ChatML, the format SmolLM2 and Qwen use; the full Jinja renderer comes with the server.
+Result<std::string> chatml(const Tokenizer& tok, const std::string& system,
+                           const std::string& user) {
+  if (!tok.find_token("<|im_start|>") || !tok.find_token("<|im_end|>"))
+    return unsupported(
+        "--chat wraps the prompt in ChatML, and this model's vocabulary has no "
+        "<|im_start|>/<|im_end|> tokens");
+  std::string s;
+  if (!system.empty()) s += "<|im_start|>system\n" + system + "<|im_end|>\n";
+  return s + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = {
+      {"--model", "-m", true, "GGUF model file"},
+      {"--prompt", "-p", true, "prompt text"},
+      {"--tokens", "", true, "prompt as token ids instead of text: \"1 2 3\""},
+      {"--n-predict", "-n", true, "tokens to generate (default 128)"},
+      {"--temperature", "", true, "sampling temperature; 0 is greedy (default 0.8)"},
+      {"--top-k", "", true, "keep the k most likely tokens; 0 is off (default 40)"},
+      {"--top-p", "", true, "nucleus sampling; 1 is off (default 0.95)"},
+      {"--min-p", "", true, "drop tokens below min-p x the top probability (default 0.05)"},
+      {"--repeat-penalty", "", true, "repetition penalty; 1 is off (default 1)"},
+      {"--presence-penalty", "", true, "OpenAI presence penalty (default 0)"},
+      {"--frequency-penalty", "", true, "OpenAI frequency penalty (default 0)"},
+      {"--seed", "-s", true, "random seed (default: random)"},
+      {"--threads", "-t", true, "threads (default: all cores)"},
+      {"--ctx-size", "-c", true, "context length (default: the model's, at most 4096)"},
+      {"--chat", "", false, "wrap the prompt in the model's chat format (ChatML)"},
+      {"--system", "", true, "system message for --chat"},
+      {"--ignore-eos", "", false, "keep generating past end-of-generation tokens"},
+      {"--json", "", false, "print one JSON object at the end instead of streaming"},
+      {"--help", "-h", false, "show this help"},
+  };
+  auto args = Args::parse(argc, argv, 1, specs);
+  if (!args) return fail("run", args.status());
+  if (args->has("--help")) {
+    std::printf("%s", usage("run", "-m MODEL -p PROMPT [flags]", specs).c_str());
+    return 0;
+  }
+  if (!args->has("--model")) return fail("run", invalid_argument("missing -m MODEL"));
+  if (args->has("--prompt") == args->has("--tokens"))
+    return fail("run", invalid_argument("give exactly one of -p PROMPT or --tokens IDS"));
+
+  SamplingParams sp;
+  Status bad;
+  auto num = [&](const char* flag, double def, double lo, double hi) {
+    auto v = args->get_double(flag, def, lo, hi);
+    if (!v && bad.is_ok()) bad = v.status();
+    return v ? static_cast<float>(*v) : 0.0f;
+  };
+  auto integer = [&](const char* flag, int64_t def, int64_t lo, int64_t hi) {
+    auto v = args->get_int(flag, def, lo, hi);
+    if (!v && bad.is_ok()) bad = v.status();
+    return v ? *v : 0;
+  };
+  sp.temperature = num("--temperature", 0.8, 0, 100);
+  sp.top_k = static_cast<int>(integer("--top-k", 40, 0, 1 << 30));
+  sp.top_p = num("--top-p", 0.95, 0, 1);
+  sp.min_p = num("--min-p", 0.05, 0, 1);
+  sp.repetition_penalty = num("--repeat-penalty", 1.0, 0.01, 100);
+  sp.presence_penalty = num("--presence-penalty", 0, -2, 2);
+  sp.frequency_penalty = num("--frequency-penalty", 0, -2, 2);
+  sp.max_tokens = static_cast<int>(integer("--n-predict", 128, 0, 1 << 24));
+  sp.ignore_eos = args->has("--ignore-eos");
+  if (args->has("--seed")) sp.seed = static_cast<uint64_t>(integer("--seed", 0, 0, INT64_MAX));
+  const int threads = static_cast<int>(integer("--threads", 0, 0, 1024));
+  const int64_t ctx_flag = integer("--ctx-size", 0, 0, 1 << 24);
+  if (!bad) return fail("run", bad);
+
+  auto loaded = load(*args->get("--model"), true, true);
+  if (!loaded) return fail("run", loaded.status());
+  const Model& model = *loaded->model;
+  const Tokenizer& tok = *loaded->tokenizer;
+
+  std::vector<int32_t> tokens;
+  if (args->has("--tokens")) {
+    auto t = parse_token_list(*args->get("--tokens"));
+    if (!t) return fail("run", t.status());
+    tokens = *t;
+    for (int32_t id : tokens)
+      if (id >= model.config().n_vocab)
+        return fail("run",
+                    invalid_argument(str_format("token id %d is outside the vocabulary", id)));
+  } else {
+    std::string prompt = *args->get("--prompt");
+    if (args->has("--chat")) {
+      auto p = chatml(tok, args->get_or("--system", ""), prompt);
+      if (!p) return fail("run", p.status());
+      prompt = *p;
+    }
+    // Special-token text in a prompt becomes those tokens, as Hugging Face tokenizers and
+    // vLLM treat prompts.
+    tokens = tok.encode(prompt, true, true);
+  }
+  if (tokens.empty()) return fail("run", invalid_argument("the prompt has no tokens"));
+  const int n_ctx =
+      ctx_flag > 0 ? static_cast<int>(std::min<int64_t>(ctx_flag, model.config().context_length))
+                   : std::min(model.config().context_length, 4096);
+  if (static_cast<int>(tokens.size()) >= n_ctx)
+    return fail("run",
+                out_of_range(str_format("the prompt has %zu tokens; the context holds %d "
+                                        "(use --ctx-size, at most the model's %d)",
+                                        tokens.size(), n_ctx, model.config().context_length)));
+
+  ThreadPool pool(threads);
+  Session session(model, pool, n_ctx);
+  Sampler sampler(sp, tokens);
+  std::vector<float> logits;
+  const double t0 = now_seconds();
+  if (Status s = session.eval(tokens, false, &logits); !s) return fail("run", s);
+  const double t_prompt = now_seconds() - t0;
+
+  const bool json = args->has("--json");
+  Utf8Stream stream;
+  std::vector<int32_t> generated;
+  std::string text;
+  std::string finish = "length";
+  const double t1 = now_seconds();
+  for (int i = 0; i < sp.max_tokens; ++i) {
+    const int32_t next = sampler.sample(logits.data(), model.config().n_vocab);
+    generated.push_back(next);
+    const bool stop = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), next) !=
+                      sp.stop_token_ids.end();
+    if (!sp.ignore_eos && (tok.is_end_of_generation(next) || stop)) {
+      finish = "stop";
+      break;
+    }
+    const std::string piece = tok.token_to_piece(next);
+    text += piece;
+    if (!json) {
+      const std::string out = stream.push(piece);
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      std::fflush(stdout);
+    }
+    if (i + 1 == sp.max_tokens) break;
+    if (session.n_past() >= n_ctx) {
+      finish = "length";
+      break;
+    }
+    if (Status s = session.eval({next}, false, &logits); !s) return fail("run", s);
+  }
+  const double t_gen = now_seconds() - t1;
+  if (json) {
+    std::printf("{\"prompt_tokens\":%s,\"tokens\":%s,\"text\":%s,\"finish_reason\":\"%s\"}\n",
+                json_array(tokens).c_str(), json_array(generated).c_str(),
+                json_string(text).c_str(), finish.c_str());
+  } else {
+    const std::string rest = stream.flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::printf("\n");
+  }
+  std::fprintf(stderr,
+               "pagoda run: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu "
+               "tokens in %.3f s (%.1f tok/s)\n",
+               loaded->load_seconds, tokens.size(), t_prompt, tokens.size() / t_prompt,
+               generated.size(), t_gen,
+               generated.size() > 1 ? (generated.size() - 1) / t_gen : 0.0);
+  return 0;
+}
+
+}  // namespace pagoda::cli

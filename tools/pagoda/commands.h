@@ -1,0 +1,14 @@
+// The subcommands of the pagoda executable; argv[0] is the subcommand's name.
+#pragma once
+
+namespace pagoda::cli {
+
+int cmd_run(int argc, char** argv);
+int cmd_logits(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
+int cmd_mkmodel(int argc, char** argv);
+int cmd_info(int argc, char** argv);
+
+}  // namespace pagoda::cli

@@ -1,0 +1,77 @@
+#include "common.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+namespace pagoda::cli {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Result<Loaded> load(const std::string& path, bool want_model, bool want_tokenizer) {
+  const double t0 = now_seconds();
+  Loaded l;
+  PAGODA_ASSIGN_OR_RETURN(l.file, GgufFile::open(path));
+  if (want_tokenizer) {
+    auto tok = Tokenizer::from_gguf(*l.file);
+    if (!tok) return tok.status().with_context("loading the tokenizer of '" + path + "'");
+    l.tokenizer = std::move(tok).value();
+  }
+  if (want_model) {
+    auto m = Model::load(*l.file);
+    if (!m) return m.status().with_context("loading the model '" + path + "'");
+    l.model = std::move(m).value();
+  }
+  l.load_seconds = now_seconds() - t0;
+  return l;
+}
+
+Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
+  std::vector<int32_t> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == ' ' || s[i] == ',' || s[i] == '\n' || s[i] == '\t')) ++i;
+    if (i >= s.size()) break;
+    char* end = nullptr;
+    const long v = std::strtol(s.c_str() + i, &end, 10);
+    if (end == s.c_str() + i || v < 0 || v > INT32_MAX)
+      return invalid_argument("bad token list near '" + s.substr(i, 16) + "'");
+    out.push_back(static_cast<int32_t>(v));
+    i = static_cast<size_t>(end - s.c_str());
+  }
+  return out;
+}
+
+std::string Utf8Stream::push(const std::string& bytes) {
+  pending_ += bytes;
+  // Find the end of the last complete character.
+  size_t n = pending_.size();
+  size_t back = 0;
+  while (back < 4 && back < n &&
+         (static_cast<unsigned char>(pending_[n - 1 - back]) & 0xC0) == 0x80)
+    ++back;
+  size_t cut = n;
+  if (back < n) {
+    const auto lead = static_cast<unsigned char>(pending_[n - 1 - back]);
+    const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (need > back + 1) cut = n - 1 - back;  // incomplete: hold it back
+  }
+  std::string out = pending_.substr(0, cut);
+  pending_.erase(0, cut);
+  return out;
+}
+
+std::string Utf8Stream::flush() {
+  std::string out;
+  out.swap(pending_);
+  return out;
+}
+
+int fail(const std::string& command, const Status& s) {
+  std::fprintf(stderr, "pagoda %s: error: %s\n", command.c_str(), s.message().c_str());
+  return 1;
+}
+
+}  // namespace pagoda::cli

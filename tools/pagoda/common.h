@@ -1,0 +1,44 @@
+// Pieces the subcommands share: loading a model file with its tokenizer, prompt
+// tokenization, and printing generated text safely.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::cli {
+
+struct Loaded {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Model> model;          // null when only the vocabulary was asked for
+  std::unique_ptr<Tokenizer> tokenizer;  // null when not asked for
+  double load_seconds = 0;
+};
+
+Result<Loaded> load(const std::string& path, bool want_model, bool want_tokenizer);
+
+// "1 2 3" or "1,2,3" to ids.
+Result<std::vector<int32_t>> parse_token_list(const std::string& s);
+
+// Collects token bytes and releases only whole UTF-8 characters, so a character split
+// across tokens is never printed in halves.
+class Utf8Stream {
+ public:
+  std::string push(const std::string& bytes);
+  std::string flush();
+
+ private:
+  std::string pending_;
+};
+
+// Prints a Status for a subcommand and returns the exit code to use.
+int fail(const std::string& command, const Status& s);
+
+double now_seconds();
+
+}  // namespace pagoda::cli
