@@ -4,11 +4,19 @@
 // real decode step streams every weight from memory; prefill reuses one copy.
 //
 //   bench_matmul [--types q4_0,f16,...] [--threads 1,2] [--tokens 1,512] [--reps N] [--isa avx2]
+//                [--clock cpu] [--reject off]
+// Samples taken while other processes used more than 2% of a CPU are retaken (up to 40
+// times per row, counted in the rej column); --reject off keeps them.
+// --clock cpu times single-threaded runs by the thread's CPU time, which ignores time the
+// thread spends descheduled when other work shares the machine (not valid for --threads 2).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <random>
@@ -48,8 +56,57 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+bool g_cpu_clock = false;
+bool g_reject = true;
+int g_max_rejects = 40;
+
+struct CpuTicks {
+  long long machine_busy = 0;  // all CPUs, in clock ticks
+  long long self = 0;          // this process
+};
+
+// CPU time used by the whole machine and by this process, from /proc (Linux).
+CpuTicks cpu_ticks() {
+  CpuTicks t;
+  if (FILE* f = std::fopen("/proc/stat", "r")) {
+    long long v[8] = {};
+    if (std::fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) == 8)
+      t.machine_busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // all but idle and iowait
+    std::fclose(f);
+  }
+  if (FILE* f = std::fopen("/proc/self/stat", "r")) {
+    char buf[1024];
+    const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = 0;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    if (const char* p = std::strrchr(buf, ')')) {
+      long long utime = 0, stime = 0;
+      if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lld %lld", &utime,
+                      &stime) == 2)
+        t.self = utime + stime;
+    }
+    std::fclose(f);
+  }
+  return t;
+}
+
 double now_s() {
+  if (g_cpu_clock) {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Other work on the machine skews timings: print the load next to the numbers.
+std::string load_average() {
+  double l[3] = {0, 0, 0};
+  if (getloadavg(l, 3) != 3) return "load average unknown";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "load average %.2f %.2f %.2f", l[0], l[1], l[2]);
+  return buf;
 }
 
 double median(std::vector<double> v) {
@@ -77,12 +134,15 @@ int main(int argc, char** argv) {
       for (auto& s : split(v)) tokens.push_back(std::atoll(s.c_str()));
     }
     if (k == "--reps") reps = std::atoi(v.c_str());
+    if (k == "--clock") g_cpu_clock = v == "cpu";
+    if (k == "--reject") g_reject = v != "off";
     if (k == "--isa") {
       if (v == "generic") pagoda::cpu::set_isa_override(pagoda::cpu::Isa::kGeneric);
       if (v == "avx2") pagoda::cpu::set_isa_override(pagoda::cpu::Isa::kAvx2);
     }
   }
-  std::printf("isa %s\n", std::string(pagoda::cpu::isa_name(pagoda::cpu::best_isa())).c_str());
+  std::printf("isa %s, %s\n", std::string(pagoda::cpu::isa_name(pagoda::cpu::best_isa())).c_str(),
+              load_average().c_str());
   std::printf("%-5s %-8s %6s %6s %4s %3s %10s %9s %8s\n", "type", "shape", "rows", "cols", "tok",
               "thr", "time_us", "GMAC/s", "GB/s");
   std::mt19937 rng(42);
@@ -121,7 +181,8 @@ int main(int argc, char** argv) {
           pagoda::ThreadPool pool(th);
           MatmulScratch scratch;
           const double macs = static_cast<double>(sh.rows) * sh.cols * n;
-          // Each sample runs at least ~30 ms of calls.
+          // Each sample runs at least ~100 ms of calls (the CPU accounting below counts
+          // in 10 ms ticks).
           size_t calls = 1, ci = 0;
           auto call = [&] {
             pagoda::cpu::matmul(ws[ci], x.data(), n, sh.cols, y.data(), sh.rows, pool, scratch);
@@ -131,18 +192,31 @@ int main(int argc, char** argv) {
           const double t0 = now_s();
           call();
           const double one = std::max(1e-7, now_s() - t0);
-          calls = std::max<size_t>(1, static_cast<size_t>(0.03 / one));
+          calls = std::max<size_t>(1, static_cast<size_t>(0.1 / one));
           std::vector<double> samples;
-          for (int r = 0; r < reps; ++r) {
+          int rejected = 0;
+          while (static_cast<int>(samples.size()) < reps) {
+            const CpuTicks c0 = cpu_ticks();
             const double s0 = now_s();
             for (size_t c = 0; c < calls; ++c) call();
-            samples.push_back((now_s() - s0) / static_cast<double>(calls));
+            const double s1 = now_s();
+            const CpuTicks c1 = cpu_ticks();
+            // Reject samples during which other processes used more than a tick and 2% of one CPU
+            // (the threads' spin-waits turn stolen cores into millisecond stalls).
+            const double foreign =
+                static_cast<double>((c1.machine_busy - c0.machine_busy) - (c1.self - c0.self)) /
+                static_cast<double>(sysconf(_SC_CLK_TCK));
+            if (g_reject && foreign > 0.02 * (s1 - s0) + 0.011 && rejected < g_max_rejects) {
+              ++rejected;
+              continue;
+            }
+            samples.push_back((s1 - s0) / static_cast<double>(calls));
           }
           const double sec = median(samples);
-          std::printf("%-5s %-8s %6lld %6lld %4lld %3d %10.1f %9.1f %8.1f\n", tname.c_str(),
+          std::printf("%-5s %-8s %6lld %6lld %4lld %3d %10.1f %9.1f %8.1f %5d\n", tname.c_str(),
                       sh.name, static_cast<long long>(sh.rows), static_cast<long long>(sh.cols),
                       static_cast<long long>(n), th, sec * 1e6, macs / sec * 1e-9,
-                      static_cast<double>(wbytes) / sec * 1e-9);
+                      static_cast<double>(wbytes) / sec * 1e-9, rejected);
           std::fflush(stdout);
           // Per token of a model step: prefill computes logits for the last token only.
           const double per_token =

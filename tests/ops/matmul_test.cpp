@@ -17,6 +17,7 @@
 
 #include "backend/cpu/gemm_kernels.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_ref.h"
 #include "core/thread_pool.h"
@@ -284,7 +285,8 @@ TEST_P(MatmulTest, ActivationConversionIsBitExact) {
             uint16_t* w16 = reinterpret_cast<uint16_t*>(want.data());
             for (int i = 0; i < n; ++i)
               for (int64_t c = 0; c < (cols + 1) / 2 * 2; ++c)
-                w16[(c / 2 * g + i) * 2 + c % 2] = c < cols ? f32_to_bf16(x[i * xs + c]) : 0;
+                w16[chunked_index(c / 2, i, g) * 2 + c % 2] =
+                    c < cols ? f32_to_bf16(x[i * xs + c]) : 0;
           } else {
             const FloatRound r = t == DType::kF16    ? FloatRound::kF16
                                  : t == DType::kBF16 ? FloatRound::kBF16
@@ -294,8 +296,11 @@ TEST_P(MatmulTest, ActivationConversionIsBitExact) {
           return want;
         };
         const auto want0 = expected(0x00), want1 = expected(0xFF);
-        std::vector<uint8_t> got(bytes, 0x55);
-        k->convert(x.data(), xs, n, cols, got.data());
+        // Converters may use aligned stores: matmul's scratch is 64-byte aligned.
+        AlignedBytes got_buf = aligned_bytes(bytes);
+        uint8_t* got = got_buf.get();
+        std::memset(got, 0x55, bytes);
+        k->convert(x.data(), xs, n, cols, got);
         size_t mismatches = 0, first = 0;
         for (size_t i = 0; i < bytes; ++i) {
           if (want0[i] == want1[i] && got[i] != want0[i] && mismatches++ == 0) first = i;
@@ -316,6 +321,26 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
                                            DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
                                            DType::kQ6_K),
                          type_name);
+
+// Once a scratch has served a shape, the same call must not touch the allocator again
+// (the buffer, and so its address, stays put).
+TEST(Matmul, SteadyStateReusesScratch) {
+  std::mt19937 rng(8);
+  const int64_t rows = 64, cols = 256;
+  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kF16}) {
+    const auto wbytes = make_weights(rng, t, rows, cols, false);
+    auto w = WeightMatrix::from_gguf(t, wbytes.data(), rows, cols);
+    ASSERT_TRUE(w.is_ok());
+    MatmulScratch scratch;
+    const auto x = testing::random_floats(rng, static_cast<size_t>(cols * 40));
+    std::vector<float> y(static_cast<size_t>(rows * 40));
+    matmul(*w, x.data(), 40, cols, y.data(), rows, pool(2), scratch);
+    const uint8_t* before = scratch.get(1);
+    for (int64_t n : {40, 1, 17, 40})
+      matmul(*w, x.data(), n, cols, y.data(), rows, pool(2), scratch);
+    EXPECT_EQ(scratch.get(1), before) << dtype_name(t);
+  }
+}
 
 TEST(Matmul, RejectsBadShapesAndTypes) {
   std::vector<uint8_t> w(1024);

@@ -57,14 +57,14 @@ void convert_q8k_scalar(const float* x, int64_t x_stride, int n, int64_t cols, i
 void convert_f32_scalar(const float* x, int64_t x_stride, int n, int64_t cols, int g, FloatRound r,
                         uint8_t* dst) {
   float* out = reinterpret_cast<float*>(dst);
-  const int64_t k = r == FloatRound::kBF16 ? (cols + 1) / 2 * 2 : cols;
+  const int64_t k = (cols + kFloatChunk - 1) / kFloatChunk * kFloatChunk;
   for (int t = 0; t < n; ++t) {
     const float* xt = x + t * x_stride;
     for (int64_t c = 0; c < k; ++c) {
       float v = c < cols ? xt[c] : 0.0f;
       if (r == FloatRound::kF16) v = fp16_to_f32(f32_to_fp16(v));
       if (r == FloatRound::kBF16) v = bf16_to_f32(f32_to_bf16(v));
-      out[c * g + t] = v;
+      out[chunked_index(c, t, g)] = v;
     }
   }
 }

@@ -10,28 +10,18 @@ namespace {
 
 constexpr int kG = 16;
 
-// [k][G] f32 activations, optionally rounded through f16 (F16 weights see f16 values,
-// as in llama.cpp); tokens past n are zero.
+// Chunked [k/16][G][16] f32 activations (gemm_kernels.h), optionally rounded through f16
+// (F16 weights see f16 values, as in llama.cpp).
 template <bool kRoundF16>
 void convert_f32(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
   float* out = reinterpret_cast<float*>(dst);
-  // Transpose 16 columns x n tokens at a time through a small buffer: rows of x are
-  // read contiguously, out is written contiguously.
-  alignas(64) float buf[kG][16];
-  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-    const int w = static_cast<int>(std::min<int64_t>(16, cols - c0));
+  for (int64_t c0 = 0; c0 < cols; c0 += kFloatChunk) {
+    const int64_t w = std::min<int64_t>(kFloatChunk, cols - c0);
     const __mmask16 m = static_cast<__mmask16>((1u << w) - 1);
-    for (int t = 0; t < kG; ++t) {
-      __m512 v = t < n ? _mm512_maskz_loadu_ps(m, x + t * x_stride + c0) : _mm512_setzero_ps();
+    for (int t = 0; t < n; ++t) {
+      __m512 v = _mm512_maskz_loadu_ps(m, x + t * x_stride + c0);
       if constexpr (kRoundF16) v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-      _mm512_store_ps(buf[t], v);
-    }
-    for (int c = 0; c < w; ++c) {
-      const __m512i idx = _mm512_add_epi32(
-          _mm512_set1_epi32(c),
-          _mm512_mullo_epi32(_mm512_set1_epi32(16), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-                                                                     7, 6, 5, 4, 3, 2, 1, 0)));
-      _mm512_storeu_ps(out + (c0 + c) * kG, _mm512_i32gather_ps(idx, &buf[0][0], 4));
+      _mm512_store_ps(out + chunked_index(c0, t, kG), v);
     }
   }
 }
@@ -47,49 +37,35 @@ inline __m512i to_bf16_bits(__m512 v) {
   return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(64));
 }
 
-// [k/2][G] pairs of bf16 (column 2p in the low half); tokens past n and an odd last
-// column are zero.
+// The chunked layout over column pairs: a u32 holds bf16 of columns 2p (low half) and
+// 2p + 1; an odd last column pairs with zero.
 void convert_bf16(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
   uint32_t* out = reinterpret_cast<uint32_t*>(dst);
+  // Result half i (0..31) = column i: the low half of lane i of a (i < 16) or b.
+  const __m512i interleave =
+      _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
+                       24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const int64_t pairs = (cols + 1) / 2;
-  alignas(64) uint32_t buf[kG][16];
-  for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
-    const int w = static_cast<int>(std::min<int64_t>(16, pairs - p0));
+  for (int64_t p0 = 0; p0 < pairs; p0 += kFloatChunk) {
     const int64_t c0 = 2 * p0;
     const int64_t wc = std::min<int64_t>(32, cols - c0);
     const __mmask16 m_lo = static_cast<__mmask16>(wc >= 16 ? 0xFFFF : (1u << wc) - 1);
     const __mmask16 m_hi = static_cast<__mmask16>(wc >= 32   ? 0xFFFF
                                                   : wc <= 16 ? 0
                                                              : (1u << (wc - 16)) - 1);
-    for (int t = 0; t < kG; ++t) {
-      __m512i packed = _mm512_setzero_si512();
-      if (t < n) {
-        const float* xt = x + t * x_stride + c0;
-        const __m512i a = to_bf16_bits(_mm512_maskz_loadu_ps(m_lo, xt));
-        const __m512i b = to_bf16_bits(_mm512_maskz_loadu_ps(m_hi, xt + 16));
-        // 32 halves in column order, then pair them up as u32 (low half = even column).
-        const __m512i h = _mm512_permutex2var_epi16(
-            a,
-            _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28,
-                             26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0),
-            b);
-        packed = h;
-      }
-      _mm512_store_si512(buf[t], packed);
-    }
-    for (int c = 0; c < w; ++c) {
-      const __m512i idx = _mm512_add_epi32(
-          _mm512_set1_epi32(c),
-          _mm512_mullo_epi32(_mm512_set1_epi32(16), _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-                                                                     7, 6, 5, 4, 3, 2, 1, 0)));
-      _mm512_storeu_si512(out + (p0 + c) * kG, _mm512_i32gather_epi32(idx, &buf[0][0], 4));
+    for (int t = 0; t < n; ++t) {
+      const float* xt = x + t * x_stride + c0;
+      const __m512i a = to_bf16_bits(_mm512_maskz_loadu_ps(m_lo, xt));
+      const __m512i b = to_bf16_bits(_mm512_maskz_loadu_ps(m_hi, xt + 16));
+      _mm512_store_si512(out + chunked_index(p0, t, kG),
+                         _mm512_permutex2var_epi16(a, interleave, b));
     }
   }
 }
 
 template <DType kType, int T>
 inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                        int64_t y_stride, int rows) {
+                        int64_t y_stride, int rows, const uint8_t* pf_end) {
   // A column (pair) per step; with few tokens, U steps run in flight on separate
   // accumulators to cover the FMA latency.
   constexpr int U = T >= 4 ? 1 : T == 1 ? 4 : 2;
@@ -100,20 +76,24 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* a
     for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
   auto step = [&](int64_t b, int u) {
     const uint8_t* qb = q + b * kStepBytes;
-    const uint8_t* xb = act + b * kG * 4;
+    const uint8_t* xb = act + chunked_index(b, 0, kG) * 4;
     if constexpr (kType == DType::kBF16) {
       const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_load_si512(qb));
       for (int t = 0; t < T; ++t)
         acc[u][t] =
-            _mm512_dpbf16_ps(acc[u][t], wv, reinterpret_cast<__m512bh>(bcast32(xb + 4 * t)));
+            _mm512_dpbf16_ps(acc[u][t], wv, reinterpret_cast<__m512bh>(bcast32(xb + 64 * t)));
     } else {
       const __m512 wv = kType == DType::kF16 ? load_f16x16(qb)
                                              : _mm512_load_ps(reinterpret_cast<const float*>(qb));
-      for (int t = 0; t < T; ++t) acc[u][t] = _mm512_fmadd_ps(wv, bcast_f32(xb + 4 * t), acc[u][t]);
+      for (int t = 0; t < T; ++t)
+        acc[u][t] = _mm512_fmadd_ps(wv, bcast_f32(xb + 64 * t), acc[u][t]);
     }
   };
   int64_t b = 0;
-  for (; b + U <= w.nb; b += U) unroll<U>([&](auto u) { step(b + u, u); });
+  for (; b + U <= w.nb; b += U) {
+    if constexpr (T <= 4) prefetch(q + b * kStepBytes + kPrefetchBytes, U * kStepBytes, pf_end);
+    unroll<U>([&](auto u) { step(b + u, u); });
+  }
   for (; b < w.nb; ++b) step(b, 0);
   for (int t = 0; t < T; ++t) {
     __m512 s = acc[0][t];
@@ -124,17 +104,18 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* a
 
 template <DType kType>
 void float_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
-  for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
-                    [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows) {
-                      float_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows);
-                    });
+  for_each_tile<kG>(
+      a, rg0, rg1, tg0, tg1,
+      [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
+        float_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows, end);
+      });
 }
 
 size_t f32_bytes(int64_t k) {
-  return round_up64(static_cast<size_t>(k) * kG * 4);
+  return chunked_bytes(k, kG);
 }
 size_t bf16_bytes(int64_t k) {
-  return round_up64(static_cast<size_t>((k + 1) / 2) * kG * 4);
+  return chunked_bytes((k + 1) / 2, kG);
 }
 
 constexpr GemmKernel kF32{kG, f32_bytes, convert_f32<false>, float_tile<DType::kF32>};

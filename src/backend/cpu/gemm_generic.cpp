@@ -174,9 +174,10 @@ void tile_float(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_
                       wv[i] = bf16_to_f32(h);
                     }
                   }
-                  const float* xk = x + (b * (kType == DType::kBF16 ? 2 : 1) + p) * kG;
+                  const int64_t c = b * (kType == DType::kBF16 ? 2 : 1) + p;
                   for (int t = 0; t < n; ++t)
-                    for (int i = 0; i < kRowGroup; ++i) acc[t][i] += wv[i] * xk[t];
+                    for (int i = 0; i < kRowGroup; ++i)
+                      acc[t][i] += wv[i] * x[chunked_index(c, t, kG)];
                 }
               }
             });
@@ -189,7 +190,7 @@ size_t q8k_bytes(int64_t k) {
   return Q8KActLayout{k / kQKK, kG}.bytes();
 }
 size_t f32_bytes(int64_t k) {
-  return round_up64(static_cast<size_t>(k) * kG * 4);
+  return chunked_bytes(k, kG);
 }
 
 void conv_q4_0(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {

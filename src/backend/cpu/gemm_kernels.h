@@ -14,9 +14,11 @@
 //     qs [ns][G][256] i8, d [ns][G] f32, bsum32 [ns][G][8] i16 (sums of q per 32, for
 //     the mins of Q4_K/Q5_K), corr16 [ns][G][16] i32 (-32 * sums per 16, for Q6_K's
 //     offset)
-//   F32, F16: [k][G] f32 (for F16 weights each value rounded to f16 first)
-//   BF16: avx512 [k/2][G] bf16 pairs (vdpbf16ps operands); otherwise [k][G] f32 rounded
-//   to bf16
+//   F32, F16: [k/16][G][16] f32, column c of token t at ((c/16)*G + t)*16 + c%16 (for F16
+//     weights each value rounded to f16 first); chunks of 16 keep one token's columns
+//     together, so a one-token product reads one cache line per 16 columns, not per column
+//   BF16: avx512 the same over column pairs, [k/32][G][16] u32 of two bf16 (vdpbf16ps
+//     operands); otherwise as F32 with values rounded to bf16
 #pragma once
 
 #include <cstddef>
@@ -77,6 +79,16 @@ void convert_f32_scalar(const float* x, int64_t x_stride, int n, int64_t cols, i
 
 inline size_t round_up64(size_t n) {
   return (n + 63) / 64 * 64;
+}
+
+constexpr int kFloatChunk = 16;
+// Bytes of a [k/16][G][16] group of 4-byte elements.
+inline size_t chunked_bytes(int64_t k, int g) {
+  return static_cast<size_t>((k + kFloatChunk - 1) / kFloatChunk) * g * kFloatChunk * 4;
+}
+// Element index of column c, token t in that layout.
+inline int64_t chunked_index(int64_t c, int t, int g) {
+  return (c / kFloatChunk * g + t) * kFloatChunk + c % kFloatChunk;
 }
 
 struct Q8ActLayout {

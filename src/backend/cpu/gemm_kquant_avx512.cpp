@@ -77,7 +77,7 @@ inline __m512i move_bits(__m512i v, __m512i mask) {
 
 template <DType kType, int T>
 inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                     int64_t y_stride, int rows) {
+                     int64_t y_stride, int rows, const uint8_t* pf_end) {
   const Q8KActLayout lay{w.nb, kG};
   constexpr int kSubBytes = kType == DType::kQ4_K ? 256 : 320;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -92,6 +92,7 @@ inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       const uint8_t* qj = q + j * kSubBytes;
+      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, kSubBytes + 40, pf_end);
       __m512i ia[T];
       for (int t = 0; t < T; ++t) ia[t] = _mm512_setzero_si512();
       unroll<4>([&](auto m) {
@@ -134,7 +135,7 @@ inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
 
 template <int T>
 inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                      int64_t y_stride, int rows) {
+                      int64_t y_stride, int rows, const uint8_t* pf_end) {
   const Q8KActLayout lay{w.nb, kG};
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i m30 = _mm512_set1_epi8(0x30);
@@ -148,6 +149,7 @@ inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       const uint8_t* qj = q + 384 * j;
+      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, 384 + 40, pf_end);
       // Two 16-column sub-blocks: steps 0..3 (low nibbles, top bits in the first 64 B)
       // and steps 4..7 (high nibbles, top bits in the second 64 B).
       unroll<2>([&](auto half) {
@@ -180,14 +182,15 @@ inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
 
 template <DType kType>
 void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
-  for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
-                    [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows) {
-                      if constexpr (kType == DType::kQ6_K) {
-                        q6k_micro<T>(*a.w, g, act, y, a.y_stride, rows);
-                      } else {
-                        k4_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows);
-                      }
-                    });
+  for_each_tile<kG>(
+      a, rg0, rg1, tg0, tg1,
+      [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
+        if constexpr (kType == DType::kQ6_K) {
+          q6k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
+        } else {
+          k4_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows, end);
+        }
+      });
 }
 
 size_t q8k_bytes(int64_t k) {

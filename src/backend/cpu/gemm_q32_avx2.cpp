@@ -1,9 +1,155 @@
-#include "backend/cpu/gemm_kernels.h"
+// AVX2 kernels for Q4_0, Q4_1, Q8_0 against Q8 activations. Without VNNI the byte dot is
+// vpmaddubsw (u8 x s8 -> saturating s16 pairs) then vpmaddwd by ones. Nibbles (<= 15)
+// times int8 stay far from saturation, so all 8 steps of a block are summed in s16
+// first; Q8_0 weights use the sign trick (|w| x sign(x, w)) and widen every step.
+#include "backend/cpu/simd_avx2.h"
 
 namespace pagoda::cpu {
+namespace avx2 {
+namespace {
+
+constexpr int kG = 4;
+
+// Rounding of llama.cpp's x86 activation quantizer (quant_ref.h, quantize_block_q8_act):
+// nearest, ties to even, which cvtps2dq does in the default rounding mode.
+inline __m256i round_act_epi32(__m256 v) { return _mm256_cvtps_epi32(v); }
+
+template <Q8Aux kAux>
+void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
+  const Q8ActLayout lay{cols / kQK, kG};
+  for (int t = 0; t < n; ++t) {
+    const float* xt = x + t * x_stride;
+    for (int64_t b = 0; b < lay.nb; ++b) {
+      __m256 v[4];
+      __m256 amax_v = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(xt + b * kQK + 8 * i);
+        amax_v = _mm256_max_ps(amax_v, abs_ps(v[i]));
+      }
+      const float amax = hmax(amax_v);
+      const float d = amax / 127.0f;
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i)
+        q[i] = round_act_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + lay.qs(b, t)),
+                          pack_i8(q[0], q[1], q[2], q[3]));
+      const int sum =
+          hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+      const float dh = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+      std::memcpy(dst + lay.d(b, t), &dh, 4);
+      if constexpr (kAux == Q8Aux::kS) {
+        const float s =
+            _cvtsh_ss(_cvtss_sh(static_cast<float>(sum) * d, _MM_FROUND_TO_NEAREST_INT));
+        std::memcpy(dst + lay.aux(b, t), &s, 4);
+      } else {
+        const int32_t c = sum * (kAux == Q8Aux::kSumTimesMinus8 ? -8 : -128);
+        std::memcpy(dst + lay.aux(b, t), &c, 4);
+      }
+    }
+  }
+}
+
+template <DType kType, int T>
+inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows) {
+  const Q8ActLayout lay{w.nb, kG};
+  constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : 256;
+  constexpr int kScaleBytes = kType == DType::kQ4_1 ? 64 : 32;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* qb = w.quants(g, 0) + 32 * h;
+  const uint8_t* sb = w.scales(g, 0) + 16 * h;
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < w.nb; ++b) {
+    if constexpr (T <= 2) {
+      if (h == 0)
+        prefetch(w.quants(g, 0) + kPrefetchBytes + b * (kQuantBytes + kScaleBytes),
+                 kQuantBytes + kScaleBytes);
+    }
+    const uint8_t* q = qb + b * kQuantBytes;
+    const uint8_t* s = sb + b * kScaleBytes;
+    const uint8_t* xq = act + lay.qs(b, 0);
+    const uint8_t* aux = act + lay.aux(b, 0);
+    __m256i dot[T];
+    if constexpr (kType == DType::kQ8_0) {
+      // The dot is signed here, so the -128 * sum correction is not needed.
+      for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
+      unroll<8>([&](auto st) {
+        const __m256i ws =
+            _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * st)),
+                             _mm256_set1_epi8(static_cast<char>(0x80)));
+        const __m256i wa = _mm256_abs_epi8(ws);
+        for (int t = 0; t < T; ++t) {
+          const __m256i p =
+              _mm256_maddubs_epi16(wa, _mm256_sign_epi8(bcast32(xq + 32 * t + 4 * st), ws));
+          dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(p, ones));
+        }
+      });
+    } else {
+      __m256i a16[T];
+      for (int t = 0; t < T; ++t) a16[t] = _mm256_setzero_si256();
+      unroll<4>([&](auto m) {
+        const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * m));
+        const __m256i lo = _mm256_and_si256(raw, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        for (int t = 0; t < T; ++t) {
+          a16[t] = _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(lo, bcast32(xq + 32 * t + 4 * m)));
+          a16[t] =
+              _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(hi, bcast32(xq + 32 * t + 16 + 4 * m)));
+        }
+      });
+      for (int t = 0; t < T; ++t) {
+        dot[t] = _mm256_madd_epi16(a16[t], ones);
+        if constexpr (kType == DType::kQ4_0)
+          dot[t] = _mm256_add_epi32(dot[t], bcast32(aux + 4 * t));
+      }
+    }
+    const __m256 dw = load_f16x8(s);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]),
+                               _mm256_mul_ps(dw, bcast_f32(act + lay.d(b, t))), acc[t]);
+    if constexpr (kType == DType::kQ4_1) {
+      const __m256 mw = load_f16x8(s + 32);
+      for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mw, bcast_f32(aux + 4 * t), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
+template <DType kType>
+void q32_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
+                    [&]<int T>(int64_t g, int h, const uint8_t* act, float* y, int rows) {
+                      q32_micro<kType, T>(*a.w, g, h, act, y, a.y_stride, rows);
+                    });
+}
+
+size_t q8_bytes(int64_t k) {
+  return Q8ActLayout{k / kQK, kG}.bytes();
+}
+
+constexpr GemmKernel kQ4_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
+                           q32_tile<DType::kQ4_0>};
+constexpr GemmKernel kQ4_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ4_1>};
+constexpr GemmKernel kQ8_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus128>,
+                           q32_tile<DType::kQ8_0>};
+
+}  // namespace
+}  // namespace avx2
 
 const GemmKernel* gemm_q32_avx2(DType t) {
-  return nullptr;
+  switch (t) {
+    case DType::kQ4_0:
+      return &avx2::kQ4_0;
+    case DType::kQ4_1:
+      return &avx2::kQ4_1;
+    case DType::kQ8_0:
+      return &avx2::kQ8_0;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace pagoda::cpu

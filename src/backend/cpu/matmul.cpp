@@ -15,9 +15,10 @@ namespace {
 // Below this many activation elements a parallel conversion costs more than it saves.
 constexpr int64_t kParallelConvertElems = 16384;
 
-// Tiles handed out dynamically: enough of them that a core slowed by a neighbour does
-// not hold the other back, few enough that the counter is not contended.
-constexpr int64_t kTasksPerThread = 8;
+// One-token products are split into about this many tiles per thread: enough that a
+// core slowed by a neighbour does not hold the other back, few enough that each tile
+// is a long sequential stream for the prefetcher.
+constexpr int64_t kTasksPerThread = 4;
 // Prefill tiles span about this many tokens, so a tile's weights are reused from L1/L2
 // across its token groups.
 constexpr int64_t kTileTokens = 64;
@@ -26,6 +27,7 @@ constexpr int64_t kTileRowGroups = 4;
 struct Job {
   const GemmKernel* kern;
   GemmArgs args;
+  uint8_t* act;  // args.act, writable
   const float* x;
   int64_t x_stride;
   int64_t cols;
@@ -45,7 +47,7 @@ struct Job {
     const int64_t t0 = i * g;
     kern->convert(x + t0 * x_stride, x_stride,
                   static_cast<int>(std::min<int64_t>(g, args.n_tokens - t0)), cols,
-                  const_cast<uint8_t*>(args.act) + static_cast<size_t>(i) * args.act_group_bytes);
+                  act + static_cast<size_t>(i) * args.act_group_bytes);
   }
   void multiply_all() {
     const int64_t n = n_rt * n_tt;
@@ -102,7 +104,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   job.cols = wi.cols;
   job.args.w = &wi;
   job.args.act_group_bytes = job.kern->act_group_bytes(wi.k);
-  job.args.act = scratch.get(job.args.act_group_bytes * static_cast<size_t>(job.n_groups));
+  job.act = scratch.get(job.args.act_group_bytes * static_cast<size_t>(job.n_groups));
+  job.args.act = job.act;
   job.args.n_tokens = n_tokens;
   job.args.y = y;
   job.args.y_stride = y_stride;
@@ -117,7 +120,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
   const int64_t rg = wi.row_groups;
   if (job.n_groups == 1) {
     job.tc = 1;
-    job.rc = std::max<int64_t>(1, rg / (kTasksPerThread * threads));
+    const int64_t tasks = kTasksPerThread * threads;
+    job.rc = std::max<int64_t>(1, (rg + tasks - 1) / tasks);
   } else {
     job.tc = std::clamp<int64_t>(kTileTokens / g, 1, job.n_groups);
     job.rc = std::min<int64_t>(kTileRowGroups, rg);

@@ -49,10 +49,11 @@ struct PackedFormat {
 const PackedFormat* packed_format(DType t);
 
 struct AlignedFree {
+  size_t align = 64;
   void operator()(uint8_t* p) const;
 };
 using AlignedBytes = std::unique_ptr<uint8_t[], AlignedFree>;
-// 64-byte aligned, zero-filled.
+// 64-byte aligned (2 MB pages for 2 MB and up), zero-filled.
 AlignedBytes aligned_bytes(size_t n);
 
 struct WeightMatrix::Impl {
