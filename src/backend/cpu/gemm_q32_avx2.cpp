@@ -10,9 +10,9 @@ namespace {
 
 constexpr int kG = 4;
 
-// Activation quantization follows llama.cpp's x86 backend (quantize_block_q8_act):
-// d = amax / 127, q = x * (127 / amax) rounded to nearest even (cvtps2dq under the
-// default MXCSR).
+// Rounding of llama.cpp's x86 activation quantizer (quant_ref.h, quantize_block_q8_act):
+// nearest, ties to even, which cvtps2dq does in the default rounding mode.
+inline __m256i round_act_epi32(__m256 v) { return _mm256_cvtps_epi32(v); }
 
 template <Q8Aux kAux>
 void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
@@ -31,7 +31,7 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
       const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
       __m256i q[4];
       for (int i = 0; i < 4; ++i)
-        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+        q[i] = round_act_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + lay.qs(b, t)),
                           pack_i8(q[0], q[1], q[2], q[3]));
       const int sum =

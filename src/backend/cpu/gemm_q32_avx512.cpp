@@ -11,6 +11,10 @@ namespace {
 
 constexpr int kG = 12;  // T int + T float accumulators + weights fit the 32 registers
 
+// Rounding of llama.cpp's x86 activation quantizer (quant_ref.h, quantize_block_q8_act):
+// nearest, ties to even, which cvtps2dq does in the default rounding mode.
+inline __m512i round_act_epi32(__m512 v) { return _mm512_cvtps_epi32(v); }
+
 // Index vectors for reduce16: level with output segment size S folds segments of 2S.
 struct FoldIndex {
   alignas(64) int32_t lo[16];
@@ -46,10 +50,8 @@ inline V reduce16(V* v, Op op) {
   return v[0];
 }
 
-// Activation quantization follows llama.cpp's x86 backend (quantize_block_q8_act):
-// d = amax / 127, q = x * (127 / amax) rounded to nearest even, which is what cvtps2dq
-// does under the default MXCSR.
-
+// Q8_0/Q8_1 quantization of each token, 16 blocks at a time so the per-block maxima,
+// scales and sums are computed across blocks in vector lanes.
 // One block on its own (the blocks left over after batches of 16).
 template <Q8Aux kAux>
 inline void convert_q8_block(const float* xb, const Q8ActLayout& lay, int64_t b, int t,
@@ -58,8 +60,8 @@ inline void convert_q8_block(const float* xb, const Q8ActLayout& lay, int64_t b,
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
   const float d = amax / 127.0f;
   const __m512 vid = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-  const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
-  const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+  const __m512i q0 = round_act_epi32(_mm512_mul_ps(v0, vid));
+  const __m512i q1 = round_act_epi32(_mm512_mul_ps(v1, vid));
   uint8_t* qs = dst + lay.qs(b, t);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
@@ -75,8 +77,6 @@ inline void convert_q8_block(const float* xb, const Q8ActLayout& lay, int64_t b,
   }
 }
 
-// Each token 16 blocks at a time, so the per-block maxima, scales and sums are computed
-// across blocks in vector lanes.
 template <Q8Aux kAux>
 void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
   const Q8ActLayout lay{cols / kQK, kG};
@@ -94,14 +94,14 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
       const __m512 amax = reduce16(m, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
       const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
       const __mmask16 nz = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_OQ);
-      alignas(64) float id[16];
+      alignas(64) float id[16];  // 127 / amax, as llama.cpp's x86 quantizer computes it
       _mm512_store_ps(id, _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), amax));
       __m512i sums[16];
       for (int i = 0; i < 16; ++i) {
         const __m512 vid = _mm512_set1_ps(id[i]);
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i), vid));
+        const __m512i q0 = round_act_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i), vid));
         const __m512i q1 =
-            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i + 16), vid));
+            round_act_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i + 16), vid));
         uint8_t* qs = dst + lay.qs(b0 + i, t);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
