@@ -1,5 +1,7 @@
 #include "model/kv_storage.h"
 
+#include <cassert>
+
 namespace pagoda {
 
 KvStorage::KvStorage(const ModelConfig& c, int n_blocks, int block_size)
@@ -9,7 +11,9 @@ KvStorage::KvStorage(const ModelConfig& c, int n_blocks, int block_size)
       head_dim_(c.head_dim),
       layer_elems_(static_cast<size_t>(n_blocks) * block_size * c.n_kv_heads * c.head_dim),
       k_(layer_elems_ * c.n_layers),
-      v_(layer_elems_ * c.n_layers) {}
+      v_(layer_elems_ * c.n_layers) {
+  assert(block_size % cpu::kKvBlockQuantum == 0);
+}
 
 size_t KvStorage::bytes_per_token(const ModelConfig& c) {
   return static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * c.head_dim * sizeof(uint16_t);

@@ -11,17 +11,23 @@
 
 namespace pagoda::cpu {
 
-// One layer's K and V pools.
+// One layer's K and V pools. Within a block, each KV head holds its keys transposed
+// ([head_dim][block_size], so the scores of a query against the block's keys are one
+// multiply-add per dimension across block_size lanes) and its values row-wise
+// ([block_size][head_dim]). block_size must be a multiple of kKvBlockQuantum.
+constexpr int kKvBlockQuantum = 16;
+
 struct KvLayer {
   uint16_t* k = nullptr;  // fp16
   uint16_t* v = nullptr;  // fp16
   int block_size = 16;
   int n_kv_heads = 0;
   int head_dim = 0;
-  size_t block_elems() const { return static_cast<size_t>(n_kv_heads) * block_size * head_dim; }
-  size_t head_offset(int32_t block, int kv_head, int slot) const {
-    return static_cast<size_t>(block) * block_elems() +
-           (static_cast<size_t>(kv_head) * block_size + slot) * head_dim;
+  size_t head_elems() const { return static_cast<size_t>(block_size) * head_dim; }
+  size_t block_elems() const { return static_cast<size_t>(n_kv_heads) * head_elems(); }
+  // Start of a KV head's keys ([d][slot]) or values ([slot][d]) in a block.
+  size_t head_offset(int32_t block, int kv_head) const {
+    return static_cast<size_t>(block) * block_elems() + static_cast<size_t>(kv_head) * head_elems();
   }
 };
 

@@ -1,12 +1,17 @@
-// The attention kernel, written once in plain C++ and compiled per ISA by
-// attention_{generic,avx2,avx512}.cpp (each defines PAGODA_ATTN_NS before including
-// this). The loops are shaped for the compiler's vectoriser: keys of a block are
-// transposed so that scores for a block are one FMA per head dimension across
-// block_size lanes.
+// The attention kernel, written once in C++ with GCC vector extensions and compiled per
+// ISA by attention_{generic,avx2,avx512}.cpp (each defines PAGODA_ATTN_NS before
+// including this), so the same source becomes SSE, AVX2 or AVX-512 code.
 //
-// Work is tiled: a tile is all query heads of one KV head at up to kTileQ positions, so
-// each K/V block is converted from fp16 once and used by every query of the tile. The
-// tile's score rows (tile rows x context) are kept, then normalised, then applied to V.
+// Work is tiled: a tile is every query head of one KV head at up to kTileQ positions,
+// so each K/V block is converted from fp16 once and used by all queries of the tile.
+// The tile's score rows (rows x visible keys) are kept, normalised, then applied to V.
+//
+// The arithmetic follows llama.cpp's CPU attention (without flash attention) operand for
+// operand, because that is the reference our outputs are checked against and the
+// quantized activations downstream amplify any difference: the query and the softmax
+// weights are rounded to fp16 (K and V are fp16 in the cache), products are exact in f32,
+// the scale is applied to the f32 score, and the softmax normaliser is summed in double.
+// GPU attention kernels round the same operands to fp16.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,13 +24,28 @@
 #include "backend/cpu/attention.h"
 #include "core/dtype.h"
 
+// The 64-byte vector type is passed between inline functions of this file only, so the
+// ABI note GCC gives for it in the non-AVX-512 builds does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace pagoda::cpu::PAGODA_ATTN_NS {
 
 namespace {
 
-constexpr int kTileQ = 8;  // query positions per tile
-constexpr int kMaxHeadDim = 256;
-constexpr int kMaxBlock = 64;
+constexpr int kTileQ = 16;  // query positions per tile
+constexpr int kQ = kKvBlockQuantum;
+typedef float V16 __attribute__((vector_size(64), aligned(64)));
+typedef float V16u __attribute__((vector_size(64), aligned(4)));
+
+inline V16 load16(const float* p) {
+  return *reinterpret_cast<const V16u*>(p);
+}
+inline void store16(float* p, V16 v) {
+  *reinterpret_cast<V16u*>(p) = v;
+}
+inline V16 splat(float x) {
+  return V16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+}
 
 inline void f16_to_f32(const uint16_t* src, float* dst, int n) {
   int i = 0;
@@ -55,6 +75,16 @@ inline void f32_to_f16(const float* src, uint16_t* dst, int n) {
   for (; i < n; ++i) dst[i] = f32_to_fp16(src[i]);
 }
 
+// Rounds each value to the nearest fp16 and back.
+inline void round_to_f16(float* x, int n) {
+  uint16_t h[256];
+  for (int i = 0; i < n; i += 256) {
+    const int m = std::min(256, n - i);
+    f32_to_f16(x + i, h, m);
+    f16_to_f32(h, x + i, m);
+  }
+}
+
 // exp(x) for x <= 0 (softmax arguments), ~1 ulp: range reduction by ln2 and a degree-6
 // polynomial, branch-free so the loop vectorises.
 inline float fast_exp(float x) {
@@ -75,102 +105,184 @@ inline float fast_exp(float x) {
   return p * scale;
 }
 
+typedef int32_t V16i __attribute__((vector_size(64), aligned(64)));
+
+// fast_exp on 16 lanes: the same steps, with rounding by the 1.5 * 2^23 trick (exact
+// round-to-nearest-even for |t| < 2^22).
+inline V16 exp16(V16 x) {
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const V16 t = x * 1.44269504088896341f;
+  const V16 n = (t + 12582912.0f) - 12582912.0f;
+  const V16 r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+  V16 p = splat(1.0f / 720);
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const V16i bits = (__builtin_convertvector(n, V16i) + 127) << 23;
+  V16 scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
 // Scratch for one tile, reused across calls on the same thread.
 struct TileScratch {
-  std::vector<float> q, s, acc;
+  std::vector<float> q, s, acc, kt, vb;
 };
 
-// One tile: query rows are (position t in [t0, t1)) x (head h in the KV head's group).
-//
-// The arithmetic follows llama.cpp's CPU attention (without flash attention) operand for
-// operand, because that is the reference our outputs are checked against and the
-// quantized activations downstream amplify any difference: the query and the softmax
-// weights are rounded to fp16 (K and V are fp16 in the cache), products are exact in f32,
-// the scale is applied to the f32 score, and the softmax normaliser is summed in double.
-// GPU attention kernels round the same operands to fp16 too.
+// Scores of `nr` (<= 4) query rows against 16 keys whose transposed f32 values are kt
+// ([d][16]); four independent accumulators keep the FMA pipes busy.
+template <int NR>
+inline void scores16(const float* q, int hd, const float* kt, float* out, int64_t out_stride,
+                     float scale) {
+  V16 acc[NR];
+  for (int i = 0; i < NR; ++i) acc[i] = V16{};
+  for (int d = 0; d < hd; ++d) {
+    const V16 k = load16(kt + d * kQ);
+    for (int i = 0; i < NR; ++i) acc[i] += splat(q[i * hd + d]) * k;
+  }
+  for (int i = 0; i < NR; ++i) store16(out + i * out_stride, acc[i] * scale);
+}
+
+// acc[row][d0 .. d0+16*ND) += sum_j p[row][j] * v[j][same], NR rows at a time, with the
+// NR x ND accumulators held in registers across the keys.
+template <int NR, int ND>
+inline void apply_v_chunk(const float* p, int64_t p_stride, const float* vb, int hd, int d0,
+                          int n_keys, float* acc) {
+  V16 a[NR][ND];
+  for (int i = 0; i < NR; ++i)
+    for (int c = 0; c < ND; ++c) a[i][c] = load16(acc + i * hd + d0 + 16 * c);
+  for (int j = 0; j < n_keys; ++j) {
+    const float* vr = vb + j * hd + d0;
+    V16 v[ND];
+    for (int c = 0; c < ND; ++c) v[c] = load16(vr + 16 * c);
+    for (int i = 0; i < NR; ++i) {
+      const V16 pj = splat(p[i * p_stride + j]);
+      for (int c = 0; c < ND; ++c) a[i][c] += pj * v[c];
+    }
+  }
+  for (int i = 0; i < NR; ++i)
+    for (int c = 0; c < ND; ++c) store16(acc + i * hd + d0 + 16 * c, a[i][c]);
+}
+
+template <int NR>
+inline void apply_v16(const float* p, int64_t p_stride, const float* vb, int hd, int n_keys,
+                      float* acc) {
+  int d0 = 0;
+  for (; d0 + 64 <= hd; d0 += 64) apply_v_chunk<NR, 4>(p, p_stride, vb, hd, d0, n_keys, acc);
+  for (; d0 + 16 <= hd; d0 += 16) apply_v_chunk<NR, 1>(p, p_stride, vb, hd, d0, n_keys, acc);
+  // Head sizes that are not a multiple of 16 (tiny models): the rest, one lane at a time.
+  for (int d = d0; d < hd; ++d)
+    for (int i = 0; i < NR; ++i) {
+      float a = acc[i * hd + d];
+      for (int j = 0; j < n_keys; ++j) a += p[i * p_stride + j] * vb[j * hd + d];
+      acc[i * hd + d] = a;
+    }
+}
+
+// One tile: query rows are (position t in [t0, t1)) x (head in the KV head's group),
+// ordered position-major.
 void attend_tile(const KvLayer& kv, const AttentionSeq& s, const AttentionParams& p, int g, int t0,
                  int t1, const float* q, int64_t q_stride, float* out, int64_t out_stride,
                  TileScratch& ts) {
   const int hd = kv.head_dim, bs = kv.block_size;
   const int group = p.n_heads / kv.n_kv_heads;
   const int nrows = (t1 - t0) * group;
-  const int n_keys = s.pos0 + t1;                 // keys visible to the tile's last query
-  alignas(64) float kt[kMaxHeadDim * kMaxBlock];  // K block transposed: [d][slot]
-  alignas(64) float vb[kMaxBlock * kMaxHeadDim];  // V block: [slot][d]
-  alignas(64) float sc[kMaxBlock];
+  const int n_keys = s.pos0 + t1;  // keys visible to the tile's last query
+  const int keys_padded = (n_keys + kQ - 1) / kQ * kQ;
   ts.q.resize(static_cast<size_t>(nrows) * hd);
-  ts.s.resize(static_cast<size_t>(nrows) * n_keys);
+  ts.s.resize(static_cast<size_t>(nrows) * keys_padded);
   ts.acc.assign(static_cast<size_t>(nrows) * hd, 0.0f);
+  ts.kt.resize(static_cast<size_t>(hd) * bs);
+  ts.vb.resize(static_cast<size_t>(bs) * hd);
   float* qs = ts.q.data();
   float* S = ts.s.data();
   for (int t = t0; t < t1; ++t)
     for (int j = 0; j < group; ++j) {
       const float* src = q + static_cast<int64_t>(s.q_row + t) * q_stride + (g * group + j) * hd;
       float* dst = qs + static_cast<size_t>((t - t0) * group + j) * hd;
-      uint16_t h[kMaxHeadDim];
-      f32_to_f16(src, h, hd);
-      f16_to_f32(h, dst, hd);
+      std::memcpy(dst, src, sizeof(float) * hd);
+      round_to_f16(dst, hd);
     }
   const int n_blocks = (n_keys + bs - 1) / bs;
-  // Scores.
+
+  // Scores for every (row, key) of the tile; keys past a row's position are masked below.
   for (int b = 0; b < n_blocks; ++b) {
     const int base = b * bs;
     const int n_valid = std::min(bs, n_keys - base);
-    const uint16_t* kp = kv.k + kv.head_offset(s.blocks[b], g, 0);
-    float krow[kMaxHeadDim];
-    for (int j = 0; j < n_valid; ++j) {
-      f16_to_f32(kp + static_cast<size_t>(j) * hd, krow, hd);
-      for (int d = 0; d < hd; ++d) kt[d * bs + j] = krow[d];
-    }
-    for (int j = n_valid; j < bs; ++j)
-      for (int d = 0; d < hd; ++d) kt[d * bs + j] = 0.0f;
-    for (int r = 0; r < nrows; ++r) {
-      const int qpos = s.pos0 + t0 + r / group;
-      if (qpos < base) continue;  // the whole block is in this query's future
-      const int lim = std::min(n_valid, qpos - base + 1);
-      const float* qr = qs + static_cast<size_t>(r) * hd;
-      for (int j = 0; j < bs; ++j) sc[j] = 0.0f;
-      for (int d = 0; d < hd; ++d) {
-        const float qd = qr[d];
-        const float* kd = kt + d * bs;
-        for (int j = 0; j < bs; ++j) sc[j] += qd * kd[j];
+    f16_to_f32(kv.k + kv.head_offset(s.blocks[b], g), ts.kt.data(), hd * bs);  // [d][slot]
+    for (int sub = 0; sub < n_valid; sub += kQ) {
+      // Transposed keys of this 16-key quantum: kt[d][sub .. sub+16).
+      alignas(64) float kq[256 * kQ];
+      const float* kt = ts.kt.data() + sub;
+      const float* ktq = kt;
+      if (bs != kQ) {
+        for (int d = 0; d < hd; ++d) std::memcpy(kq + d * kQ, kt + d * bs, sizeof(float) * kQ);
+        ktq = kq;
       }
-      float* srow = S + static_cast<size_t>(r) * n_keys + base;
-      for (int j = 0; j < lim; ++j) srow[j] = sc[j] * p.scale;
+      float* srow = S + base + sub;
+      int r = 0;
+      for (; r + 4 <= nrows; r += 4)
+        scores16<4>(qs + r * hd, hd, ktq, srow + static_cast<int64_t>(r) * keys_padded, keys_padded,
+                    p.scale);
+      for (; r < nrows; ++r)
+        scores16<1>(qs + r * hd, hd, ktq, srow + static_cast<int64_t>(r) * keys_padded, keys_padded,
+                    p.scale);
     }
   }
-  // Softmax per row over the keys it may see, weights rounded to fp16.
+
+  // Softmax per row over the keys it may see, weights rounded to fp16; the masked tail
+  // of each row becomes 0.
   for (int r = 0; r < nrows; ++r) {
     const int nk = s.pos0 + t0 + r / group + 1;
-    float* srow = S + static_cast<size_t>(r) * n_keys;
+    float* srow = S + static_cast<size_t>(r) * keys_padded;
+    V16 vmax = splat(-INFINITY);
+    int j = 0;
+    for (; j + 16 <= nk; j += 16) {
+      const V16 x = load16(srow + j);
+      vmax = x > vmax ? x : vmax;
+    }
     float mx = -INFINITY;
-    for (int j = 0; j < nk; ++j) mx = std::max(mx, srow[j]);
+    for (int l = 0; l < 16; ++l) mx = std::max(mx, vmax[l]);
+    for (; j < nk; ++j) mx = std::max(mx, srow[j]);
+    // exp in 16 lanes; lane sums in float, their total in double.
+    V16 vsum = V16{};
+    for (j = 0; j + 16 <= nk; j += 16) {
+      const V16 e = exp16(load16(srow + j) - mx);
+      store16(srow + j, e);
+      vsum += e;
+    }
     double sum = 0;
-    for (int j = 0; j < nk; ++j) {
-      const float e = fast_exp(srow[j] - mx);
-      srow[j] = e;
-      sum += e;
+    for (int l = 0; l < 16; ++l) sum += vsum[l];
+    for (; j < nk; ++j) {
+      srow[j] = fast_exp(srow[j] - mx);
+      sum += srow[j];
     }
     const float inv = static_cast<float>(1.0 / sum);
-    for (int j = 0; j < nk; ++j) srow[j] = fp16_to_f32(f32_to_fp16(srow[j] * inv));
+    const V16 vinv = splat(inv);
+    for (j = 0; j + 16 <= nk; j += 16) store16(srow + j, load16(srow + j) * vinv);
+    for (; j < nk; ++j) srow[j] *= inv;
+    round_to_f16(srow, nk);
+    for (; j < keys_padded; ++j) srow[j] = 0.0f;
   }
+
   // Weighted sum of V.
   for (int b = 0; b < n_blocks; ++b) {
     const int base = b * bs;
     const int n_valid = std::min(bs, n_keys - base);
-    f16_to_f32(kv.v + kv.head_offset(s.blocks[b], g, 0), vb, n_valid * hd);
-    for (int r = 0; r < nrows; ++r) {
-      const int qpos = s.pos0 + t0 + r / group;
-      if (qpos < base) continue;
-      const int lim = std::min(n_valid, qpos - base + 1);
-      const float* prow = S + static_cast<size_t>(r) * n_keys + base;
-      float* ar = ts.acc.data() + static_cast<size_t>(r) * hd;
-      for (int j = 0; j < lim; ++j) {
-        const float pj = prow[j];
-        const float* vr = vb + static_cast<size_t>(j) * hd;
-        for (int d = 0; d < hd; ++d) ar[d] += pj * vr[d];
-      }
-    }
+    f16_to_f32(kv.v + kv.head_offset(s.blocks[b], g), ts.vb.data(), n_valid * hd);
+    // Rows whose position precedes this block see none of it (their weights are 0 here);
+    // rows are position-major, so they form a prefix to skip.
+    int r = std::max(0, (base - s.pos0 - t0) * group);
+    const float* P = S + base;
+    for (; r + 2 <= nrows; r += 2)
+      apply_v16<2>(P + static_cast<int64_t>(r) * keys_padded, keys_padded, ts.vb.data(), hd,
+                   n_valid, ts.acc.data() + static_cast<size_t>(r) * hd);
+    for (; r < nrows; ++r)
+      apply_v16<1>(P + static_cast<int64_t>(r) * keys_padded, keys_padded, ts.vb.data(), hd,
+                   n_valid, ts.acc.data() + static_cast<size_t>(r) * hd);
   }
   for (int r = 0; r < nrows; ++r) {
     const int t = t0 + r / group, h = g * group + r % group;
@@ -183,21 +295,25 @@ void attend_tile(const KvLayer& kv, const AttentionSeq& s, const AttentionParams
 
 void kv_write(const KvLayer& kv, const AttentionSeq& s, const float* k, const float* v,
               int64_t stride) {
+  const int hd = kv.head_dim, bs = kv.block_size;
   for (int t = 0; t < s.n_q; ++t) {
     const int pos = s.pos0 + t;
-    const int32_t block = s.blocks[pos / kv.block_size];
-    const int slot = pos % kv.block_size;
+    const int32_t block = s.blocks[pos / bs];
+    const int slot = pos % bs;
     for (int g = 0; g < kv.n_kv_heads; ++g) {
-      const size_t off = kv.head_offset(block, g, slot);
-      f32_to_f16(k + t * stride + g * kv.head_dim, kv.k + off, kv.head_dim);
-      f32_to_f16(v + t * stride + g * kv.head_dim, kv.v + off, kv.head_dim);
+      const size_t off = kv.head_offset(block, g);
+      uint16_t kh[256];
+      f32_to_f16(k + t * stride + g * hd, kh, hd);
+      for (int d = 0; d < hd; ++d) kv.k[off + static_cast<size_t>(d) * bs + slot] = kh[d];
+      f32_to_f16(v + t * stride + g * hd, kv.v + off + static_cast<size_t>(slot) * hd, hd);
     }
   }
 }
 
 void attention(const KvLayer& kv, const AttentionSeq* seqs, int n_seqs, const AttentionParams& p,
                const float* q, int64_t q_stride, float* out, int64_t out_stride, ThreadPool& pool) {
-  // Work items: (sequence, KV head, query tile).
+  // Work items: (sequence, KV head, query tile), longest tiles first so the dynamic
+  // hand-out ends with short ones.
   struct Item {
     int seq, g, t0, t1;
   };
@@ -206,6 +322,9 @@ void attention(const KvLayer& kv, const AttentionSeq* seqs, int n_seqs, const At
     for (int t0 = 0; t0 < seqs[i].n_q; t0 += kTileQ)
       for (int g = 0; g < kv.n_kv_heads; ++g)
         items.push_back({i, g, t0, std::min(seqs[i].n_q, t0 + kTileQ)});
+  std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
+    return seqs[a.seq].pos0 + a.t1 > seqs[b.seq].pos0 + b.t1;
+  });
   pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
     thread_local TileScratch scratch;
     for (int64_t i = b; i < e; ++i) {

@@ -1,43 +1,44 @@
+// Dispatch of the elementwise ops to the implementation compiled for this CPU.
 #include "backend/cpu/ops.h"
 
-#include <cmath>
+#include "backend/cpu/cpu_features.h"
 
 namespace pagoda::cpu {
 
-void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
-  // Sum of squares in double, as llama.cpp does, so long rows lose nothing to rounding.
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(n)) + eps);
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
-}
+#define PAGODA_DECLARE_OPS(ns)                                        \
+  namespace ns {                                                      \
+  void rms_norm(const float*, const float*, float*, int64_t, float);  \
+  void rope(float*, int, int, int, const float*, const float*, bool); \
+  void silu_mul(const float*, const float*, float*, int64_t);         \
+  void add_inplace(float*, const float*, int64_t);                    \
+  }
+PAGODA_DECLARE_OPS(generic)
+PAGODA_DECLARE_OPS(avx2)
+PAGODA_DECLARE_OPS(avx512)
+#undef PAGODA_DECLARE_OPS
 
+#define PAGODA_DISPATCH(fn, ...)       \
+  switch (best_isa()) {                \
+    case Isa::kAvx512:                 \
+      return avx512::fn(__VA_ARGS__);  \
+    case Isa::kAvx2:                   \
+      return avx2::fn(__VA_ARGS__);    \
+    default:                           \
+      return generic::fn(__VA_ARGS__); \
+  }
+
+void rms_norm(const float* x, const float* w, float* out, int64_t n, float eps) {
+  PAGODA_DISPATCH(rms_norm, x, w, out, n, eps)
+}
 void rope(float* x, int n_heads, int head_dim, int n_pairs, const float* cos_t, const float* sin_t,
           bool neox) {
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = x + static_cast<int64_t>(h) * head_dim;
-    if (neox) {
-      for (int i = 0; i < n_pairs; ++i) {
-        const float a = v[i], b = v[i + n_pairs];
-        v[i] = a * cos_t[i] - b * sin_t[i];
-        v[i + n_pairs] = a * sin_t[i] + b * cos_t[i];
-      }
-    } else {
-      for (int i = 0; i < n_pairs; ++i) {
-        const float a = v[2 * i], b = v[2 * i + 1];
-        v[2 * i] = a * cos_t[i] - b * sin_t[i];
-        v[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
-      }
-    }
-  }
+  PAGODA_DISPATCH(rope, x, n_heads, head_dim, n_pairs, cos_t, sin_t, neox)
 }
-
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  PAGODA_DISPATCH(silu_mul, gate, up, out, n)
 }
-
 void add_inplace(float* y, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  PAGODA_DISPATCH(add_inplace, y, x, n)
 }
 
 }  // namespace pagoda::cpu
