@@ -33,10 +33,21 @@ def ensure_llama_cpp():
                                f"llama-cpp-python=={LLAMA_CPP_VERSION}"])
 
 
+_quiet = None
+
+
+def silence_llama_cpp(L):
+    global _quiet
+    if _quiet is None:
+        _quiet = L.llama_log_callback(lambda level, text, user_data: None)
+        L.llama_log_set(_quiet, ctypes.c_void_p(0))
+
+
 class LlamaCpp:
     def __init__(self, path, threads, n_ctx, flash):
         import llama_cpp as L
         self.L = L
+        silence_llama_cpp(L)
         L.llama_backend_init()
         mp = L.llama_model_default_params()
         self.model = L.llama_model_load_from_file(path.encode(), mp)

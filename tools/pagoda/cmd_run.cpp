@@ -166,6 +166,7 @@ int cmd_run(int argc, char** argv) {
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::printf("\n");
   }
+  std::fflush(stdout);
   std::fprintf(stderr,
                "pagoda run: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu "
                "tokens in %.3f s (%.1f tok/s)\n",
