@@ -45,6 +45,7 @@ int cmd_run(int argc, char** argv) {
       {"--chat", "", false, "wrap the prompt in the model's chat format (ChatML)"},
       {"--system", "", true, "system message for --chat"},
       {"--ignore-eos", "", false, "keep generating past end-of-generation tokens"},
+      {"--stop-token-ids", "", true, "also stop at these token ids: \"1,2\""},
       {"--json", "", false, "print one JSON object at the end instead of streaming"},
       {"--help", "-h", false, "show this help"},
   };
@@ -79,6 +80,11 @@ int cmd_run(int argc, char** argv) {
   sp.frequency_penalty = num("--frequency-penalty", 0, -2, 2);
   sp.max_tokens = static_cast<int>(integer("--n-predict", 128, 0, 1 << 24));
   sp.ignore_eos = args->has("--ignore-eos");
+  if (args->has("--stop-token-ids")) {
+    auto ids = parse_token_list(*args->get("--stop-token-ids"));
+    if (!ids) return fail("run", ids.status());
+    sp.stop_token_ids = *ids;
+  }
   if (args->has("--seed")) sp.seed = static_cast<uint64_t>(integer("--seed", 0, 0, INT64_MAX));
   const int threads = static_cast<int>(integer("--threads", 0, 0, 1024));
   const int64_t ctx_flag = integer("--ctx-size", 0, 0, 1 << 24);
