@@ -13,28 +13,6 @@ constexpr int kMaxArrayDepth = 8;
 // Keys and tensor names are identifiers; anything longer is a corrupt length field.
 constexpr uint64_t kMaxNameLength = 65535;
 
-size_t fixed_size(GgufType t) {
-  switch (t) {
-    case GgufType::kU8:
-    case GgufType::kI8:
-    case GgufType::kBool:
-      return 1;
-    case GgufType::kU16:
-    case GgufType::kI16:
-      return 2;
-    case GgufType::kU32:
-    case GgufType::kI32:
-    case GgufType::kF32:
-      return 4;
-    case GgufType::kU64:
-    case GgufType::kI64:
-    case GgufType::kF64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 bool valid_type(uint32_t t) {
   return t <= static_cast<uint32_t>(GgufType::kF64);
 }
@@ -176,7 +154,7 @@ Status read_value(Reader& r, GgufType type, GgufValue* v, int depth, const std::
       // Every element takes at least this many bytes, which bounds the count by the file.
       const size_t min_elem = v->elem_type == GgufType::kString  ? 8
                               : v->elem_type == GgufType::kArray ? 12
-                                                                 : fixed_size(v->elem_type);
+                                                                 : gguf_value_size(v->elem_type);
       if (v->count > r.remaining() / min_elem)
         return corrupt(str_format("metadata '%s': array of %" PRIu64 " elements cannot fit in the "
                                   "%zu bytes left in the file",
@@ -214,6 +192,28 @@ T load_le(const uint8_t* p) {
 }
 
 }  // namespace
+
+size_t gguf_value_size(GgufType t) {
+  switch (t) {
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    default:
+      return 0;
+  }
+}
 
 std::string_view gguf_type_name(GgufType t) {
   static constexpr std::string_view kNames[] = {"u8",  "i8",  "u16",  "i16",    "u32",
@@ -254,7 +254,7 @@ std::optional<double> GgufValue::as_float() const {
 }
 
 int64_t GgufValue::array_int(uint64_t k) const {
-  const uint8_t* p = array_data + k * fixed_size(elem_type);
+  const uint8_t* p = array_data + k * gguf_value_size(elem_type);
   switch (elem_type) {
     case GgufType::kU8:
     case GgufType::kBool:
@@ -283,7 +283,7 @@ int64_t GgufValue::array_int(uint64_t k) const {
 }
 
 double GgufValue::array_float(uint64_t k) const {
-  const uint8_t* p = array_data + k * fixed_size(elem_type);
+  const uint8_t* p = array_data + k * gguf_value_size(elem_type);
   if (elem_type == GgufType::kF32) return load_le<float>(p);
   if (elem_type == GgufType::kF64) return load_le<double>(p);
   return static_cast<double>(array_int(k));
@@ -364,11 +364,13 @@ Status GgufFile::parse_all() {
   // A key-value pair needs at least 8 (key length) + 4 (type) + 1 bytes; a tensor info
   // at least 8 + 4 + 4 + 8 bytes.
   if (n_kv > r.remaining() / 13)
-    return corrupt(
-        str_format("metadata count %" PRIu64 " cannot fit in a %zu-byte file: the file is truncated or corrupt", n_kv, size_));
+    return corrupt(str_format("metadata count %" PRIu64
+                              " cannot fit in a %zu-byte file: the file is truncated or corrupt",
+                              n_kv, size_));
   if (n_tensors > r.remaining() / 24)
-    return corrupt(
-        str_format("tensor count %" PRIu64 " cannot fit in a %zu-byte file: the file is truncated or corrupt", n_tensors, size_));
+    return corrupt(str_format("tensor count %" PRIu64
+                              " cannot fit in a %zu-byte file: the file is truncated or corrupt",
+                              n_tensors, size_));
 
   kv_.reserve(static_cast<size_t>(n_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {

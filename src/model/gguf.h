@@ -34,6 +34,8 @@ enum class GgufType : uint32_t {
   kF64 = 12,
 };
 std::string_view gguf_type_name(GgufType t);
+// Bytes of one value of a fixed-size type; 0 for strings and arrays.
+size_t gguf_value_size(GgufType t);
 
 // One metadata value. Scalars are widened into i/u/f; strings point into the file.
 struct GgufValue {

@@ -19,28 +19,6 @@ void append_str(std::vector<uint8_t>& b, std::string_view s) {
   b.insert(b.end(), s.begin(), s.end());
 }
 
-size_t fixed_size(GgufType t) {
-  switch (t) {
-    case GgufType::kU8:
-    case GgufType::kI8:
-    case GgufType::kBool:
-      return 1;
-    case GgufType::kU16:
-    case GgufType::kI16:
-      return 2;
-    case GgufType::kU32:
-    case GgufType::kI32:
-    case GgufType::kF32:
-      return 4;
-    case GgufType::kU64:
-    case GgufType::kI64:
-    case GgufType::kF64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
 // Serialises the payload of `v` (without its type tag).
 void append_payload(std::vector<uint8_t>& b, const GgufValue& v) {
   switch (v.type) {
@@ -88,7 +66,7 @@ void append_payload(std::vector<uint8_t>& b, const GgufValue& v) {
       } else if (v.elem_type == GgufType::kArray) {
         for (const GgufValue& a : v.arrays) append_payload(b, a);
       } else {
-        const size_t n = static_cast<size_t>(v.count) * fixed_size(v.elem_type);
+        const size_t n = static_cast<size_t>(v.count) * gguf_value_size(v.elem_type);
         b.insert(b.end(), v.array_data, v.array_data + n);
       }
       break;

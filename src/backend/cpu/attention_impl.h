@@ -24,28 +24,13 @@
 #include "backend/cpu/attention.h"
 #include "core/dtype.h"
 
-// The 64-byte vector type is passed between inline functions of this file only, so the
-// ABI note GCC gives for it in the non-AVX-512 builds does not apply.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace pagoda::cpu::PAGODA_ATTN_NS {
 
 namespace {
 
 constexpr int kTileQ = 16;  // query positions per tile
 constexpr int kQ = kKvBlockQuantum;
-typedef float V16 __attribute__((vector_size(64), aligned(64)));
-typedef float V16u __attribute__((vector_size(64), aligned(4)));
-
-inline V16 load16(const float* p) {
-  return *reinterpret_cast<const V16u*>(p);
-}
-inline void store16(float* p, V16 v) {
-  *reinterpret_cast<V16u*>(p) = v;
-}
-inline V16 splat(float x) {
-  return V16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
-}
+#include "backend/cpu/vmath_impl.h"
 
 inline void f16_to_f32(const uint16_t* src, float* dst, int n) {
   int i = 0;
@@ -83,48 +68,6 @@ inline void round_to_f16(float* x, int n) {
     f32_to_f16(x + i, h, m);
     f16_to_f32(h, x + i, m);
   }
-}
-
-// exp(x) for x <= 0 (softmax arguments), ~1 ulp: range reduction by ln2 and a degree-6
-// polynomial, branch-free so the loop vectorises.
-inline float fast_exp(float x) {
-  x = std::max(x, -87.0f);
-  const float t = x * 1.44269504088896341f;
-  const float n = std::nearbyint(t);
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
-}
-
-typedef int32_t V16i __attribute__((vector_size(64), aligned(64)));
-
-// fast_exp on 16 lanes: the same steps, with rounding by the 1.5 * 2^23 trick (exact
-// round-to-nearest-even for |t| < 2^22).
-inline V16 exp16(V16 x) {
-  x = x < splat(-87.0f) ? splat(-87.0f) : x;
-  const V16 t = x * 1.44269504088896341f;
-  const V16 n = (t + 12582912.0f) - 12582912.0f;
-  const V16 r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  V16 p = splat(1.0f / 720);
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const V16i bits = (__builtin_convertvector(n, V16i) + 127) << 23;
-  V16 scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
 }
 
 // Scratch for one tile, reused across calls on the same thread.
@@ -257,7 +200,7 @@ void attend_tile(const KvLayer& kv, const AttentionSeq& s, const AttentionParams
     double sum = 0;
     for (int l = 0; l < 16; ++l) sum += vsum[l];
     for (; j < nk; ++j) {
-      srow[j] = fast_exp(srow[j] - mx);
+      srow[j] = std::exp(srow[j] - mx);
       sum += srow[j];
     }
     const float inv = static_cast<float>(1.0 / sum);
