@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -37,6 +38,14 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
   }
   ::close(fd);
   return f;
+}
+
+void MappedFile::release(size_t offset, size_t size) const {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t begin = (offset + page - 1) / page * page;  // whole pages inside the range
+  const size_t end = std::min(offset + size, size_) / page * page;
+  if (data_ == nullptr || begin >= end) return;
+  madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -22,6 +22,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the resident pages of [offset, offset + size) from this process (they are
+  // read again from the file if touched later). Loaders call it once they have copied
+  // the tensors, so a model is not resident twice.
+  void release(size_t offset, size_t size) const;
 
  private:
   MappedFile() = default;

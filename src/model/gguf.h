@@ -4,6 +4,7 @@
 // naming the problem, never a crash or an allocation sized by the file.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -99,6 +100,14 @@ class GgufFile {
     return data_ + data_offset_ + t.offset;
   }
   uint64_t data_offset() const { return data_offset_; }
+  // Gives back the memory of the tensor data pages once they have been copied (no-op for
+  // parsed buffers). Metadata stays valid.
+  void release_tensor(const GgufTensorInfo& t) const {
+    if (map_) map_->release(data_offset_ + t.offset, t.size);
+  }
+  void release_tensor_data() const {
+    if (map_) map_->release(data_offset_, size_ - std::min<size_t>(data_offset_, size_));
+  }
 
  private:
   GgufFile() = default;

@@ -77,6 +77,8 @@ Result<std::vector<cpu::WeightMatrix>> load_stacked(const GgufFile& f,
       out.push_back(std::move(w));
     }
   }
+  // Copied: let the file's pages go now, so loading never holds a model twice.
+  for (const GgufTensorInfo* t : ts) f.release_tensor(*t);
   return out;
 }
 
@@ -144,6 +146,8 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile& f) {
                                                     {c.ffn_dim, c.ffn_dim}, c.dim));
     PAGODA_ASSIGN_OR_RETURN(L.down, load_matrix(f, p + "ffn_down.weight", c.dim, c.ffn_dim));
   }
+  // Every tensor now lives in ordinary memory; the file's pages need not stay resident.
+  f.release_tensor_data();
   return m;
 }
 
