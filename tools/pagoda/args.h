@@ -35,6 +35,30 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// Reads several typed flags and keeps the first error, so a command reads them all and
+// checks once. A flag in error reads as its default (always a valid value).
+class FlagReader {
+ public:
+  explicit FlagReader(const Args& args) : args_(args) {}
+  int64_t integer(const std::string& name, int64_t def, int64_t lo, int64_t hi) {
+    return keep(args_.get_int(name, def, lo, hi), def);
+  }
+  double number(const std::string& name, double def, double lo, double hi) {
+    return keep(args_.get_double(name, def, lo, hi), def);
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  template <typename T>
+  T keep(Result<T> r, T def) {
+    if (r.is_ok()) return *r;
+    if (status_.is_ok()) status_ = r.status();
+    return def;
+  }
+  const Args& args_;
+  Status status_;
+};
+
 std::string usage(const std::string& command, const std::string& synopsis,
                   const std::vector<FlagSpec>& specs);
 

@@ -42,25 +42,24 @@ int cmd_bench(int argc, char** argv) {
     return 0;
   }
   if (!args->has("--model")) return fail("bench", invalid_argument("missing -m MODEL"));
-  auto pl = args->get_int("--prompt-len", 512, 0, 1 << 20);
-  auto gl = args->get_int("--gen-len", 128, 0, 1 << 20);
-  auto th = args->get_int("--threads", 0, 0, 1024);
-  auto reps = args->get_int("--repeats", 5, 1, 1000);
-  auto nb = args->get_int("--batch-size", 512, 1, 1 << 16);
-  for (const Status& s : {pl.status(), gl.status(), th.status(), reps.status(), nb.status()})
-    if (!s) return fail("bench", s);
+  FlagReader flags(*args);
+  const int P = static_cast<int>(flags.integer("--prompt-len", 512, 0, 1 << 20));
+  const int G = static_cast<int>(flags.integer("--gen-len", 128, 0, 1 << 20));
+  const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
+  const int64_t reps = flags.integer("--repeats", 5, 1, 1000);
+  const int n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
+  if (!flags.status()) return fail("bench", flags.status());
 
   auto loaded = load(*args->get("--model"), true, false);
   if (!loaded) return fail("bench", loaded.status());
   const Model& model = *loaded->model;
   const ModelConfig& c = model.config();
-  const int P = static_cast<int>(*pl), G = static_cast<int>(*gl);
   if (std::max(P, G) > c.context_length)
     return fail("bench", out_of_range(str_format("%d tokens exceed the model's context of %d",
                                                  std::max(P, G), c.context_length)));
 
-  ThreadPool pool(static_cast<int>(*th));
-  Session session(model, pool, std::max({P, G, 1}), static_cast<int>(*nb));
+  ThreadPool pool(threads);
+  Session session(model, pool, std::max({P, G, 1}), n_batch);
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, c.n_vocab - 1);
   std::vector<int32_t> prompt(static_cast<size_t>(std::max(P, G)));
@@ -69,7 +68,7 @@ int cmd_bench(int argc, char** argv) {
 
   // One untimed warm-up of each test so page faults and first-touch costs are excluded.
   std::vector<double> pp, tg;
-  for (int64_t r = 0; r <= *reps; ++r) {
+  for (int64_t r = 0; r <= reps; ++r) {
     if (P > 0) {
       session.reset();
       const double t0 = now_seconds();
@@ -96,9 +95,9 @@ int cmd_bench(int argc, char** argv) {
         "{\"model\":%s,\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"repeats\":%lld,"
         "\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prefill_runs\":%s,\"decode_runs\":%s,"
         "\"weight_bytes\":%zu,\"decode_bytes_per_token\":%.0f,\"load_s\":%.3f}\n",
-        json_string(*args->get("--model")).c_str(), pool.size(), P, G,
-        static_cast<long long>(*reps), pp_tps, tg_tps, json_array(pp).c_str(),
-        json_array(tg).c_str(), model.weight_bytes(), bytes_per_token, loaded->load_seconds);
+        json_string(*args->get("--model")).c_str(), pool.size(), P, G, static_cast<long long>(reps),
+        pp_tps, tg_tps, json_array(pp).c_str(), json_array(tg).c_str(), model.weight_bytes(),
+        bytes_per_token, loaded->load_seconds);
   } else {
     std::printf("model %s (%s), %d threads\n", args->get("--model")->c_str(), c.name.c_str(),
                 pool.size());

@@ -35,12 +35,11 @@ int cmd_logits(int argc, char** argv) {
   if (!args->has("--model")) return fail("logits", invalid_argument("missing -m MODEL"));
   if (args->has("--prompt") == args->has("--tokens"))
     return fail("logits", invalid_argument("give exactly one of -p PROMPT or --tokens IDS"));
-  auto top = args->get_int("--top", 20, 1, 1 << 20);
-  auto threads = args->get_int("--threads", 0, 0, 1024);
-  auto nbatch = args->get_int("--batch-size", 512, 1, 1 << 16);
-  if (!top) return fail("logits", top.status());
-  if (!threads) return fail("logits", threads.status());
-  if (!nbatch) return fail("logits", nbatch.status());
+  FlagReader flags(*args);
+  const int top = static_cast<int>(flags.integer("--top", 20, 1, 1 << 20));
+  const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
+  const int n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
+  if (!flags.status()) return fail("logits", flags.status());
 
   auto loaded = load(*args->get("--model"), true, args->has("--prompt"));
   if (!loaded) return fail("logits", loaded.status());
@@ -62,14 +61,14 @@ int cmd_logits(int argc, char** argv) {
                 out_of_range(str_format("the prompt has %zu tokens, more than the model's "
                                         "context of %d",
                                         tokens.size(), model.config().context_length)));
-  ThreadPool pool(static_cast<int>(*threads));
-  Session session(model, pool, n_ctx, static_cast<int>(*nbatch));
+  ThreadPool pool(threads);
+  Session session(model, pool, n_ctx, n_batch);
   const bool all = args->has("--all");
   std::vector<float> logits;
   if (Status s = session.eval(tokens, all, &logits); !s) return fail("logits", s);
 
   const int n_vocab = model.config().n_vocab;
-  const int k = std::min<int>(static_cast<int>(*top), n_vocab);
+  const int k = std::min(top, n_vocab);
   const size_t n_rows = all ? tokens.size() : 1;
   std::string out = "{\"n_vocab\":" + std::to_string(n_vocab) +
                     ",\"tokens\":" + json_array(tokens) + ",\"logits\":[";

@@ -86,16 +86,12 @@ int cmd_mkmodel(int argc, char** argv) {
   const std::string arch = args->get_or("--arch", "llama");
   if (arch != "llama" && arch != "qwen2")
     return fail("mkmodel", invalid_argument("--arch must be llama or qwen2"));
-  Status bad;
+  FlagReader flags(*args);
   auto integer = [&](const char* flag, int64_t def, int64_t lo, int64_t hi) {
-    auto v = args->get_int(flag, def, lo, hi);
-    if (!v && bad) bad = v.status();
-    return v ? *v : 1;
+    return flags.integer(flag, def, lo, hi);
   };
   auto num = [&](const char* flag, double def, double lo, double hi) {
-    auto v = args->get_double(flag, def, lo, hi);
-    if (!v && bad) bad = v.status();
-    return v ? *v : 1.0;
+    return flags.number(flag, def, lo, hi);
   };
   const int64_t dim = integer("--dim", 64, 2, 1 << 16), layers = integer("--layers", 2, 1, 1024);
   const int64_t heads = integer("--heads", 4, 1, 1024);
@@ -112,7 +108,7 @@ int cmd_mkmodel(int argc, char** argv) {
   const double embd_std = num("--embd-std", stdev, 0, 100);
   const uint64_t seed = static_cast<uint64_t>(integer("--seed", 42, 0, INT64_MAX));
   const std::string scaling = args->get_or("--rope-scaling", "none");
-  if (!bad) return fail("mkmodel", bad);
+  if (!flags.status()) return fail("mkmodel", flags.status());
   if (heads % kv_heads != 0)
     return fail("mkmodel", invalid_argument("--heads must be a multiple of --kv-heads"));
   if (head_dim % 2) return fail("mkmodel", invalid_argument("head size must be even"));

@@ -60,16 +60,12 @@ int cmd_run(int argc, char** argv) {
     return fail("run", invalid_argument("give exactly one of -p PROMPT or --tokens IDS"));
 
   SamplingParams sp;
-  Status bad;
+  FlagReader flags(*args);
   auto num = [&](const char* flag, double def, double lo, double hi) {
-    auto v = args->get_double(flag, def, lo, hi);
-    if (!v && bad.is_ok()) bad = v.status();
-    return v ? static_cast<float>(*v) : 0.0f;
+    return static_cast<float>(flags.number(flag, def, lo, hi));
   };
   auto integer = [&](const char* flag, int64_t def, int64_t lo, int64_t hi) {
-    auto v = args->get_int(flag, def, lo, hi);
-    if (!v && bad.is_ok()) bad = v.status();
-    return v ? *v : 0;
+    return flags.integer(flag, def, lo, hi);
   };
   sp.temperature = num("--temperature", 0.8, 0, 100);
   sp.top_k = static_cast<int>(integer("--top-k", 40, 0, 1 << 30));
@@ -88,7 +84,7 @@ int cmd_run(int argc, char** argv) {
   if (args->has("--seed")) sp.seed = static_cast<uint64_t>(integer("--seed", 0, 0, INT64_MAX));
   const int threads = static_cast<int>(integer("--threads", 0, 0, 1024));
   const int64_t ctx_flag = integer("--ctx-size", 0, 0, 1 << 24);
-  if (!bad) return fail("run", bad);
+  if (!flags.status()) return fail("run", flags.status());
 
   auto loaded = load(*args->get("--model"), true, true);
   if (!loaded) return fail("run", loaded.status());

@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
+#include "common.h"
 #include "core/status.h"
+#include "json_out.h"
 #include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_test_format.h"
@@ -52,13 +55,6 @@ int fail(const std::string& message) {
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "pagoda tokenize: %s\n%s", message.c_str(), kUsage);
   return 2;
-}
-
-bool read_file(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return !in.bad();
 }
 
 // Pieces are arbitrary bytes (possibly half a UTF-8 character): show control bytes and
@@ -165,38 +161,31 @@ int cmd_tokenize(int argc, char** argv) {
     return usage_error("nothing to tokenize (-p, -f, --stdin or --vocab-test)");
 
   auto file = pagoda::GgufFile::open(o.model);
-  if (!file.is_ok()) return fail(file.status().message());
+  if (!file.is_ok()) return ::fail(file.status().message());
   auto tok = pagoda::Tokenizer::from_gguf(**file);
-  if (!tok.is_ok()) return fail(o.model + ": " + tok.status().message());
+  if (!tok.is_ok()) return ::fail(o.model + ": " + tok.status().message());
   const pagoda::Tokenizer& t = **tok;
 
   if (o.info) print_info(t);
   if (o.dump_pieces) dump_pieces(t);
   if (o.vocab_test) {
-    std::string contents;
-    if (!read_file(*o.vocab_test, &contents)) return fail("cannot read '" + *o.vocab_test + "'");
+    auto contents = read_file(*o.vocab_test);
+    if (!contents.is_ok()) return ::fail(contents.status().message());
     const std::string out =
-        pagoda::run_vocab_test(t, pagoda::parse_vocab_test_inputs(contents), o.parse_special);
+        pagoda::run_vocab_test(t, pagoda::parse_vocab_test_inputs(*contents), o.parse_special);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
   }
   if (inputs == 0) return 0;
   if (o.decode) {
     // Ids back to text (the exact bytes, control tokens rendered).
-    std::vector<pagoda::TokenId> ids;
-    for (size_t i = 0; i < o.decode->size();) {
-      while (i < o.decode->size() &&
-             (std::isspace(static_cast<unsigned char>((*o.decode)[i])) || (*o.decode)[i] == ','))
-        ++i;
-      if (i >= o.decode->size()) break;
-      char* end = nullptr;
-      const long id = std::strtol(o.decode->c_str() + i, &end, 10);
-      if (end == o.decode->c_str() + i || id < 0 || id >= t.n_vocab())
-        return fail("bad or out-of-range token id near '" + o.decode->substr(i, 12) + "'");
-      ids.push_back(static_cast<pagoda::TokenId>(id));
-      i = static_cast<size_t>(end - o.decode->c_str());
-    }
-    const std::string text = t.decode(ids, true);
+    auto ids = parse_token_list(*o.decode);
+    if (!ids.is_ok()) return ::fail(ids.status().message());
+    for (pagoda::TokenId id : *ids)
+      if (id >= t.n_vocab())
+        return ::fail(
+            str_format("token id %d is out-of-range (vocabulary of %d)", id, t.n_vocab()));
+    const std::string text = t.decode(*ids, true);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
@@ -205,18 +194,19 @@ int cmd_tokenize(int argc, char** argv) {
   if (o.prompt) {
     text = *o.prompt;
   } else if (o.file) {
-    if (!read_file(*o.file, &text)) return fail("cannot read '" + *o.file + "'");
+    auto contents = read_file(*o.file);
+    if (!contents.is_ok()) return ::fail(contents.status().message());
+    text = *contents;
   } else {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   const auto ids = t.encode(text, !o.no_bos, o.parse_special);
-  std::string line;
-  for (size_t k = 0; k < ids.size(); ++k)
-    line += (k ? (o.json ? "," : " ") : "") + std::to_string(ids[k]);
   if (o.json) {
-    std::printf("{\"ids\":[%s]}\n", line.c_str());
+    std::printf("{\"ids\":%s}\n", json_array(ids).c_str());
     return 0;
   }
+  std::string line;
+  for (size_t k = 0; k < ids.size(); ++k) line += (k ? " " : "") + std::to_string(ids[k]);
   std::printf("%s\n", line.c_str());
   if (o.pieces)
     for (pagoda::TokenId id : ids)

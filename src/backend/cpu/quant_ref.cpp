@@ -294,6 +294,15 @@ void for_blocks(const void* src, int64_t nb, F&& f) {
   for (int64_t i = 0; i < nb; ++i) f(b + i, i);
 }
 
+// Quantizes nb consecutive blocks of `be` floats with one block quantizer.
+template <typename Block>
+Status quantize_blocks(void (*quantize)(const float*, Block*), const float* src, void* dst,
+                       int64_t nb, int be) {
+  Block* y = static_cast<Block*>(dst);
+  for (int64_t i = 0; i < nb; ++i) quantize(src + i * be, y + i);
+  return Status::ok();
+}
+
 }  // namespace
 
 void quantize_block_q8_0(const float* x, BlockQ8_0* y) {
@@ -376,37 +385,21 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
       return Status::ok();
     }
     case DType::kQ4_0:
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_q4_0(src + i * be, static_cast<BlockQ4_0*>(dst) + i);
-      return Status::ok();
+      return quantize_blocks<BlockQ4_0>(quantize_q4_0, src, dst, nb, be);
     case DType::kQ4_1:
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_q4_1(src + i * be, static_cast<BlockQ4_1*>(dst) + i);
-      return Status::ok();
+      return quantize_blocks<BlockQ4_1>(quantize_q4_1, src, dst, nb, be);
     case DType::kQ8_0:
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_block_q8_0(src + i * be, static_cast<BlockQ8_0*>(dst) + i);
-      return Status::ok();
+      return quantize_blocks<BlockQ8_0>(quantize_block_q8_0, src, dst, nb, be);
     case DType::kQ8_1:
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_block_q8_1(src + i * be, static_cast<BlockQ8_1*>(dst) + i);
-      return Status::ok();
+      return quantize_blocks<BlockQ8_1>(quantize_block_q8_1, src, dst, nb, be);
     case DType::kQ4_K:
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_q4_k(src + i * be, static_cast<BlockQ4_K*>(dst) + i);
-      return Status::ok();
+      return quantize_blocks<BlockQ4_K>(quantize_q4_k, src, dst, nb, be);
     case DType::kQ5_K:
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_q5_k(src + i * be, static_cast<BlockQ5_K*>(dst) + i);
-      return Status::ok();
+      return quantize_blocks<BlockQ5_K>(quantize_q5_k, src, dst, nb, be);
     case DType::kQ6_K:
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_q6_k(src + i * be, static_cast<BlockQ6_K*>(dst) + i);
-      return Status::ok();
+      return quantize_blocks<BlockQ6_K>(quantize_q6_k, src, dst, nb, be);
     case DType::kQ8_K:
-      for (int64_t i = 0; i < nb; ++i)
-        quantize_block_q8_k(src + i * be, static_cast<BlockQ8_K*>(dst) + i);
-      return Status::ok();
+      return quantize_blocks<BlockQ8_K>(quantize_block_q8_k, src, dst, nb, be);
     default:
       return unsupported(
           str_format("quantize_row: no quantizer for %s", std::string(info->name).c_str()));
