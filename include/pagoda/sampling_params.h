@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace pagoda {
@@ -24,6 +25,16 @@ struct SamplingParams {
   int max_tokens = 16;
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // end generation when produced (kept in output)
+  // End generation when the text contains one of these; the text is cut before it
+  // unless include_stop_str_in_output.
+  std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;
+  // Completions of the prompt to generate; they share the prompt's KV blocks. With a
+  // seed, completion i draws from seed + i.
+  int n = 1;
+  // Log-probabilities of each generated token and of the `logprobs` most likely ones at
+  // each position (0: the chosen token's only); unset: none.
+  std::optional<int> logprobs;
 };
 
 }  // namespace pagoda

@@ -22,6 +22,8 @@ class Sampler {
   void accept(int32_t token);
 
   const SamplingParams& params() const { return params_; }
+  // Restarts the random stream (a forked completion draws its own).
+  void reseed(uint64_t seed) { rng_.seed(seed); }
 
  private:
   void apply_penalties(float* logits, int32_t n_vocab) const;

@@ -21,6 +21,8 @@ class KvStorage {
   static size_t bytes_per_token(const ModelConfig& config);
   size_t bytes() const { return k_.size() * 2 * sizeof(uint16_t); }
   cpu::KvLayer layer(int l);
+  // Copies block src's K and V to block dst in every layer (copy-on-write).
+  void copy_block(int src, int dst);
 
  private:
   int n_blocks_;

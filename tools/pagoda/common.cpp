@@ -44,31 +44,6 @@ Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
   return out;
 }
 
-std::string Utf8Stream::push(const std::string& bytes) {
-  pending_ += bytes;
-  // Find the end of the last complete character.
-  size_t n = pending_.size();
-  size_t back = 0;
-  while (back < 4 && back < n &&
-         (static_cast<unsigned char>(pending_[n - 1 - back]) & 0xC0) == 0x80)
-    ++back;
-  size_t cut = n;
-  if (back < n) {
-    const auto lead = static_cast<unsigned char>(pending_[n - 1 - back]);
-    const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (need > back + 1) cut = n - 1 - back;  // incomplete: hold it back
-  }
-  std::string out = pending_.substr(0, cut);
-  pending_.erase(0, cut);
-  return out;
-}
-
-std::string Utf8Stream::flush() {
-  std::string out;
-  out.swap(pending_);
-  return out;
-}
-
 int fail(const std::string& command, const Status& s) {
   std::fprintf(stderr, "pagoda %s: error: %s\n", command.c_str(), s.message().c_str());
   return 1;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/detokenizer.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -24,17 +25,6 @@ Result<Loaded> load(const std::string& path, bool want_model, bool want_tokenize
 
 // "1 2 3" or "1,2,3" to ids.
 Result<std::vector<int32_t>> parse_token_list(const std::string& s);
-
-// Collects token bytes and releases only whole UTF-8 characters, so a character split
-// across tokens is never printed in halves.
-class Utf8Stream {
- public:
-  std::string push(const std::string& bytes);
-  std::string flush();
-
- private:
-  std::string pending_;
-};
 
 // Prints a Status for a subcommand and returns the exit code to use.
 int fail(const std::string& command, const Status& s);

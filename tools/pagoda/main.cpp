@@ -21,6 +21,8 @@ const Command kCommands[] = {
     {"quantize", pagoda::cli::cmd_quantize, "convert a GGUF model's weights to another type"},
     {"mkmodel", pagoda::cli::cmd_mkmodel, "write a random-weight GGUF model for testing"},
     {"info", pagoda::cli::cmd_info, "show a GGUF file's metadata and tensors"},
+    {"generate", pagoda::cli::cmd_generate,
+     "offline batch generation from a JSONL file of requests"},
 };
 
 void print_usage(FILE* out) {

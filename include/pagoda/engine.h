@@ -1,0 +1,125 @@
+// The engine as a library: many requests share one model and one paged KV pool, batched
+// continuously by one engine thread. Any thread may add or abort requests; each request's
+// outputs arrive on its own stream as they are generated.
+//
+//   auto engine = pagoda::Engine::create(config);           // loads the model
+//   auto stream = (*engine)->add_request("r1", "Hello", params);
+//   while (auto out = (*stream)->next()) std::cout << out->text;
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "pagoda/sampling_params.h"
+
+namespace pagoda {
+
+class Tokenizer;
+struct ModelConfig;
+
+enum class SchedulingPolicy { kFcfs, kPriority };
+
+struct EngineConfig {
+  std::string model_path;  // GGUF file
+  int threads = 0;         // 0: one per core
+  int block_size = 16;     // tokens per KV block (a multiple of 16)
+  // Bytes for the KV pool; 0: kv_cache_fraction of the memory available at start, capped
+  // at what max_num_seqs sequences of max_model_len tokens can use.
+  int64_t kv_cache_memory = 0;
+  double kv_cache_fraction = 0.25;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;  // 0: the model's context length
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
+  bool enable_prefix_caching = true;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
+// Times are seconds on the engine's steady clock (Engine::now()).
+struct RequestMetrics {
+  double arrival = 0, first_scheduled = 0, first_token = 0, last_token = 0, finished = 0;
+  int64_t prompt_tokens = 0, generation_tokens = 0, cached_tokens = 0;
+  int preemptions = 0;
+};
+
+// New tokens and text of one completion since its previous output.
+struct RequestOutput {
+  std::string request_id;
+  int index = 0;  // which of the n completions
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;  // one per token in token_ids, when asked
+  double time = 0;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;       // when finish_reason is kError
+  RequestMetrics metrics;  // complete when finished
+};
+
+struct EngineStats {
+  int num_running = 0, num_waiting = 0;
+  int kv_blocks_total = 0, kv_blocks_used = 0;
+  double kv_usage = 0;  // used / total
+  int64_t kv_pool_bytes = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0;  // tokens
+  int64_t preemptions = 0;
+  int64_t requests_added = 0, requests_finished = 0, requests_aborted = 0;
+  int64_t prompt_tokens = 0;           // of admitted requests
+  int64_t generation_tokens = 0;       // sampled
+  int64_t computed_tokens = 0;         // run through the model, all kinds
+  int64_t prompt_tokens_computed = 0;  // of which prompt positions (prefill, recompute)
+  int64_t steps = 0;
+  // Reserved but unfilled KV slots over reserved slots, averaged over steps (slot-weighted).
+  double kv_waste = 0;
+};
+
+// A request's outputs, in order. Safe to read from one thread while the engine writes.
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  // Waits for the next output; nullopt once every completion has finished and all
+  // outputs were taken.
+  virtual std::optional<RequestOutput> next() = 0;
+  // As next(), waiting at most timeout_s; nullopt on timeout too (then done() is false).
+  virtual std::optional<RequestOutput> next_for(double timeout_s) = 0;
+  virtual bool done() const = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  virtual ~Engine() = default;
+
+  // Queues a request. Fails at once for a duplicate id, bad parameters, or a request
+  // that can never fit (over max_model_len or the whole KV pool).
+  virtual Result<std::shared_ptr<RequestStream>> add_request(const std::string& id,
+                                                             const std::string& prompt,
+                                                             const SamplingParams& params,
+                                                             int priority = 0) = 0;
+  virtual Result<std::shared_ptr<RequestStream>> add_request(const std::string& id,
+                                                             const std::vector<int32_t>& prompt,
+                                                             const SamplingParams& params,
+                                                             int priority = 0) = 0;
+  // Stops a request wherever it is and frees what it holds; its stream ends with
+  // finish reason abort. Unknown ids are ignored.
+  virtual void abort(const std::string& id) = 0;
+  virtual EngineStats stats() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual const ModelConfig& model_config() const = 0;
+  virtual const EngineConfig& config() const = 0;  // with the sizes actually used
+  static double now();
+};
+
+}  // namespace pagoda

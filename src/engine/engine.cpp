@@ -1,0 +1,295 @@
+// The thread-safe Engine: callers' threads queue commands; one engine thread applies
+// them between steps, runs the step loop, and hands outputs to per-request streams.
+#include "pagoda/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/engine_core.h"
+#include "engine/kv_budget.h"
+#include "model/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+double Engine::now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+class StreamImpl : public RequestStream {
+ public:
+  explicit StreamImpl(int n) : n_(n) {}
+
+  void push(RequestOutput o) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (o.finished) ++finished_;
+      q_.push_back(std::move(o));
+    }
+    cv_.notify_all();
+  }
+  bool all_finished() {
+    std::lock_guard<std::mutex> l(mu_);
+    return finished_ >= n_;
+  }
+  std::optional<RequestOutput> next() override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !q_.empty() || finished_ >= n_; });
+    return pop_locked();
+  }
+  std::optional<RequestOutput> next_for(double timeout_s) override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, std::chrono::duration<double>(timeout_s),
+                 [&] { return !q_.empty() || finished_ >= n_; });
+    return pop_locked();
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return finished_ >= n_ && q_.empty();
+  }
+
+ private:
+  std::optional<RequestOutput> pop_locked() {
+    if (q_.empty()) return std::nullopt;
+    RequestOutput o = std::move(q_.front());
+    q_.pop_front();
+    return o;
+  }
+  const int n_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> q_;
+  int finished_ = 0;
+};
+
+class EngineImpl : public Engine {
+ public:
+  ~EngineImpl() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  Status init(const EngineConfig& cfg) {
+    config_ = cfg;
+    PAGODA_ASSIGN_OR_RETURN(file_, GgufFile::open(cfg.model_path));
+    auto tok = Tokenizer::from_gguf(*file_);
+    if (!tok) return tok.status().with_context("loading the tokenizer of '" + cfg.model_path + "'");
+    tok_ = std::move(tok).value();
+    auto m = Model::load(*file_);
+    if (!m) return m.status().with_context("loading the model '" + cfg.model_path + "'");
+    model_ = std::move(m).value();
+    file_.reset();  // weights are copied; the mapping is no longer needed
+
+    const ModelConfig& mc = model_->config();
+    if (cfg.block_size <= 0 || cfg.block_size % cpu::kKvBlockQuantum != 0)
+      return invalid_argument(
+          str_format("--block-size must be a positive multiple of %d", cpu::kKvBlockQuantum));
+    if (cfg.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
+    if (cfg.max_num_batched_tokens < 1)
+      return invalid_argument("--max-num-batched-tokens must be at least 1");
+    config_.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.context_length;
+    if (config_.max_model_len > mc.context_length)
+      return invalid_argument(str_format("--max-model-len %lld is over the model's context %d",
+                                         static_cast<long long>(config_.max_model_len),
+                                         mc.context_length));
+    PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, plan_kv_pool(mc, config_));
+    config_.kv_cache_memory = budget.pool_bytes;
+
+    pool_ = std::make_unique<ThreadPool>(cfg.threads);
+    exec_ = std::make_unique<CpuExecutor>(*model_, *pool_, budget.n_blocks, cfg.block_size);
+    EngineCoreConfig cc;
+    cc.n_blocks = budget.n_blocks;
+    cc.block_size = cfg.block_size;
+    cc.enable_prefix_caching = cfg.enable_prefix_caching;
+    cc.sched.max_num_seqs = cfg.max_num_seqs;
+    cc.sched.max_num_batched_tokens = cfg.max_num_batched_tokens;
+    cc.sched.max_model_len = config_.max_model_len;
+    cc.sched.policy = cfg.scheduling_policy == SchedulingPolicy::kPriority
+                          ? sched::Policy::kPriority
+                          : sched::Policy::kFcfs;
+    core_ = std::make_unique<EngineCore>(cc, *exec_, tok_.get());
+    publish_stats();
+    thread_ = std::thread([this] { loop(); });
+    return Status::ok();
+  }
+
+  Result<std::shared_ptr<RequestStream>> add_request(const std::string& id,
+                                                     const std::string& prompt,
+                                                     const SamplingParams& params,
+                                                     int priority) override {
+    // Special-token text in a prompt becomes those tokens, as vLLM treats prompts.
+    return add_request(id, tok_->encode(prompt, true, true), params, priority);
+  }
+
+  Result<std::shared_ptr<RequestStream>> add_request(const std::string& id,
+                                                     const std::vector<int32_t>& prompt,
+                                                     const SamplingParams& params,
+                                                     int priority) override {
+    if (prompt.empty()) return invalid_argument("the prompt has no tokens");
+    auto stream = std::make_shared<StreamImpl>(std::max(1, params.n));
+    Command c;
+    c.kind = Command::kAdd;
+    c.id = id;
+    c.tokens = prompt;
+    c.params = params;
+    c.priority = priority;
+    c.arrival = now();
+    c.stream = stream;
+    PAGODA_RETURN_IF_ERROR(core_->validate(c.tokens, params));
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) return internal_error("the engine is shutting down");
+    if (!live_.insert(id).second)
+      return invalid_argument("a request with id '" + id + "' is already running");
+    commands_.push_back(std::move(c));
+    cv_.notify_all();
+    return std::shared_ptr<RequestStream>(stream);
+  }
+
+  void abort(const std::string& id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    Command c;
+    c.kind = Command::kAbort;
+    c.id = id;
+    commands_.push_back(std::move(c));
+    cv_.notify_all();
+  }
+
+  EngineStats stats() const override {
+    std::lock_guard<std::mutex> l(stats_mu_);
+    return stats_;
+  }
+  const Tokenizer& tokenizer() const override { return *tok_; }
+  const ModelConfig& model_config() const override { return model_->config(); }
+  const EngineConfig& config() const override { return config_; }
+
+ private:
+  struct Command {
+    enum Kind { kAdd, kAbort } kind = kAdd;
+    std::string id;
+    std::vector<int32_t> tokens;
+    SamplingParams params;
+    int priority = 0;
+    double arrival = 0;
+    std::shared_ptr<StreamImpl> stream;
+  };
+
+  void loop() {
+    std::vector<RequestOutput> outs;
+    for (;;) {
+      std::deque<Command> cmds;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !commands_.empty() || core_->has_work(); });
+        if (stop_) break;
+        cmds.swap(commands_);
+      }
+      outs.clear();
+      for (Command& c : cmds) apply(c, &outs);
+      core_->step(&outs);
+      dispatch(outs);
+      publish_stats();
+    }
+    // Shutting down: every open stream ends with abort.
+    outs.clear();
+    std::vector<std::string> ids;
+    for (const auto& [id, s] : streams_) ids.push_back(id);
+    for (const std::string& id : ids) core_->abort(id, &outs);
+    dispatch(outs);
+    std::lock_guard<std::mutex> l(mu_);
+    for (Command& c : commands_)
+      for (int i = 0; i < std::max(1, c.params.n); ++i) {
+        RequestOutput o;
+        o.request_id = c.id;
+        o.index = i;
+        o.finished = true;
+        o.finish_reason = FinishReason::kAbort;
+        c.stream->push(std::move(o));
+      }
+  }
+
+  void apply(Command& c, std::vector<RequestOutput>* outs) {
+    if (c.kind == Command::kAbort) {
+      core_->abort(c.id, outs);
+      return;
+    }
+    // Validated when queued; a failure here is an engine fault, reported on the stream.
+    Status s = core_->add_request(c.id, c.tokens, c.params, c.priority, c.arrival);
+    if (s) {
+      streams_[c.id] = c.stream;
+      return;
+    }
+    for (int i = 0; i < std::max(1, c.params.n); ++i) {
+      RequestOutput o;
+      o.request_id = c.id;
+      o.index = i;
+      o.finished = true;
+      o.finish_reason = FinishReason::kError;
+      o.error = s.message();
+      c.stream->push(std::move(o));
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    live_.erase(c.id);
+  }
+
+  void dispatch(const std::vector<RequestOutput>& outs) {
+    for (const RequestOutput& o : outs) {
+      auto it = streams_.find(o.request_id);
+      if (it == streams_.end()) continue;
+      it->second->push(o);
+      if (it->second->all_finished()) {
+        streams_.erase(it);
+        std::lock_guard<std::mutex> l(mu_);
+        live_.erase(o.request_id);
+      }
+    }
+  }
+
+  void publish_stats() {
+    EngineStats s = core_->stats();
+    s.kv_pool_bytes = config_.kv_cache_memory;
+    std::lock_guard<std::mutex> l(stats_mu_);
+    stats_ = s;
+  }
+
+  EngineConfig config_;
+  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<CpuExecutor> exec_;
+  std::unique_ptr<EngineCore> core_;
+  std::thread thread_;
+
+  std::mutex mu_;  // commands_, live_, stop_
+  std::condition_variable cv_;
+  std::deque<Command> commands_;
+  std::unordered_set<std::string> live_;
+  bool stop_ = false;
+  std::unordered_map<std::string, std::shared_ptr<StreamImpl>> streams_;  // engine thread
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  auto e = std::make_unique<EngineImpl>();
+  PAGODA_RETURN_IF_ERROR(e->init(config));
+  return std::unique_ptr<Engine>(std::move(e));
+}
+
+}  // namespace pagoda

@@ -1,0 +1,326 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+namespace pagoda {
+
+struct EngineCore::Req {
+  sched::Request s;
+  std::string id;
+  int index = 0;  // completion index within the request
+  SamplingParams params;
+  std::optional<Sampler> sampler;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  int pending_forks = 0;  // completions still to fork off when the prompt is done
+  bool scheduled = false;
+  RequestMetrics m;
+  int64_t num_output() const { return s.num_tokens() - s.num_prompt_tokens; }
+};
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
+  }
+  return "none";
+}
+
+EngineCore::EngineCore(const EngineCoreConfig& config, Executor& executor, const Tokenizer* tok)
+    : config_(config),
+      exec_(executor),
+      tok_(tok),
+      kv_(config.n_blocks, config.block_size, config.enable_prefix_caching),
+      sched_(config.sched, kv_) {}
+
+EngineCore::~EngineCore() = default;
+
+Status EngineCore::validate(const std::vector<int32_t>& prompt,
+                            const SamplingParams& params) const {
+  const int32_t n_vocab = exec_.n_vocab();
+  for (int32_t t : prompt)
+    if (t < 0 || t >= n_vocab)
+      return invalid_argument(str_format("prompt token id %d is outside the vocabulary", t));
+  if (params.n < 1) return invalid_argument("n must be at least 1");
+  if (params.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (params.logprobs && (*params.logprobs < 0 || *params.logprobs > 20))
+    return invalid_argument("logprobs must be between 0 and 20");
+  if (!(params.temperature >= 0)) return invalid_argument("temperature must be >= 0");
+  if (!(params.top_p > 0 && params.top_p <= 1)) return invalid_argument("top_p must be in (0, 1]");
+  if (!(params.min_p >= 0 && params.min_p <= 1)) return invalid_argument("min_p must be in [0, 1]");
+  sched::Request r;
+  r.num_prompt_tokens = static_cast<int64_t>(prompt.size());
+  r.max_total_tokens = r.num_prompt_tokens + params.max_tokens;
+  r.seq_weight = params.n;
+  return sched_.check_admissible(r);
+}
+
+Status EngineCore::add_request(const std::string& id, std::vector<int32_t> prompt,
+                               const SamplingParams& params, int priority, double arrival_time) {
+  if (by_id_.count(id)) return invalid_argument("a request with id '" + id + "' is running");
+  PAGODA_RETURN_IF_ERROR(validate(prompt, params));
+  auto r = std::make_unique<Req>();
+  r->s.id = next_seq_++;
+  r->s.priority = priority;
+  r->s.num_prompt_tokens = static_cast<int64_t>(prompt.size());
+  r->s.max_total_tokens = r->s.num_prompt_tokens + params.max_tokens;
+  r->s.seq_weight = params.n;
+  r->s.tokens = std::move(prompt);
+  r->id = id;
+  r->params = params;
+  r->sampler.emplace(params, r->s.tokens);
+  if (tok_)
+    r->detok = std::make_unique<IncrementalDetokenizer>(*tok_, params.stop,
+                                                        params.include_stop_str_in_output);
+  r->pending_forks = params.n - 1;
+  r->m.arrival = arrival_time;
+  r->m.prompt_tokens = r->s.num_prompt_tokens;
+  sched_.add(&r->s);
+  by_id_[id].push_back(r->s.id);
+  stats_.requests_added++;
+  stats_.prompt_tokens += r->s.num_prompt_tokens;
+  reqs_.emplace(r->s.id, std::move(r));
+  return Status::ok();
+}
+
+void EngineCore::abort(const std::string& id, std::vector<RequestOutput>* out) {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return;
+  const std::vector<kv::SeqId> seqs = it->second;
+  const double now = Engine::now();
+  for (kv::SeqId s : seqs) finish(*reqs_.at(s), FinishReason::kAbort, out, now);
+}
+
+EngineCore::Req* EngineCore::fork(Req& parent, int index) {
+  auto c = std::make_unique<Req>();
+  c->s = parent.s;
+  c->s.id = next_seq_++;
+  c->s.seq_weight = 1;
+  c->id = parent.id;
+  c->index = index;
+  c->params = parent.params;
+  c->sampler = parent.sampler;
+  c->sampler->reseed(parent.params.seed ? *parent.params.seed + static_cast<uint64_t>(index)
+                                        : std::random_device{}());
+  if (tok_)
+    c->detok = std::make_unique<IncrementalDetokenizer>(*tok_, parent.params.stop,
+                                                        parent.params.include_stop_str_in_output);
+  c->scheduled = true;
+  c->m = parent.m;
+  kv_.fork(parent.s.id, c->s.id);
+  sched_.add_running(&c->s);
+  by_id_[c->id].push_back(c->s.id);
+  Req* raw = c.get();
+  reqs_.emplace(c->s.id, std::move(c));
+  return raw;
+}
+
+namespace {
+
+// Log-probabilities from raw logits: the chosen token's and the k most likely.
+TokenLogprob logprobs_of(const float* logits, int32_t n_vocab, int32_t chosen, int k) {
+  float mx = -INFINITY;
+  for (int32_t i = 0; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  TokenLogprob lp;
+  lp.token = chosen;
+  lp.logprob = logits[chosen] - lse;
+  if (k > 0) {
+    std::vector<int32_t> idx(static_cast<size_t>(n_vocab));
+    std::iota(idx.begin(), idx.end(), 0);
+    k = std::min(k, n_vocab);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (int i = 0; i < k; ++i)
+      lp.top.emplace_back(idx[static_cast<size_t>(i)], logits[idx[i]] - lse);
+  }
+  return lp;
+}
+
+}  // namespace
+
+void EngineCore::sample_into(Req& r, float* logits, std::vector<RequestOutput>* out, double now) {
+  const int32_t n_vocab = exec_.n_vocab();
+  std::vector<float> raw;
+  std::vector<Req*> children;
+  if (r.pending_forks > 0 || r.params.logprobs) raw.assign(logits, logits + n_vocab);
+  if (r.pending_forks > 0) {
+    // The prompt is computed: the other completions start here, sharing its blocks.
+    for (int i = 1; i <= r.pending_forks; ++i) children.push_back(fork(r, i));
+    r.pending_forks = 0;
+    r.s.seq_weight = 1;
+  }
+
+  const int32_t tok = r.sampler->sample(logits, n_vocab);
+  r.s.tokens.push_back(tok);
+  stats_.generation_tokens++;
+  if (r.num_output() == 1) r.m.first_token = now;
+  r.m.last_token = now;
+
+  RequestOutput o;
+  o.request_id = r.id;
+  o.index = r.index;
+  o.time = now;
+  o.token_ids.push_back(tok);
+  if (r.params.logprobs)
+    o.logprobs.push_back(logprobs_of(raw.data(), n_vocab, tok, *r.params.logprobs));
+
+  const auto& stop_ids = r.params.stop_token_ids;
+  FinishReason why = FinishReason::kNone;
+  if (std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end() ||
+      (!r.params.ignore_eos && tok_ && tok_->is_end_of_generation(tok))) {
+    why = FinishReason::kStop;
+  } else if (r.detok) {
+    IncrementalDetokenizer::Update u = r.detok->push(tok);
+    o.text = std::move(u.text);
+    if (u.stopped) why = FinishReason::kStop;
+  }
+  if (why == FinishReason::kNone &&
+      (r.num_output() >= r.params.max_tokens || r.s.num_tokens() >= config_.sched.max_model_len))
+    why = FinishReason::kLength;
+  if (why != FinishReason::kNone)
+    finish(r, why, out, now, &o);
+  else
+    out->push_back(std::move(o));
+
+  for (Req* c : children) {
+    std::vector<float> mine = raw;
+    sample_into(*c, mine.data(), out, now);
+  }
+}
+
+void EngineCore::finish(Req& r, FinishReason why, std::vector<RequestOutput>* out, double now,
+                        RequestOutput* pending, const std::string& error) {
+  RequestOutput o;
+  if (pending) o = std::move(*pending);
+  o.request_id = r.id;
+  o.index = r.index;
+  o.time = now;
+  if (r.detok && why != FinishReason::kError) o.text += r.detok->finish();
+  o.finished = true;
+  o.finish_reason = why;
+  o.error = error;
+  r.m.finished = now;
+  r.m.generation_tokens = r.num_output();
+  r.m.cached_tokens = r.s.num_cached_tokens;
+  r.m.preemptions = r.s.num_preemptions;
+  o.metrics = r.m;
+  out->push_back(o);
+  // Completions that were never forked end with their parent.
+  for (int i = 1; i <= r.pending_forks; ++i) {
+    RequestOutput c;
+    c.request_id = r.id;
+    c.index = i;
+    c.time = now;
+    c.finished = true;
+    c.finish_reason = why;
+    c.error = error;
+    c.metrics = r.m;
+    c.metrics.generation_tokens = 0;
+    out->push_back(std::move(c));
+  }
+  if (why == FinishReason::kAbort)
+    stats_.requests_aborted++;
+  else
+    stats_.requests_finished++;
+  sched_.remove(&r.s);
+  auto it = by_id_.find(r.id);
+  std::erase(it->second, r.s.id);
+  if (it->second.empty()) by_id_.erase(it);
+  reqs_.erase(r.s.id);  // r is gone from here on
+}
+
+void EngineCore::fail_step(const sched::SchedulerOutput& so, const Status& s,
+                           std::vector<RequestOutput>* out) {
+  const double now = Engine::now();
+  for (const sched::ScheduledSeq& q : so.seqs)
+    finish(*reqs_.at(q.req->id), FinishReason::kError, out, now, nullptr,
+           "the model failed: " + s.message());
+}
+
+void EngineCore::step(std::vector<RequestOutput>* out) {
+  sched::SchedulerOutput so = sched_.schedule();
+  if (so.empty()) return;
+  const double now = Engine::now();
+  exec_.copy_blocks(so.copies);
+
+  batch_.tokens.clear();
+  batch_.seqs.clear();
+  batch_.logit_rows.clear();
+  int row = 0;
+  for (const sched::ScheduledSeq& q : so.seqs) {
+    Req& r = *reqs_.at(q.req->id);
+    const int64_t pos0 = r.s.num_computed;
+    batch_.tokens.insert(batch_.tokens.end(), r.s.tokens.begin() + pos0,
+                         r.s.tokens.begin() + pos0 + q.num_tokens);
+    cpu::AttentionSeq a;
+    a.q_row = row;
+    a.n_q = q.num_tokens;
+    a.pos0 = static_cast<int>(pos0);
+    a.blocks = kv_.blocks(r.s.id).data();
+    batch_.seqs.push_back(a);
+    if (q.samples) batch_.logit_rows.push_back(row + q.num_tokens - 1);
+    row += q.num_tokens;
+    if (!r.scheduled) {
+      r.scheduled = true;
+      r.m.first_scheduled = now;
+    }
+    stats_.prompt_tokens_computed +=
+        std::max<int64_t>(0, std::min(pos0 + q.num_tokens, r.s.num_prompt_tokens) - pos0);
+  }
+  const int32_t n_vocab = exec_.n_vocab();
+  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab));
+  if (Status s = exec_.execute(batch_, logits_.data()); !s) {
+    fail_step(so, s, out);
+    return;
+  }
+  sched_.step_done(so);
+  stats_.steps++;
+  stats_.computed_tokens += so.num_tokens;
+
+  const double done = Engine::now();
+  size_t li = 0;
+  for (const sched::ScheduledSeq& q : so.seqs) {
+    if (!q.samples) continue;
+    sample_into(*reqs_.at(q.req->id), logits_.data() + li * static_cast<size_t>(n_vocab), out,
+                done);
+    ++li;
+  }
+
+  // KV waste: the unfilled tail of each running sequence's last block.
+  int64_t slack = 0;
+  for (const auto& [sid, r] : reqs_)
+    if (r->s.status == sched::RequestStatus::kRunning)
+      slack += static_cast<int64_t>(kv_.blocks(sid).size()) * kv_.block_size() - r->s.num_computed;
+  waste_slots_ += static_cast<double>(slack);
+  reserved_slots_ += static_cast<double>(kv_.reserved_slots());
+}
+
+EngineStats EngineCore::stats() const {
+  EngineStats s = stats_;
+  s.num_running = sched_.num_running();
+  s.num_waiting = sched_.num_waiting();
+  s.kv_blocks_total = kv_.n_blocks();
+  s.kv_blocks_used = kv_.num_used_blocks();
+  s.kv_usage = s.kv_blocks_total ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total : 0;
+  s.prefix_queries = sched_.counters().prefix_queries;
+  s.prefix_hits = sched_.counters().prefix_hits;
+  s.preemptions = sched_.counters().preemptions;
+  s.kv_waste = reserved_slots_ > 0 ? waste_slots_ / reserved_slots_ : 0;
+  return s;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,72 @@
+// The step loop, single-threaded: schedule, execute, update. Everything the Engine's
+// thread does between draining its input queue and publishing outputs happens here, so
+// it can be driven directly by tests with a fake executor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/detokenizer.h"
+#include "engine/executor.h"
+#include "engine/sampler.h"
+#include "kv/kv_cache_manager.h"
+#include "pagoda/engine.h"
+#include "sched/scheduler.h"
+
+namespace pagoda {
+
+struct EngineCoreConfig {
+  sched::SchedulerConfig sched;
+  int n_blocks = 0;
+  int block_size = 16;
+  bool enable_prefix_caching = true;
+};
+
+class EngineCore {
+ public:
+  // `tok` may be null (token-only use: no text, no stop strings, no end-of-generation).
+  EngineCore(const EngineCoreConfig& config, Executor& executor, const Tokenizer* tok);
+  ~EngineCore();
+
+  // Whether a request could ever run; reads only fixed configuration, so any thread may
+  // call it while another runs step().
+  Status validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
+  Status add_request(const std::string& id, std::vector<int32_t> prompt,
+                     const SamplingParams& params, int priority, double arrival_time);
+  // Finishes every completion of `id` with reason abort; outputs go to `out`.
+  void abort(const std::string& id, std::vector<RequestOutput>* out);
+  // Runs one step (nothing when there is no work), appending outputs.
+  void step(std::vector<RequestOutput>* out);
+  bool has_work() const { return sched_.has_work(); }
+  EngineStats stats() const;
+  const kv::KvCacheManager& kv() const { return kv_; }
+  const sched::Scheduler& scheduler() const { return sched_; }
+
+ private:
+  struct Req;
+  void sample_into(Req& r, float* logits, std::vector<RequestOutput>* out, double now);
+  void finish(Req& r, FinishReason why, std::vector<RequestOutput>* out, double now,
+              RequestOutput* pending = nullptr, const std::string& error = {});
+  Req* fork(Req& parent, int index);
+  void fail_step(const sched::SchedulerOutput& so, const Status& s,
+                 std::vector<RequestOutput>* out);
+
+  EngineCoreConfig config_;
+  Executor& exec_;
+  const Tokenizer* tok_;
+  kv::KvCacheManager kv_;
+  sched::Scheduler sched_;
+  std::unordered_map<kv::SeqId, std::unique_ptr<Req>> reqs_;
+  std::unordered_map<std::string, std::vector<kv::SeqId>> by_id_;
+  kv::SeqId next_seq_ = 1;
+  EngineStats stats_;
+  double waste_slots_ = 0, reserved_slots_ = 0;
+  std::vector<float> logits_;
+  Batch batch_;
+};
+
+}  // namespace pagoda

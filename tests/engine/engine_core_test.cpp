@@ -1,0 +1,341 @@
+// The step loop, scheduler and KV manager driven with the fake model: budgets, preemption,
+// aborts, prefix caching, priorities, n > 1 with copy-on-write.
+#include "engine/engine_core.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "fake_executor.h"
+
+namespace pagoda {
+namespace {
+
+using testing::fake_greedy;
+using testing::FakeExecutor;
+
+constexpr int32_t kVocab = 97;
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+  RequestMetrics metrics;
+  int finished = 0;
+};
+
+struct Harness {
+  Harness(int n_blocks, int max_seqs, int budget, bool caching = true,
+          sched::Policy policy = sched::Policy::kFcfs, int64_t max_len = 4096)
+      : exec(n_blocks, 16, kVocab) {
+    EngineCoreConfig c;
+    c.n_blocks = n_blocks;
+    c.block_size = 16;
+    c.enable_prefix_caching = caching;
+    c.sched.max_num_seqs = max_seqs;
+    c.sched.max_num_batched_tokens = budget;
+    c.sched.max_model_len = max_len;
+    c.sched.policy = policy;
+    core = std::make_unique<EngineCore>(c, exec, nullptr);
+  }
+  Status add(const std::string& id, const std::vector<int32_t>& prompt, int max_tokens,
+             int priority = 0, SamplingParams p = greedy()) {
+    p.max_tokens = max_tokens;
+    return core->add_request(id, prompt, p, priority, 0.0);
+  }
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0;
+    return p;
+  }
+  void collect(const std::vector<RequestOutput>& outs) {
+    for (const RequestOutput& o : outs) {
+      Outcome& r = get(o.request_id, o.index);
+      r.tokens.insert(r.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+      if (o.finished) {
+        r.reason = o.finish_reason;
+        r.metrics = o.metrics;
+        r.finished++;
+        finish_order.push_back(o.request_id);
+      }
+    }
+  }
+  // Steps until idle; checks the pool's invariants after every step.
+  void run(int max_steps = 100000) {
+    for (int i = 0; i < max_steps && core->has_work(); ++i) {
+      std::vector<RequestOutput> outs;
+      core->step(&outs);
+      collect(outs);
+    }
+    ASSERT_FALSE(core->has_work()) << "did not finish";
+  }
+  Outcome& get(const std::string& id, int index) { return results[{id, index}]; }
+  bool pool_whole() const { return core->kv().num_free_blocks() == core->kv().n_blocks(); }
+
+  FakeExecutor exec;
+  std::unique_ptr<EngineCore> core;
+  std::map<std::pair<std::string, int>, Outcome> results;
+  std::vector<std::string> finish_order;
+};
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  for (int32_t& t : p) t = static_cast<int32_t>(rng() % kVocab);
+  return p;
+}
+
+TEST(EngineCore, TokenBudgetAndSeqLimitHoldEveryStep) {
+  Harness h(/*n_blocks=*/400, /*max_seqs=*/6, /*budget=*/48);
+  std::mt19937 rng(1);
+  std::map<std::string, std::pair<std::vector<int32_t>, int>> want;
+  for (int i = 0; i < 20; ++i) {
+    const auto p = random_prompt(rng, 1 + static_cast<int>(rng() % 120));
+    const int n = 1 + static_cast<int>(rng() % 30);
+    const std::string id = "r" + std::to_string(i);
+    ASSERT_TRUE(h.add(id, p, n));
+    want[id] = {p, n};
+  }
+  h.run();
+  ASSERT_FALSE(h.exec.step_tokens.empty());
+  for (size_t i = 0; i < h.exec.step_tokens.size(); ++i) {
+    EXPECT_LE(h.exec.step_tokens[i], 48) << "step " << i;
+    EXPECT_LE(h.exec.step_seqs[i], 6) << "step " << i;
+  }
+  // Chunked prefill must have happened (prompts up to 120 tokens, budget 48).
+  EXPECT_TRUE(std::count(h.exec.step_tokens.begin(), h.exec.step_tokens.end(), 48) > 0);
+  for (const auto& [id, pn] : want) {
+    const Outcome& r = h.get(id, 0);
+    EXPECT_EQ(r.tokens, fake_greedy(pn.first, pn.second, kVocab)) << id;
+    EXPECT_EQ(r.reason, FinishReason::kLength);
+  }
+  EXPECT_TRUE(h.pool_whole());
+}
+
+TEST(EngineCore, PreemptionThenResumptionGivesTheSameOutput) {
+  // 20 blocks of 16 tokens for 8 requests that each grow to ~100 tokens: the pool runs
+  // out while they decode, so some are preempted and recomputed.
+  Harness h(/*n_blocks=*/20, /*max_seqs=*/8, /*budget=*/256, /*caching=*/false);
+  std::mt19937 rng(2);
+  std::map<std::string, std::pair<std::vector<int32_t>, int>> want;
+  for (int i = 0; i < 8; ++i) {
+    const auto p = random_prompt(rng, 20 + i * 3);
+    const std::string id = "p" + std::to_string(i);
+    ASSERT_TRUE(h.add(id, p, 80));
+    want[id] = {p, 80};
+  }
+  h.run();
+  EXPECT_GT(h.core->stats().preemptions, 0);
+  int preempted = 0;
+  for (const auto& [id, pn] : want) {
+    const Outcome& r = h.get(id, 0);
+    EXPECT_EQ(r.tokens, fake_greedy(pn.first, pn.second, kVocab)) << id;
+    preempted += r.metrics.preemptions > 0;
+  }
+  EXPECT_GT(preempted, 0);
+  EXPECT_TRUE(h.pool_whole());
+}
+
+TEST(EngineCore, SeededSamplingSurvivesPreemption) {
+  std::mt19937 rng(3);
+  const auto p = random_prompt(rng, 30);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.seed = 1234;
+  // Alone, with room to spare.
+  Harness alone(100, 4, 256, false);
+  ASSERT_TRUE(alone.add("x", p, 60, 0, sp));
+  alone.run();
+  // Squeezed by competitors so it is preempted.
+  Harness tight(14, 4, 256, false);
+  ASSERT_TRUE(tight.add("x", p, 60, 0, sp));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(tight.add("y" + std::to_string(i), random_prompt(rng, 40), 60));
+  tight.run();
+  EXPECT_GT(tight.core->stats().preemptions, 0);
+  EXPECT_EQ(tight.get("x", 0).tokens, alone.get("x", 0).tokens);
+  EXPECT_TRUE(tight.pool_whole());
+}
+
+TEST(EngineCore, AbortAtAnyPointFreesEverything) {
+  std::mt19937 rng(4);
+  for (int abort_after = 0; abort_after < 12; ++abort_after) {
+    Harness h(60, 4, 32);
+    for (int i = 0; i < 6; ++i)
+      ASSERT_TRUE(h.add("a" + std::to_string(i), random_prompt(rng, 50), 20));
+    for (int s = 0; s < abort_after; ++s) {
+      std::vector<RequestOutput> outs;
+      h.core->step(&outs);
+      h.collect(outs);
+    }
+    std::vector<RequestOutput> outs;
+    for (int i = 0; i < 6; ++i) h.core->abort("a" + std::to_string(i), &outs);
+    h.collect(outs);
+    EXPECT_FALSE(h.core->has_work());
+    EXPECT_TRUE(h.pool_whole()) << "after " << abort_after << " steps";
+    EXPECT_EQ(h.core->kv().pool().num_free(), 60);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(h.get("a" + std::to_string(i), 0).finished, 1);
+  }
+}
+
+TEST(EngineCore, PrefixHitsAreCountedExactly) {
+  std::mt19937 rng(5);
+  const auto shared = random_prompt(rng, 40);  // 2 full blocks + 8 tokens
+  auto b = shared;
+  b.resize(35);
+  const auto tail = random_prompt(rng, 20);
+  b.insert(b.end(), tail.begin(), tail.end());  // 55 tokens, first 35 shared
+  for (bool caching : {true, false}) {
+    Harness h(100, 4, 512, caching);
+    ASSERT_TRUE(h.add("a", shared, 5));
+    h.run();
+    const EngineStats s1 = h.core->stats();
+    EXPECT_EQ(s1.prefix_queries, 40);
+    EXPECT_EQ(s1.prefix_hits, 0);
+    ASSERT_TRUE(h.add("b", b, 5));
+    h.run();
+    const EngineStats s2 = h.core->stats();
+    EXPECT_EQ(s2.prefix_queries, 40 + 55);
+    // Blocks 0 and 1 (tokens 0..31) are shared and cached; block 2 differs from token 35.
+    EXPECT_EQ(s2.prefix_hits, caching ? 32 : 0);
+    EXPECT_EQ(s2.prompt_tokens_computed, caching ? 40 + 55 - 32 : 40 + 55);
+    EXPECT_EQ(h.get("b", 0).metrics.cached_tokens, caching ? 32 : 0);
+    EXPECT_EQ(h.get("b", 0).tokens, fake_greedy(b, 5, kVocab));
+    // An identical prompt reuses every full block but the one holding its last token.
+    ASSERT_TRUE(h.add("c", shared, 5));
+    h.run();
+    EXPECT_EQ(h.core->stats().prefix_hits, caching ? 32 + 32 : 0);
+    EXPECT_EQ(h.get("c", 0).tokens, fake_greedy(shared, 5, kVocab));
+    EXPECT_TRUE(h.pool_whole());
+  }
+}
+
+TEST(EngineCore, EvictionIsLeastRecentlyUsedFirst) {
+  std::mt19937 rng(6);
+  // Pool of 8 blocks. Run a (3 full blocks), then b (3 full blocks): both cached, 6 of 8
+  // blocks hold cached prefixes. A new 3-block request c must evict a's blocks first.
+  Harness h(8, 4, 512);
+  const auto a = random_prompt(rng, 49), b = random_prompt(rng, 49), c = random_prompt(rng, 49);
+  ASSERT_TRUE(h.add("a", a, 1));
+  h.run();
+  ASSERT_TRUE(h.add("b", b, 1));
+  h.run();
+  ASSERT_TRUE(h.add("c", c, 1));
+  h.run();
+  const int64_t hits_before = h.core->stats().prefix_hits;
+  ASSERT_TRUE(h.add("b2", b, 1));  // b's prefix must still be cached
+  h.run();
+  EXPECT_EQ(h.core->stats().prefix_hits - hits_before, 48);
+  const int64_t hits_mid = h.core->stats().prefix_hits;
+  ASSERT_TRUE(h.add("a2", a, 1));  // a's was evicted by c
+  h.run();
+  EXPECT_LT(h.core->stats().prefix_hits - hits_mid, 48);
+  EXPECT_EQ(h.get("a2", 0).tokens, fake_greedy(a, 1, kVocab));
+}
+
+TEST(EngineCore, PriorityOrderHoldsAndTiesAreFirstComeFirstServed) {
+  std::mt19937 rng(7);
+  Harness h(100, /*max_seqs=*/1, 512, true, sched::Policy::kPriority);
+  const int prios[] = {3, 1, 2, 1, 0, 3};
+  for (int i = 0; i < 6; ++i)
+    ASSERT_TRUE(h.add("q" + std::to_string(i), random_prompt(rng, 10), 3, prios[i]));
+  h.run();
+  const std::vector<std::string> want = {"q4", "q1", "q3", "q2", "q0", "q5"};
+  EXPECT_EQ(h.finish_order, want);
+}
+
+TEST(EngineCore, FcfsIgnoresPriority) {
+  std::mt19937 rng(8);
+  Harness h(100, 1, 512, true, sched::Policy::kFcfs);
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(h.add("f" + std::to_string(i), random_prompt(rng, 10), 3, 10 - i));
+  h.run();
+  const std::vector<std::string> want = {"f0", "f1", "f2", "f3"};
+  EXPECT_EQ(h.finish_order, want);
+}
+
+TEST(EngineCore, UrgentRequestPreemptsALessUrgentOne) {
+  std::mt19937 rng(9);
+  Harness h(100, /*max_seqs=*/1, 512, true, sched::Policy::kPriority);
+  const auto lo = random_prompt(rng, 20), hi = random_prompt(rng, 20);
+  ASSERT_TRUE(h.add("low", lo, 30, 5));
+  for (int i = 0; i < 5; ++i) {  // low is decoding
+    std::vector<RequestOutput> outs;
+    h.core->step(&outs);
+    h.collect(outs);
+  }
+  ASSERT_TRUE(h.add("high", hi, 5, 0));
+  h.run();
+  ASSERT_EQ(h.finish_order.size(), 2u);
+  EXPECT_EQ(h.finish_order[0], "high");
+  EXPECT_EQ(h.get("low", 0).metrics.preemptions, 1);
+  EXPECT_EQ(h.get("low", 0).tokens, fake_greedy(lo, 30, kVocab));
+  EXPECT_EQ(h.get("high", 0).tokens, fake_greedy(hi, 5, kVocab));
+  EXPECT_TRUE(h.pool_whole());
+}
+
+TEST(EngineCore, RequestsThatCanNeverFitAreRejected) {
+  Harness h(10, 4, 512, true, sched::Policy::kFcfs, /*max_len=*/200);
+  std::vector<int32_t> p(150, 1);
+  Status s = h.add("long", p, 60);  // 210 > max_model_len
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("max_model_len"), std::string::npos);
+  s = h.add("big", p, 20);  // 170 tokens = 11 blocks > 10
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(h.add("ok", std::vector<int32_t>(100, 2), 50));  // 150 tokens, 10 blocks
+  EXPECT_FALSE(h.add("ok", std::vector<int32_t>(10, 2), 5));   // duplicate id
+  EXPECT_FALSE(h.add("badtok", std::vector<int32_t>{kVocab}, 5));
+  h.run();
+  EXPECT_EQ(h.get("ok", 0).tokens, fake_greedy(std::vector<int32_t>(100, 2), 50, kVocab));
+  EXPECT_TRUE(h.pool_whole());
+}
+
+TEST(EngineCore, CompletionsShareThePromptAndCopyOnWrite) {
+  std::mt19937 rng(10);
+  const auto p = random_prompt(rng, 37);  // 2 full blocks + a shared partial one
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.seed = 77;
+  sp.n = 4;
+  Harness h(100, 8, 512);
+  ASSERT_TRUE(h.add("n4", p, 20, 0, sp));
+  // After the prompt step the four completions hold 3 blocks between them.
+  std::vector<RequestOutput> outs;
+  h.core->step(&outs);
+  h.collect(outs);
+  EXPECT_EQ(h.core->kv().num_used_blocks(), 3);
+  h.run();
+  EXPECT_EQ(h.exec.n_copies, 3);  // three of four completions copied the partial block
+  EXPECT_EQ(h.core->stats().prompt_tokens_computed, 37);
+  std::set<std::vector<int32_t>> distinct;
+  for (int i = 0; i < 4; ++i) {
+    // Each completion equals a lone request seeded with seed + i.
+    SamplingParams one = sp;
+    one.n = 1;
+    one.seed = 77 + i;
+    Harness alone(100, 8, 512);
+    ASSERT_TRUE(alone.add("x", p, 20, 0, one));
+    alone.run();
+    EXPECT_EQ(h.get("n4", i).tokens, alone.get("x", 0).tokens) << "completion " << i;
+    distinct.insert(h.get("n4", i).tokens);
+  }
+  EXPECT_GT(distinct.size(), 1u);
+  EXPECT_TRUE(h.pool_whole());
+}
+
+TEST(EngineCore, StopTokenIdsEndARequest) {
+  std::mt19937 rng(11);
+  const auto p = random_prompt(rng, 12);
+  const auto ref = fake_greedy(p, 20, kVocab);
+  SamplingParams sp = Harness::greedy();
+  sp.stop_token_ids = {ref[5]};
+  Harness h(100, 4, 512);
+  ASSERT_TRUE(h.add("s", p, 20, 0, sp));
+  h.run();
+  const auto& got = h.get("s", 0).tokens;
+  const auto first = std::find(ref.begin(), ref.end(), ref[5]);
+  EXPECT_EQ(got, std::vector<int32_t>(ref.begin(), first + 1));
+  EXPECT_EQ(h.get("s", 0).reason, FinishReason::kStop);
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,89 @@
+// A model stand-in for scheduler and KV tests: it keeps token ids as its "KV" in the very
+// blocks the engine hands it, and its logits are a function of the whole history it reads
+// back through the block table. A wrong block table, a missed copy-on-write or a block
+// reused too early changes the history it sees and so the tokens it produces.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/executor.h"
+
+namespace pagoda::testing {
+
+// Token most favoured after `history` (the reference the engine must reproduce).
+inline int32_t fake_next(const std::vector<int32_t>& history, int32_t n_vocab) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : history) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  return static_cast<int32_t>((h >> 17) % static_cast<uint64_t>(n_vocab));
+}
+
+// Logits peaked at fake_next, smooth enough that sampling at temperature 1 varies.
+inline void fake_logits(const std::vector<int32_t>& history, int32_t n_vocab, float* out) {
+  const int32_t best = fake_next(history, n_vocab);
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    const int32_t d = (i - best + n_vocab) % n_vocab;
+    out[i] = -0.25f * static_cast<float>(d);
+  }
+}
+
+class FakeExecutor : public Executor {
+ public:
+  FakeExecutor(int n_blocks, int block_size, int32_t n_vocab)
+      : bs_(block_size),
+        n_vocab_(n_vocab),
+        slots_(static_cast<size_t>(n_blocks) * block_size, -1) {}
+
+  int32_t n_vocab() const override { return n_vocab_; }
+
+  Status execute(const Batch& b, float* logits) override {
+    step_tokens.push_back(static_cast<int64_t>(b.tokens.size()));
+    step_seqs.push_back(static_cast<int>(b.seqs.size()));
+    for (const cpu::AttentionSeq& s : b.seqs)
+      for (int t = 0; t < s.n_q; ++t)
+        slot(s, s.pos0 + t) = b.tokens[static_cast<size_t>(s.q_row + t)];
+    for (size_t i = 0; i < b.logit_rows.size(); ++i) {
+      const int row = b.logit_rows[i];
+      const cpu::AttentionSeq* seq = nullptr;
+      for (const cpu::AttentionSeq& s : b.seqs)
+        if (row >= s.q_row && row < s.q_row + s.n_q) seq = &s;
+      if (!seq) return internal_error("logit row outside every sequence");
+      std::vector<int32_t> hist;
+      for (int p = 0; p <= seq->pos0 + (row - seq->q_row); ++p) hist.push_back(slot(*seq, p));
+      fake_logits(hist, n_vocab_, logits + i * static_cast<size_t>(n_vocab_));
+    }
+    return Status::ok();
+  }
+
+  void copy_blocks(const std::vector<kv::BlockCopy>& copies) override {
+    for (const kv::BlockCopy& c : copies)
+      for (int i = 0; i < bs_; ++i)
+        slots_[static_cast<size_t>(c.dst) * bs_ + i] = slots_[static_cast<size_t>(c.src) * bs_ + i];
+    n_copies += static_cast<int>(copies.size());
+  }
+
+  std::vector<int64_t> step_tokens;
+  std::vector<int> step_seqs;
+  int n_copies = 0;
+
+ private:
+  int32_t& slot(const cpu::AttentionSeq& s, int pos) {
+    return slots_[static_cast<size_t>(s.blocks[pos / bs_]) * bs_ + pos % bs_];
+  }
+  int bs_;
+  int32_t n_vocab_;
+  std::vector<int32_t> slots_;
+};
+
+// What a request generates when it runs alone, greedily, straight from fake_next.
+inline std::vector<int32_t> fake_greedy(std::vector<int32_t> prompt, int max_tokens,
+                                        int32_t n_vocab) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < max_tokens; ++i) {
+    out.push_back(fake_next(prompt, n_vocab));
+    prompt.push_back(out.back());
+  }
+  return out;
+}
+
+}  // namespace pagoda::testing

@@ -1,0 +1,119 @@
+#include "engine_flags.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "common.h"
+
+namespace pagoda::cli {
+
+std::vector<FlagSpec> engine_flag_specs() {
+  return {
+      {"--model", "-m", true, "GGUF model file"},
+      {"--threads", "-t", true, "threads (default: all cores)"},
+      {"--max-num-seqs", "", true, "most sequences running at once (default 256)"},
+      {"--max-num-batched-tokens", "", true,
+       "token budget of one step, shared by decodes and prefill chunks (default 2048)"},
+      {"--max-model-len", "", true, "longest prompt + output (default: the model's context)"},
+      {"--kv-cache-memory", "", true,
+       "bytes for the KV pool, e.g. 2GiB (default: --kv-cache-fraction of free memory)"},
+      {"--kv-cache-fraction", "", true, "share of available memory for the KV pool (default 0.25)"},
+      {"--block-size", "", true, "tokens per KV block, a multiple of 16 (default 16)"},
+      {"--scheduling-policy", "", true, "fcfs or priority (default fcfs)"},
+      {"--enable-prefix-caching", "", false, "reuse the KV of shared prompt prefixes (default)"},
+      {"--no-enable-prefix-caching", "", false, "turn prefix caching off"},
+  };
+}
+
+Result<int64_t> parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !(v >= 0)) return invalid_argument("bad byte count '" + s + "'");
+  std::string unit(end);
+  double mul = 1;
+  if (unit.empty() || unit == "B")
+    mul = 1;
+  else if (unit == "KiB" || unit == "K")
+    mul = 1024.0;
+  else if (unit == "MiB" || unit == "M")
+    mul = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G")
+    mul = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB" || unit == "kB")
+    mul = 1e3;
+  else if (unit == "MB")
+    mul = 1e6;
+  else if (unit == "GB")
+    mul = 1e9;
+  else if (unit == "TB")
+    mul = 1e12;
+  else
+    return invalid_argument("bad byte unit in '" + s + "' (use B, KiB, MiB, GiB, KB, MB, GB)");
+  const double bytes = v * mul;
+  if (bytes > 9e18) return invalid_argument("byte count '" + s + "' is too large");
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+Status read_engine_flags(const Args& args, EngineConfig* c) {
+  if (!args.has("--model")) return invalid_argument("missing -m MODEL");
+  c->model_path = *args.get("--model");
+  FlagReader f(args);
+  c->threads = static_cast<int>(f.integer("--threads", 0, 0, 1024));
+  c->max_num_seqs = static_cast<int>(f.integer("--max-num-seqs", c->max_num_seqs, 1, 1 << 20));
+  c->max_num_batched_tokens = static_cast<int>(
+      f.integer("--max-num-batched-tokens", c->max_num_batched_tokens, 1, 1 << 24));
+  c->max_model_len = f.integer("--max-model-len", 0, 0, int64_t{1} << 30);
+  c->kv_cache_fraction = f.number("--kv-cache-fraction", c->kv_cache_fraction, 1e-6, 1);
+  c->block_size = static_cast<int>(f.integer("--block-size", c->block_size, 16, 4096));
+  PAGODA_RETURN_IF_ERROR(f.status());
+  if (args.has("--kv-cache-memory")) {
+    PAGODA_ASSIGN_OR_RETURN(c->kv_cache_memory, parse_bytes(*args.get("--kv-cache-memory")));
+    if (c->kv_cache_memory <= 0) return invalid_argument("--kv-cache-memory must be positive");
+  }
+  const std::string policy = args.get_or("--scheduling-policy", "fcfs");
+  if (policy == "fcfs")
+    c->scheduling_policy = SchedulingPolicy::kFcfs;
+  else if (policy == "priority")
+    c->scheduling_policy = SchedulingPolicy::kPriority;
+  else
+    return invalid_argument("--scheduling-policy must be fcfs or priority, not '" + policy + "'");
+  if (args.has("--enable-prefix-caching") && args.has("--no-enable-prefix-caching"))
+    return invalid_argument("give one of --enable-prefix-caching and --no-enable-prefix-caching");
+  c->enable_prefix_caching = !args.has("--no-enable-prefix-caching");
+  return Status::ok();
+}
+
+std::vector<FlagSpec> sampling_flag_specs() {
+  return {
+      {"--max-tokens", "-n", true, "tokens to generate per request (default 16)"},
+      {"--temperature", "", true, "sampling temperature; 0 is greedy (default 1)"},
+      {"--top-k", "", true, "keep the k most likely tokens; 0 is off (default 0)"},
+      {"--top-p", "", true, "nucleus sampling; 1 is off (default 1)"},
+      {"--min-p", "", true, "drop tokens below min-p x the top probability (default 0)"},
+      {"--repetition-penalty", "", true, "repetition penalty; 1 is off (default 1)"},
+      {"--presence-penalty", "", true, "OpenAI presence penalty (default 0)"},
+      {"--frequency-penalty", "", true, "OpenAI frequency penalty (default 0)"},
+      {"--seed", "-s", true, "random seed (default: random per request)"},
+      {"--ignore-eos", "", false, "keep generating past end-of-generation tokens"},
+  };
+}
+
+Status read_sampling_flags(const Args& args, SamplingParams* p) {
+  FlagReader f(args);
+  p->max_tokens = static_cast<int>(f.integer("--max-tokens", p->max_tokens, 1, 1 << 24));
+  p->temperature = static_cast<float>(f.number("--temperature", p->temperature, 0, 100));
+  p->top_k = static_cast<int>(f.integer("--top-k", p->top_k, 0, 1 << 30));
+  p->top_p = static_cast<float>(f.number("--top-p", p->top_p, 1e-9, 1));
+  p->min_p = static_cast<float>(f.number("--min-p", p->min_p, 0, 1));
+  p->repetition_penalty =
+      static_cast<float>(f.number("--repetition-penalty", p->repetition_penalty, 0.01, 100));
+  p->presence_penalty = static_cast<float>(f.number("--presence-penalty", 0, -2, 2));
+  p->frequency_penalty = static_cast<float>(f.number("--frequency-penalty", 0, -2, 2));
+  if (args.has("--seed")) p->seed = static_cast<uint64_t>(f.integer("--seed", 0, 0, INT64_MAX));
+  if (args.has("--ignore-eos")) p->ignore_eos = true;
+  return f.status();
+}
+
+}  // namespace pagoda::cli
