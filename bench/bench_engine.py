@@ -25,10 +25,14 @@ PAGODA = os.path.join(ROOT, "build", "pagoda")
 CORPUS = os.path.join(ROOT, "..", "shared", "testdata", "text", "tinyshakespeare.txt")
 
 
+_QUIET = None  # the log callback must outlive every llama.cpp call
+
+
 def corpus_tokens(model):
+    global _QUIET
     import llama_cpp as L
-    quiet = L.llama_log_callback(lambda level, text, user_data: None)
-    L.llama_log_set(quiet, ctypes.c_void_p(0))
+    _QUIET = L.llama_log_callback(lambda level, text, user_data: None)
+    L.llama_log_set(_QUIET, ctypes.c_void_p(0))
     llm = L.Llama(model_path=model, vocab_only=True, verbose=False)
     text = open(CORPUS, encoding="utf-8").read()[:400_000]
     return llm.tokenize(text.encode(), add_bos=False, special=False)
