@@ -13,7 +13,8 @@ RUN=1
 
 # --- system packages -------------------------------------------------------------------
 need_pkgs=()
-for p in build-essential cmake libgtest-dev clang libclang-rt-14-dev unzip python3-venv; do
+for p in build-essential cmake libgtest-dev clang libclang-rt-14-dev unzip python3-venv \
+  nlohmann-json3-dev; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
