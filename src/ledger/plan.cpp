@@ -112,9 +112,10 @@ std::string with_commas(int64_t v) {
 }
 
 std::string outcome(const Plan& p, const PlanInput& in) {
-  return str_format("%s sequences of %s tokens (%s KV pool per rank)",
+  return str_format("%s sequence%s of %s tokens (%s KV pool per rank)",
                     with_commas(p.max_concurrent_sequences).c_str(),
-                    with_commas(in.context).c_str(), gib(p.kv_pool_bytes).c_str());
+                    p.max_concurrent_sequences == 1 ? "" : "s", with_commas(in.context).c_str(),
+                    gib(p.kv_pool_bytes).c_str());
 }
 
 std::vector<int> larger_tp(const PlanInput& in) {
@@ -293,8 +294,11 @@ Result<int64_t> parse_bytes(std::string_view text) {
 
 Result<Device> parse_device(std::string_view spec, bool gpu) {
   const std::string want = lower(spec);
-  for (const NamedGpu& g : kGpus)
-    if (lower(g.name) == want) return Device{std::string(g.name), g.memory_mib << 20, true};
+  for (const NamedGpu& g : kGpus) {
+    if (lower(g.name) != want) continue;
+    if (!gpu) return invalid_argument("'" + std::string(spec) + "' is a GPU, not CPU memory");
+    return Device{std::string(g.name), g.memory_mib << 20, true};
+  }
   auto bytes = parse_bytes(spec);
   if (!bytes.is_ok()) {
     std::string names;
@@ -326,8 +330,21 @@ Overheads overheads(const PlanInput& in, LayerRange layers, bool last_stage) {
   o.activations =
       in.max_num_batched_tokens * activation_elems_per_token(in.shape, in.tp, layers) * elem;
   if (last_stage) o.logits = in.max_num_seqs * in.shape.vocab * 4 * (in.device.gpu ? 2 : 1);
-  o.runtime = in.device.gpu ? kGpuRuntimeBytes : kCpuRuntimeBytes;
+  o.runtime = in.device.gpu ? kGpuRuntimeBytes
+                            : kCpuRuntimeBaseBytes + kCpuRuntimeBytesPerVocab * in.shape.vocab;
   return o;
+}
+
+PlanInput input_from_source(const ModelSource& src) {
+  PlanInput in;
+  in.shape = src.shape;
+  in.tensors = src.tensors;
+  in.checkpoint_bytes = src.checkpoint_bytes;
+  auto own = parse_weight_type(src.dtype.empty() ? "bf16" : src.dtype);
+  in.weight_type = own.is_ok() ? *own : *parse_weight_type("bf16");
+  in.exact_weights = !in.tensors.empty() || in.checkpoint_bytes > 0;
+  in.context = in.shape.max_context > 0 ? in.shape.max_context : 4096;
+  return in;
 }
 
 Result<Plan> make_plan(const PlanInput& in, bool with_suggestions) {

@@ -12,7 +12,10 @@
 //  * logits: --max-num-seqs rows of the vocabulary in fp32 on the last stage (twice on GPU:
 //    the sampler's probabilities).
 //  * runtime: on GPU a CUDA context with cuBLAS workspaces, an estimate of 512 MiB; on CPU
-//    the process baseline (code, allocator and thread arenas, tokenizer tables), measured.
+//    the process baseline: code, libraries and allocator arenas (8 MiB) plus the tokenizer's
+//    tables (384 bytes per vocabulary entry). Fitted to the steady-state RSS of `pagoda run`
+//    minus weights and KV on stories260K, SmolLM2-135M (Q4_1, Q8_0) and the 128K- and
+//    152K-vocabulary random models: within 12 MB of each (SmolLM2 F16 holds 19 MB more).
 // The KV pool is what remains of device memory x --gpu-memory-utilization, as vLLM sizes it;
 // --kv-cache-memory instead fixes the pool and checks the total against the device.
 #pragma once
@@ -31,7 +34,8 @@
 namespace pagoda::ledger {
 
 inline constexpr int64_t kGpuRuntimeBytes = int64_t{512} << 20;
-inline constexpr int64_t kCpuRuntimeBytes = int64_t{24} << 20;
+inline constexpr int64_t kCpuRuntimeBaseBytes = int64_t{8} << 20;
+inline constexpr int64_t kCpuRuntimeBytesPerVocab = 384;
 
 struct NamedGpu {
   std::string_view name;  // "H100-80G"
@@ -48,7 +52,8 @@ struct Device {
   int64_t memory_bytes = 0;
   bool gpu = true;
 };
-// A named GPU (case-insensitive) or a size; a size describes a GPU unless `gpu` is false.
+// A named GPU (case-insensitive) or a size; a size describes a GPU unless `gpu` is false
+// (and a GPU name with `gpu` false is an error).
 Result<Device> parse_device(std::string_view spec, bool gpu);
 
 struct PlanInput {
@@ -120,6 +125,12 @@ struct Plan {
   std::vector<std::string> notes;
   std::vector<Suggestion> suggestions;
 };
+
+// The model half of a PlanInput: shape, and weights as exact as the source knows them
+// (GGUF tensors, checkpoint total) in the source's own type. The caller fills in the
+// workload and device (and may set weight_type with exact_weights = false to re-plan the
+// weights in another type).
+PlanInput input_from_source(const ModelSource& source);
 
 // Plans `in`; suggestions are searched only when it does not fit and `suggest` is set.
 Result<Plan> make_plan(const PlanInput& in, bool suggest = true);

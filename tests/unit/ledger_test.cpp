@@ -706,7 +706,7 @@ TEST(LedgerPlan, PipelineBottleneckAndCpu) {
   const int64_t h = 576, q = 576, kv = 192, ffn = 1536, rope = 64;
   EXPECT_EQ(c->overheads.activations, 512 * (4 * h + q + 2 * kv + q + 3 * ffn + rope) * 4);
   EXPECT_EQ(c->overheads.logits, 4 * 49152 * 4);
-  EXPECT_EQ(c->overheads.runtime, kCpuRuntimeBytes);
+  EXPECT_EQ(c->overheads.runtime, kCpuRuntimeBaseBytes + kCpuRuntimeBytesPerVocab * 49152);
 }
 
 }  // namespace

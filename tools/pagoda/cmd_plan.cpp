@@ -70,8 +70,9 @@ std::string kv_formula(const L::ModelShape& s, const L::KvRate& rate, L::LayerRa
                            static_cast<long long>(s.kv_lora_rank),
                            static_cast<long long>(s.qk_rope_head_dim), type.c_str());
   } else {
-    per_layer = str_format("2 (K, V) x %lld KV heads x %lld bytes (%lld values in %s)",
-                           static_cast<long long>(L::kv_heads_per_rank(s, tp)),
+    const int64_t heads = L::kv_heads_per_rank(s, tp);
+    per_layer = str_format("2 (K, V) x %lld KV head%s x %lld bytes (%lld values in %s)",
+                           static_cast<long long>(heads), heads == 1 ? "" : "s",
                            static_cast<long long>(L::kv_vector_bytes(kv, s.head_dim)),
                            static_cast<long long>(s.head_dim), type.c_str());
   }
@@ -87,7 +88,6 @@ std::string kv_formula(const L::ModelShape& s, const L::KvRate& rate, L::LayerRa
 }
 
 void print_list(bool json) {
-  const L::WeightType bf16 = *L::parse_weight_type("bf16");
   if (json) {
     ordered_json out = ordered_json::array();
     for (const L::CatalogEntry& e : L::catalog()) {
@@ -116,7 +116,6 @@ void print_list(bool json) {
                 commas(L::kv_bytes_per_token(s, L::KvDtype::kBf16)).c_str(),
                 commas(s.max_context).c_str(), std::string(e.summary).c_str());
   }
-  (void)bf16;
   std::printf(
       "\nsources: the config.json of each Hugging Face repository (pagoda plan --list "
       "--json names them)\n");
@@ -138,7 +137,8 @@ int cmd_plan(int argc, char** argv) {
       {"--dtype", "", true,
        "weight type: fp32 bf16 fp16 fp8 int8 int4-g128 nf4, or a GGUF type (q4_0 q8_0 q4_k ...); "
        "default: the model's own"},
-      {"--kv-cache-dtype", "", true, "KV cache type: bf16 fp16 fp8 int8 int4 (default bf16)"},
+      {"--kv-cache-dtype", "", true,
+       "KV cache type: bf16 fp16 fp8 int8 int4 (default bf16; cpu fp16)"},
       {"--context", "-c", true, "tokens per sequence (default: the model's trained context)"},
       {"--concurrency", "", true, "sequences at once (default 1)"},
       {"--device", "", true, "cuda or cpu (default cuda; cpu plans for this machine's RAM)"},
@@ -191,6 +191,7 @@ int cmd_plan(int argc, char** argv) {
   in.block_size = static_cast<int>(flags.integer("--block-size", 16, 1, 1 << 16));
   const int64_t context = flags.integer("--context", 0, 1, int64_t{1} << 34);
   if (!flags.status()) return fail("plan", flags.status());
+  if (!gpu) in.kv_dtype = L::KvDtype::kFp16;  // what the CPU engine's KvStorage holds
   if (auto kv = args->get("--kv-cache-dtype")) {
     auto t = L::parse_kv_dtype(*kv);
     if (!t) return fail("plan", t.status());
@@ -207,7 +208,6 @@ int cmd_plan(int argc, char** argv) {
     auto d = L::parse_device(*mem, gpu);
     if (!d) return fail("plan", d.status().with_context("--device-memory"));
     in.device = *d;
-    if (!gpu) in.device.gpu = false;
   } else if (gpu) {
     in.device = *L::parse_device("H100-80G", true);
     default_device = true;
@@ -225,17 +225,20 @@ int cmd_plan(int argc, char** argv) {
 
   auto src = L::resolve_model(spec);
   if (!src) return fail("plan", src.status());
-  in.shape = src->shape;
-  in.tensors = src->tensors;
-  in.checkpoint_bytes = src->checkpoint_bytes;
-  auto own = L::parse_weight_type(src->dtype.empty() ? "bf16" : src->dtype);
-  in.weight_type = own.is_ok() ? *own : *L::parse_weight_type("bf16");
-  in.exact_weights = !in.tensors.empty() || in.checkpoint_bytes > 0;
+  {
+    // The model half from the source; the flags read above are the workload and device.
+    const L::PlanInput model = L::input_from_source(*src);
+    in.shape = model.shape;
+    in.tensors = model.tensors;
+    in.checkpoint_bytes = model.checkpoint_bytes;
+    in.weight_type = model.weight_type;
+    in.exact_weights = model.exact_weights;
+    in.context = context > 0 ? context : model.context;
+  }
   if (dtype) {
     in.weight_type = *dtype;
     in.exact_weights = false;
   }
-  in.context = context > 0 ? context : in.shape.max_context > 0 ? in.shape.max_context : 4096;
 
   auto plan = L::make_plan(in);
   if (!plan) return fail("plan", plan.status());
@@ -387,8 +390,11 @@ int cmd_plan(int argc, char** argv) {
       commas(p.mha_equivalent_kv_bytes_per_token).c_str(),
       human(p.mha_equivalent_kv_bytes_per_token).c_str(), both(mha_seq).c_str(),
       commas(in.context).c_str());
-  std::printf("  pool          %s blocks of %d tokens\n", commas(p.kv_pool_blocks).c_str(),
-              in.block_size);
+  std::printf("  pool          %s blocks of %d tokens%s\n", commas(p.kv_pool_blocks).c_str(),
+              in.block_size,
+              b.kv.sliding > 0 ? " in every layer (the sequence counts assume windowed layers "
+                                 "free the blocks that leave their window)"
+                               : "");
 
   std::printf("\nresult       %s\n", p.fits ? "fits" : "does NOT fit");
   std::printf("  sequences of %s tokens at once: %s (wanted %s)\n", commas(in.context).c_str(),
