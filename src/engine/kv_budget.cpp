@@ -4,7 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "model/kv_storage.h"
+#include "ledger/memory.h"
+#include "ledger/model_shape.h"
 
 namespace pagoda {
 
@@ -21,7 +22,9 @@ int64_t available_memory_bytes() {
 
 Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& config) {
   KvBudget b;
-  b.bytes_per_token = static_cast<int64_t>(KvStorage::bytes_per_token(model));
+  // The ledger's arithmetic, so `pagoda plan` states exactly what is allocated here.
+  const ledger::ModelShape shape = ledger::shape_from_config(model);
+  b.bytes_per_token = ledger::kv_bytes_per_token(shape, ledger::KvDtype::kFp16);
   const int64_t block_bytes = b.bytes_per_token * config.block_size;
   const int64_t max_len = config.max_model_len > 0 ? config.max_model_len : model.context_length;
   int64_t budget = config.kv_cache_memory;
@@ -36,7 +39,8 @@ Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& conf
     const int64_t blocks_per_seq = (max_len + config.block_size - 1) / config.block_size;
     budget = std::min(budget, blocks_per_seq * config.max_num_seqs * block_bytes);
   }
-  const int64_t n = budget / block_bytes;
+  const int64_t n =
+      ledger::kv_pool_blocks(shape, ledger::KvDtype::kFp16, budget, config.block_size);
   const int64_t one_seq = (max_len + config.block_size - 1) / config.block_size;
   if (n < one_seq)
     return Status(

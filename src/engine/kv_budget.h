@@ -1,5 +1,8 @@
 // How many KV blocks the engine allocates: from --kv-cache-memory, or a fraction of the
 // memory available at start, never more than max_num_seqs full-length sequences can use.
+// The bytes per token and the block count come from the memory ledger (src/ledger), the
+// code behind `pagoda plan`. The ledger's arithmetic depends only on core and the model
+// config, so the engine may use it although the planner as a whole sits above.
 #pragma once
 
 #include <cstdint>

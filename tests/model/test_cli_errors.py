@@ -62,6 +62,6 @@ def test_token_ids_outside_vocab():
 
 
 def test_help_exits_zero():
-    for cmd in ("run", "logits", "bench", "tokenize", "quantize", "mkmodel", "info"):
+    for cmd in ("run", "logits", "bench", "tokenize", "quantize", "mkmodel", "info", "plan"):
         proc = run_pagoda(cmd, "--help")
         assert "usage: pagoda" in proc.stdout

@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"info", pagoda::cli::cmd_info, "show a GGUF file's metadata and tensors"},
     {"generate", pagoda::cli::cmd_generate,
      "offline batch generation from a JSONL file of requests"},
+    {"plan", pagoda::cli::cmd_plan, "what fits in memory: weights, KV cache, concurrency"},
 };
 
 void print_usage(FILE* out) {
