@@ -37,9 +37,11 @@ class StreamImpl : public RequestStream {
     }
     cv_.notify_all();
   }
-  bool all_finished() {
+  // One completion is left to finish (only the engine thread pushes, so this holds until
+  // it pushes again).
+  bool last_one_pending() {
     std::lock_guard<std::mutex> l(mu_);
-    return finished_ >= n_;
+    return finished_ + 1 >= n_;
   }
   std::optional<RequestOutput> next() override {
     std::unique_lock<std::mutex> l(mu_);
@@ -248,12 +250,15 @@ class EngineImpl : public Engine {
     for (const RequestOutput& o : outs) {
       auto it = streams_.find(o.request_id);
       if (it == streams_.end()) continue;
-      it->second->push(o);
-      if (it->second->all_finished()) {
+      std::shared_ptr<StreamImpl> stream = it->second;
+      if (o.finished && stream->last_one_pending()) {
+        // Free the id before the client can see the end of its stream, so it may reuse
+        // the id the moment it has read it.
         streams_.erase(it);
         std::lock_guard<std::mutex> l(mu_);
         live_.erase(o.request_id);
       }
+      stream->push(o);
     }
   }
 
