@@ -10,5 +10,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_mkmodel(int argc, char** argv);
 int cmd_info(int argc, char** argv);
+int cmd_template(int argc, char** argv);
 
 }  // namespace pagoda::cli

@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"quantize", pagoda::cli::cmd_quantize, "convert a GGUF model's weights to another type"},
     {"mkmodel", pagoda::cli::cmd_mkmodel, "write a random-weight GGUF model for testing"},
     {"info", pagoda::cli::cmd_info, "show a GGUF file's metadata and tensors"},
+    {"template", pagoda::cli::cmd_template, "render a chat template for a list of messages"},
 };
 
 void print_usage(FILE* out) {
