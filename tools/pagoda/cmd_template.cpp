@@ -18,6 +18,40 @@ Result<nlohmann::ordered_json> read_json(const std::string& path, const char* wh
   return j;
 }
 
+// Renders many small templates in one process: the semantics tests compare hundreds of
+// them with jinja2.
+int run_batch(const std::string& path) {
+  auto text = read_file(path);
+  if (!text) return fail("template", text.status());
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t nl = text->find('\n', pos);
+    if (nl == std::string::npos) nl = text->size();
+    std::string line = text->substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.empty()) continue;
+    auto c = nlohmann::ordered_json::parse(line, nullptr, false);
+    nlohmann::ordered_json result = nlohmann::ordered_json::object();
+    if (c.is_discarded() || !c.is_object() || !c.contains("template") ||
+        !c["template"].is_string()) {
+      result["error"] = "bad case line";
+    } else {
+      auto tmpl = ChatTemplate::parse(c["template"].get<std::string>());
+      Result<std::string> out =
+          tmpl ? tmpl->render(c.value("context", nlohmann::ordered_json::object()))
+               : Result<std::string>(tmpl.status());
+      if (out)
+        result["output"] = *out;
+      else
+        result["error"] = out.status().message();
+    }
+    std::string dumped = result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::fwrite(dumped.data(), 1, dumped.size(), stdout);
+    std::fputc('\n', stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_template(int argc, char** argv) {
@@ -32,6 +66,9 @@ int cmd_template(int argc, char** argv) {
       {"--bos-token", "", true, "bos_token text (default: the model's, else undefined)"},
       {"--eos-token", "", true, "eos_token text (default: the model's, else undefined)"},
       {"--kwargs", "", true, "JSON object of extra template variables (e.g. enable_thinking)"},
+      {"--batch", "", true,
+       "JSON lines of {\"template\", \"context\"}: print one JSON line per case, "
+       "{\"output\": ...} or {\"error\": ...} (for tests)"},
       {"--help", "-h", false, "show this help"},
   };
   auto args = Args::parse(argc, argv, 1, specs);
@@ -45,6 +82,7 @@ int cmd_template(int argc, char** argv) {
                           .c_str());
     return 0;
   }
+  if (args->has("--batch")) return run_batch(*args->get("--batch"));
   if (args->has("--template") == args->has("--model"))
     return fail("template", invalid_argument("give exactly one of --template FILE or -m MODEL"));
   if (!args->has("--messages"))

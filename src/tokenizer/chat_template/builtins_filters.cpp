@@ -90,6 +90,12 @@ Value f_abs(Interpreter&, const Value& v, CallArgs& a) {
 Value f_attr(Interpreter& in, const Value& v, CallArgs& a) {
   Params p("attr", a, {"name"});
   if (!p.get(0).is_string()) render_error("attribute name must be a string");
+  // Attributes only: a dict's keys are not its attributes.
+  if (v.is_dict() || v.is_list() || v.is_string()) {
+    if (auto m = find_method(v, p.get(0).str())) return *m;
+    return Value::undefined("'" + std::string(type_name(v)) + " object' has no attribute '" +
+                            p.get(0).str() + "'");
+  }
   return in.getattr(v, p.get(0).str());
 }
 
@@ -213,6 +219,7 @@ bool parse_float(const std::string& text, double* out) {
 Value f_float(Interpreter&, const Value& v, CallArgs& a) {
   Params p("float", a, {"default"});
   Value def = p.get_or(0, Value::number(0.0));
+  if (v.is_undefined()) fail_undefined(v);  // float(Undefined) raises
   if (v.is_number()) return Value::number(v.as_float());
   if (v.is_string()) {
     double x;
@@ -316,6 +323,7 @@ Value f_int(Interpreter&, const Value& v, CallArgs& a) {
   Params p("int", a, {"default", "base"});
   Value def = p.get_or(0, Value::integer(0));
   int base = static_cast<int>(p.get_or(1, Value::integer(10)).as_int());
+  if (v.is_undefined()) fail_undefined(v);  // int(Undefined) raises
   if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
   if (v.is_float()) {
     double f = v.as_float();

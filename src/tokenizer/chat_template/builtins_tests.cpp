@@ -153,13 +153,11 @@ bool t_sameas(Interpreter&, const Value& v, CallArgs& a) {
       return equals(v, o);  // small ints and interned strings are identical in CPython
   }
 }
-bool t_filter(Interpreter&, const Value&, CallArgs& a) {
-  const Value& n = arg("filter", a);
-  return n.is_string() && find_filter(n.str()) != nullptr;
+bool t_filter(Interpreter&, const Value& v, CallArgs&) {
+  return v.is_string() && find_filter(v.str()) != nullptr;
 }
-bool t_test(Interpreter&, const Value&, CallArgs& a) {
-  const Value& n = arg("test", a);
-  return n.is_string() && find_test(n.str()) != nullptr;
+bool t_test(Interpreter&, const Value& v, CallArgs&) {
+  return v.is_string() && find_test(v.str()) != nullptr;
 }
 
 const std::unordered_map<std::string, TestFn>& tests() {

@@ -40,42 +40,67 @@ Status to_status(const TemplateError& e, int fallback_line) {
 
 // jinja2 resolves filter and test names when it compiles, so an unknown one fails the
 // template even where it is never reached.
-void check_names(const jinja::Expr* e);
-void check_names(const jinja::Body& body);
+// Inside an {% if %} or an inline if (a "soft" frame in jinja2's compiler, which loops,
+// macros and blocks reset), the check waits until the filter or test is actually used.
+void check_names(const jinja::Expr* e, bool soft);
+void check_names(const jinja::Body& body, bool soft);
 
-void check_args(const jinja::CallArgsExpr& a) {
-  for (const auto& x : a.pos) check_names(x.get());
-  for (const auto& kv : a.kw) check_names(kv.second.get());
-  check_names(a.star.get());
-  check_names(a.star_star.get());
+void check_args(const jinja::CallArgsExpr& a, bool soft) {
+  for (const auto& x : a.pos) check_names(x.get(), soft);
+  for (const auto& kv : a.kw) check_names(kv.second.get(), soft);
+  check_names(a.star.get(), soft);
+  check_names(a.star_star.get(), soft);
 }
 
-void check_names(const jinja::Expr* e) {
+void check_names(const jinja::Expr* e, bool soft) {
   if (!e) return;
-  if (e->kind == jinja::ExprKind::kFilter && !jinja::find_filter(e->name)) {
+  if (e->kind == jinja::ExprKind::kCondExpr) soft = true;
+  if (!soft && e->kind == jinja::ExprKind::kFilter && !jinja::find_filter(e->name)) {
     if (jinja::is_unsupported_filter(e->name))
       throw TemplateError(ErrorKind::kUnsupported, "the filter '" + e->name + "' is not supported",
                           e->line);
     throw TemplateError(ErrorKind::kSyntax, "No filter named '" + e->name + "'.", e->line);
   }
-  if (e->kind == jinja::ExprKind::kTest && !jinja::find_test(e->name))
+  if (!soft && e->kind == jinja::ExprKind::kTest && !jinja::find_test(e->name))
     throw TemplateError(ErrorKind::kSyntax, "No test named '" + e->name + "'.", e->line);
-  for (const auto& x : e->items) check_names(x.get());
-  for (const auto& op : e->ops) check_names(op.second.get());
-  check_names(e->a.get());
-  check_names(e->b.get());
-  check_names(e->c.get());
-  check_args(e->args);
+  for (const auto& x : e->items) check_names(x.get(), soft);
+  for (const auto& op : e->ops) check_names(op.second.get(), soft);
+  check_names(e->a.get(), soft);
+  check_names(e->b.get(), soft);
+  check_names(e->c.get(), soft);
+  check_args(e->args, soft);
 }
 
-void check_names(const jinja::Body& body) {
+void check_names(const jinja::Body& body, bool soft) {
   for (const auto& s : body) {
-    check_names(s->expr.get());
-    check_names(s->filter.get());
-    check_names(s->body);
-    check_names(s->else_body);
-    for (const auto& p : s->params) check_names(p.default_value.get());
-    for (const auto& wv : s->with_vars) check_names(wv.second.get());
+    bool inner_soft = soft;
+    switch (s->kind) {
+      case jinja::StmtKind::kIf:
+        inner_soft = true;
+        check_names(s->expr.get(), true);
+        break;
+      case jinja::StmtKind::kFor:
+        check_names(s->expr.get(), soft);
+        inner_soft = false;
+        check_names(s->filter.get(), false);
+        break;
+      case jinja::StmtKind::kMacro:
+      case jinja::StmtKind::kCallBlock:
+      case jinja::StmtKind::kFilterBlock:
+      case jinja::StmtKind::kWith:
+      case jinja::StmtKind::kSetBlock:
+        check_names(s->expr.get(), soft);
+        check_names(s->filter.get(), soft);
+        inner_soft = false;
+        break;
+      default:
+        check_names(s->expr.get(), soft);
+        check_names(s->filter.get(), soft);
+    }
+    check_names(s->body, inner_soft);
+    check_names(s->else_body, inner_soft);
+    for (const auto& p : s->params) check_names(p.default_value.get(), inner_soft);
+    for (const auto& wv : s->with_vars) check_names(wv.second.get(), soft);
   }
 }
 
@@ -86,7 +111,7 @@ Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
   try {
     auto parsed = std::make_shared<Parsed>();
     parsed->body = jinja::parse_template(source);
-    check_names(parsed->body);
+    check_names(parsed->body, false);
     return ChatTemplate(std::move(parsed));
   } catch (const TemplateError& e) {
     return to_status(e, 0);

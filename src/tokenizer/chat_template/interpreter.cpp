@@ -67,7 +67,9 @@ class MacroFn : public CallableObj {
         def_(def),
         closure_(std::move(closure)),
         varargs_(names_used(def.body, "varargs")),
-        kwargs_(names_used(def.body, "kwargs")) {}
+        kwargs_(names_used(def.body, "kwargs")) {
+    is_macro = true;
+  }
   Value call(Interpreter& in, CallArgs& args) const override {
     return in.call_macro(def_, closure_, args, name, varargs_, kwargs_, nullptr);
   }
@@ -736,7 +738,22 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
   }
   if (op == "%") {
     if (a.is_string()) {
-      std::string r = percent_format(a.str(), b);
+      // Markup % args escapes the arguments.
+      Value args = b;
+      if (a.is_safe()) {
+        auto esc = [](const Value& x) {
+          if (x.is_number() || (x.is_string() && x.is_safe())) return x;
+          return Value::string(html_escape(to_str(x)), true);
+        };
+        if (b.is_list() && b.seq_kind() == SeqKind::kTuple) {
+          std::vector<Value> items;
+          for (const Value& x : b.items()) items.push_back(esc(x));
+          args = Value::list(std::move(items), SeqKind::kTuple);
+        } else if (!b.is_dict()) {
+          args = esc(b);
+        }
+      }
+      std::string r = percent_format(a.str(), args);
       check_size(r.size());
       return Value::string(std::move(r), a.is_safe());
     }

@@ -129,11 +129,60 @@ std::string map_cps(std::string_view s, F f) {
 
 }  // namespace
 
-std::string str_lower(std::string_view s) {
-  return map_cps(s, py_lower);
+// Python's full case mappings where one character becomes several (SpecialCasing.txt,
+// the unconditional entries templates are likely to meet).
+const char* special_upper(uint32_t c) {
+  switch (c) {
+    case 0xDF:
+      return "SS";
+    case 0x149:
+      return "\u02BCN";
+    case 0x587:
+      return "\u0535\u0552";
+    case 0xFB00:
+      return "FF";
+    case 0xFB01:
+      return "FI";
+    case 0xFB02:
+      return "FL";
+    case 0xFB03:
+      return "FFI";
+    case 0xFB04:
+      return "FFL";
+    case 0xFB05:
+    case 0xFB06:
+      return "ST";
+    default:
+      return nullptr;
+  }
 }
+
+std::string str_lower(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t c = unicode::decode_one(s, &i);
+    if (c == 0x130) {
+      out += "i\u0307";
+      continue;
+    }
+    unicode::append_utf8(&out, py_lower(c));
+  }
+  return out;
+}
+
 std::string str_upper(std::string_view s) {
-  return map_cps(s, py_upper);
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t c = unicode::decode_one(s, &i);
+    if (const char* sp = special_upper(c)) {
+      out += sp;
+      continue;
+    }
+    unicode::append_utf8(&out, py_upper(c));
+  }
+  return out;
 }
 
 std::string str_capitalize(std::string_view s) {

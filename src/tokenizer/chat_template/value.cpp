@@ -439,13 +439,17 @@ void repr_into(const Value& v, std::string* out, int depth) {
       return;
     }
     case Kind::kNamespace: {
+      if (v.ns().loop) {
+        *out += "<LoopContext>";
+        return;
+      }
       *out += "<Namespace ";
       repr_into(Value::dict(std::make_shared<DictObj>(v.ns().attrs)), out, depth + 1);
       *out += ">";
       return;
     }
     case Kind::kCallable:
-      *out += "<function " + v.fn().name + ">";
+      *out += v.fn().is_macro ? "<Macro '" + v.fn().name + "'>" : "<function " + v.fn().name + ">";
       return;
   }
 }

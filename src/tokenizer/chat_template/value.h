@@ -82,6 +82,7 @@ struct CallArgs {
 struct CallableObj : Object {
   explicit CallableObj(std::string n) : name(std::move(n)) {}
   std::string name;
+  bool is_macro = false;
   virtual Value call(Interpreter& in, CallArgs& args) const = 0;
 };
 
