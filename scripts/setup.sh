@@ -13,7 +13,8 @@ RUN=1
 
 # --- system packages -------------------------------------------------------------------
 need_pkgs=()
-for p in build-essential cmake libgtest-dev clang libclang-rt-14-dev unzip python3-venv; do
+for p in build-essential cmake libgtest-dev clang libclang-rt-14-dev unzip python3-venv \
+  nlohmann-json3-dev; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -30,8 +31,10 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp" 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 llama-cpp-python==0.3.36
+# jinja2 is the reference the chat-template tests compare Pagoda's renderer with.
+if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp, jinja2" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 llama-cpp-python==0.3.36 \
+    jinja2==3.1.6
 fi
 
 # --- build ---------------------------------------------------------------------------------

@@ -226,7 +226,7 @@ void Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) 
       return;
     }
     case StmtKind::kMacro:
-      scope->vars[s.text] = Value::callable(std::make_shared<MacroFn>(s, scope, s.text));
+      scope->set(s.text, Value::callable(std::make_shared<MacroFn>(s, scope, s.text)));
       return;
     case StmtKind::kCallBlock: {
       const Expr& call = *s.expr;
@@ -295,7 +295,7 @@ void Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope) {
     state->index = i;
     auto inner = std::make_shared<Scope>();
     inner->parent = scope;
-    inner->vars["loop"] = loop_value;
+    inner->set("loop", loop_value);
     assign(s.target, (*items)[i], inner);
     exec(s.body, inner);
     if (flow_ == Flow::kBreak) {
@@ -310,7 +310,7 @@ void Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope) {
 void Interpreter::assign(const Target& t, const Value& v, const std::shared_ptr<Scope>& scope) {
   switch (t.kind) {
     case Target::Kind::kName:
-      scope->vars[t.name] = v;
+      scope->set(t.name, v);
       return;
     case Target::Kind::kNsAttr: {
       Value ns = lookup(t.name, scope);
@@ -337,8 +337,7 @@ void Interpreter::assign(const Target& t, const Value& v, const std::shared_ptr<
 
 Value Interpreter::lookup(const std::string& name, const std::shared_ptr<Scope>& scope) {
   for (const Scope* s = scope.get(); s; s = s->parent.get()) {
-    auto it = s->vars.find(name);
-    if (it != s->vars.end()) return it->second;
+    if (const Value* v = s->find(name)) return *v;
   }
   if (const Value* v = context_.find(Value::string(name))) return *v;
   Value g;
@@ -357,7 +356,7 @@ Value Interpreter::call_macro(const Stmt& def, const std::shared_ptr<Scope>& clo
                  " argument(s)");
   std::vector<bool> bound(params.size(), false);
   for (size_t i = 0; i < args.pos.size() && i < params.size(); ++i) {
-    scope->vars[params[i].name] = args.pos[i];
+    scope->set(params[i].name, args.pos[i]);
     bound[i] = true;
   }
   std::vector<Value> extra;
@@ -370,13 +369,13 @@ Value Interpreter::call_macro(const Stmt& def, const std::shared_ptr<Scope>& clo
       if (params[i].name == k) {
         if (bound[i])
           render_error("macro '" + name + "' got multiple values for argument '" + k + "'");
-        scope->vars[k] = v;
+        scope->set(k, v);
         bound[i] = true;
         found = true;
       }
     if (found) continue;
     if (k == "caller") {
-      scope->vars["caller"] = v;
+      scope->set("caller", v);
       has_caller = true;
     } else if (uses_kwargs) {
       extra_kw.set(Value::string(k), v);
@@ -386,15 +385,15 @@ Value Interpreter::call_macro(const Stmt& def, const std::shared_ptr<Scope>& clo
   }
   for (size_t i = 0; i < params.size(); ++i) {
     if (bound[i]) continue;
-    scope->vars[params[i].name] =
-        params[i].default_value
-            ? eval(*params[i].default_value, scope)
-            : Value::undefined("parameter '" + params[i].name + "' was not provided");
+    scope->set(params[i].name,
+               params[i].default_value
+                   ? eval(*params[i].default_value, scope)
+                   : Value::undefined("parameter '" + params[i].name + "' was not provided"));
   }
-  scope->vars["varargs"] = Value::list(std::move(extra), SeqKind::kTuple);
-  scope->vars["kwargs"] = Value::dict(std::move(extra_kw));
-  if (!has_caller && !scope->vars.count("caller"))
-    scope->vars["caller"] = Value::undefined("No caller defined");
+  scope->set("varargs", Value::list(std::move(extra), SeqKind::kTuple));
+  scope->set("kwargs", Value::dict(std::move(extra_kw)));
+  if (!has_caller && !scope->find("caller"))
+    scope->set("caller", Value::undefined("No caller defined"));
   int saved_loops = loop_depth_;
   loop_depth_ = 0;
   std::string out;

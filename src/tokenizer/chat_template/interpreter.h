@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "tokenizer/chat_template/ast.h"
 #include "tokenizer/chat_template/value.h"
@@ -15,14 +16,29 @@ namespace pagoda::jinja {
 
 // Bounds on one rendering, so a hostile template cannot hang or exhaust the process.
 struct Limits {
-  int64_t max_steps = 20'000'000;  // expressions, statements and loop iterations
-  size_t max_output = 64u << 20;   // bytes of output, and of any one string
-  int max_depth = 1500;            // nested evaluation (macro recursion included)
+  int64_t max_steps = 5'000'000;  // expressions, statements and loop iterations
+  size_t max_output = 64u << 20;  // bytes of output, and of any one string
+  int max_depth = 1500;           // nested evaluation (macro recursion included)
 };
 
+// A scope holds few names (a loop variable, `loop`, a macro's parameters), so a flat list
+// is cheaper to build per iteration than a hash map.
 struct Scope {
-  std::unordered_map<std::string, Value> vars;
+  std::vector<std::pair<std::string, Value>> vars;
   std::shared_ptr<Scope> parent;
+  const Value* find(const std::string& name) const {
+    for (const auto& [n, v] : vars)
+      if (n == name) return &v;
+    return nullptr;
+  }
+  void set(const std::string& name, Value v) {
+    for (auto& [n, x] : vars)
+      if (n == name) {
+        x = std::move(v);
+        return;
+      }
+    vars.emplace_back(name, std::move(v));
+  }
 };
 
 // The state shared by one loop's iterations (for loop.changed) and its position.

@@ -52,6 +52,19 @@ class Parser {
     ~DepthGuard() { --p_->depth_; }
     Parser* p_;
   };
+  // Loops that wrap the node they built (a + b + c, x|f|g, a.b.c) deepen the tree without
+  // recursing; they count against the same limit so the tree stays shallow.
+  struct ChainGuard {
+    explicit ChainGuard(Parser* p) : p_(p) {}
+    void add() {
+      ++n_;
+      if (++p_->depth_ > kMaxParseDepth)
+        p_->fail("template nesting is too deep (limit " + std::to_string(kMaxParseDepth) + ")");
+    }
+    ~ChainGuard() { p_->depth_ -= n_; }
+    Parser* p_;
+    int n_ = 0;
+  };
 
   const Token& cur() const { return t_[i_]; }
   const Token& peek(size_t n = 1) const { return t_[std::min(i_ + n, t_.size() - 1)]; }
@@ -395,7 +408,9 @@ class Parser {
   ExprPtr parse_condexpr() {
     int line = cur().line;
     ExprPtr expr1 = parse_or();
+    ChainGuard chain(this);
     while (skip_name("if")) {
+      chain.add();
       auto e = node(ExprKind::kCondExpr, line);
       e->a = parse_or();  // condition
       e->b = std::move(expr1);
@@ -409,7 +424,9 @@ class Parser {
   ExprPtr parse_or() {
     int line = cur().line;
     ExprPtr left = parse_and();
+    ChainGuard chain(this);
     while (skip_name("or")) {
+      chain.add();
       auto e = node(ExprKind::kOr, line);
       e->a = std::move(left);
       e->b = parse_and();
@@ -422,7 +439,9 @@ class Parser {
   ExprPtr parse_and() {
     int line = cur().line;
     ExprPtr left = parse_not();
+    ChainGuard chain(this);
     while (skip_name("and")) {
+      chain.add();
       auto e = node(ExprKind::kAnd, line);
       e->a = std::move(left);
       e->b = parse_not();
@@ -482,7 +501,9 @@ class Parser {
   ExprPtr parse_math1() {
     int line = cur().line;
     ExprPtr left = parse_concat();
+    ChainGuard chain(this);
     while (is_op("+") || is_op("-")) {
+      chain.add();
       std::string op = next().text;
       ExprPtr right = parse_concat();
       left = binary(op, std::move(left), std::move(right), line);
@@ -505,7 +526,9 @@ class Parser {
   ExprPtr parse_math2() {
     int line = cur().line;
     ExprPtr left = parse_pow();
+    ChainGuard chain(this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.add();
       std::string op = next().text;
       ExprPtr right = parse_pow();
       left = binary(op, std::move(left), std::move(right), line);
@@ -517,7 +540,9 @@ class Parser {
   ExprPtr parse_pow() {
     int line = cur().line;
     ExprPtr left = parse_unary(true);
+    ChainGuard chain(this);
     while (skip_op("**")) {
+      chain.add();
       ExprPtr right = parse_unary(true);
       left = binary("**", std::move(left), std::move(right), line);
       line = cur().line;
@@ -609,7 +634,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr n) {
+    ChainGuard chain(this);
     while (true) {
+      chain.add();
       if (is_op(".") || is_op("[")) {
         n = parse_subscript(std::move(n));
       } else if (is_op("(")) {
@@ -622,7 +649,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr n) {
+    ChainGuard chain(this);
     while (true) {
+      chain.add();
       if (is_op("|")) {
         n = parse_filter(std::move(n), false);
       } else if (is_name("is")) {
@@ -735,7 +764,9 @@ class Parser {
   }
 
   ExprPtr parse_filter(ExprPtr n, bool start_inline) {
+    ChainGuard chain(this);
     while (is_op("|") || start_inline) {
+      chain.add();
       if (!start_inline) next();
       start_inline = false;
       int line = cur().line;
