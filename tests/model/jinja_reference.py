@@ -1,6 +1,7 @@
 """The reference renderer: Python's jinja2 set up the way Hugging Face transformers sets it
 up for chat templates (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, the loop
 controls, the {% generation %} tag, raise_exception, strftime_now and HF's tojson)."""
+import copy
 import json
 from datetime import datetime
 
@@ -51,7 +52,8 @@ ENV = make_env()
 def render(source, context):
     """(output, None) or (None, error message)."""
     try:
-        return ENV.from_string(source).render(**context), None
+        # A copy: some jinja2 filters change their input in place (indent on a list).
+        return ENV.from_string(source).render(**copy.deepcopy(context)), None
     except Exception as e:  # noqa: BLE001 - any jinja2 failure is an expected outcome
         return None, f"{type(e).__name__}: {e}"
 

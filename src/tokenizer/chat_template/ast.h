@@ -98,6 +98,9 @@ struct Stmt {
   bool recursive = false;
   std::vector<MacroParam> params;                     // kMacro, kCallBlock
   std::vector<std::pair<Target, ExprPtr>> with_vars;  // kWith
+  // Names the frame this statement opens (loop body, macro, with, filter or set block)
+  // assigns directly; see annotate_frames.
+  std::vector<std::string> declared;
 };
 
 }  // namespace pagoda::jinja

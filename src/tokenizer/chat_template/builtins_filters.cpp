@@ -187,7 +187,6 @@ Value f_last(Interpreter&, const Value& v, CallArgs& a) {
   Params p("last", a, {});
   if (v.is_list() && v.seq_kind() == SeqKind::kGenerator)
     render_error("'generator' object is not reversible");
-  if (v.is_dict()) render_error("'dict' object is not reversible");  // before Python 3.8 rules
   std::vector<Value> items = seq_of(v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
@@ -422,6 +421,7 @@ Value f_upper(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
   std::vector<Value> out;
+  if (!truthy(v)) return generator({});
   if (a.pos.empty()) {
     Value attribute, def = Value::none();
     bool has_attr = false;
@@ -537,7 +537,7 @@ Value f_reverse(Interpreter&, const Value& v, CallArgs& a) {
     std::reverse(cps.begin(), cps.end());
     return str_result(from_code_points(cps, 0, cps.size()), v);
   }
-  if (v.is_undefined()) fail_undefined(v);
+  if (v.is_undefined()) return generator({});  // reversed(Undefined): len 0, nothing to yield
   std::vector<Value> items = seq_of(v);
   std::reverse(items.begin(), items.end());
   // reversed() of a list or dict is an iterator; of a generator, a new list.
@@ -719,6 +719,11 @@ Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
   int64_t leeway = p.has(3) && !p.get(3).is_none() ? p.get(3).as_int() : 5;
   int64_t end_len = static_cast<int64_t>(code_point_count(end));
   if (len < end_len) render_error("expected length >= " + std::to_string(end_len));
+  if (!v.is_string()) {
+    // len(s) first: numbers and None raise; a short list comes back unchanged.
+    if (length(v) <= len + leeway || v.is_undefined()) return v;
+    render_error(std::string("can only concatenate ") + type_name(v) + " (not \"str\")");
+  }
   std::string s = soft(v);
   std::vector<uint32_t> cps = to_code_points(s);
   if (static_cast<int64_t>(cps.size()) <= len + leeway) return str_result(s, v);
@@ -754,11 +759,23 @@ Value f_wordcount(Interpreter&, const Value& v, CallArgs& a) {
   return Value::integer(n);
 }
 
+// jinja2's generator filters run lazily: an error in one surfaces only when the result is
+// iterated, and never if it is only tested for truth or dropped.
+template <FilterFn F>
+Value lazy(Interpreter& in, const Value& v, CallArgs& a) {
+  try {
+    return F(in, v, a);
+  } catch (const TemplateError& e) {
+    if (e.kind() != ErrorKind::kRender) throw;
+    return Value::failed_generator(e.what());
+  }
+}
+
 const std::unordered_map<std::string, FilterFn>& filters() {
   static const std::unordered_map<std::string, FilterFn> kFilters = {
       {"abs", f_abs},
       {"attr", f_attr},
-      {"batch", f_batch},
+      {"batch", lazy<f_batch>},
       {"capitalize", f_capitalize},
       {"center", f_center},
       {"count", f_length},
@@ -774,24 +791,24 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       {"groupby", f_groupby},
       {"indent", f_indent},
       {"int", f_int},
-      {"items", f_items},
+      {"items", lazy<f_items>},
       {"join", f_join},
       {"last", f_last},
       {"length", f_length},
       {"list", f_list},
       {"lower", f_lower},
-      {"map", f_map},
+      {"map", lazy<f_map>},
       {"max", f_max},
       {"min", f_min},
-      {"reject", f_reject},
-      {"rejectattr", f_rejectattr},
+      {"reject", lazy<f_reject>},
+      {"rejectattr", lazy<f_rejectattr>},
       {"replace", f_replace},
       {"reverse", f_reverse},
       {"round", f_round},
       {"safe", f_safe},
-      {"select", f_select},
-      {"selectattr", f_selectattr},
-      {"slice", f_slice},
+      {"select", lazy<f_select>},
+      {"selectattr", lazy<f_selectattr>},
+      {"slice", lazy<f_slice>},
       {"sort", f_sort},
       {"string", f_string},
       {"sum", f_sum},
@@ -799,7 +816,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       {"tojson", f_tojson},
       {"trim", f_trim},
       {"truncate", f_truncate},
-      {"unique", f_unique},
+      {"unique", lazy<f_unique>},
       {"upper", f_upper},
       {"wordcount", f_wordcount},
   };

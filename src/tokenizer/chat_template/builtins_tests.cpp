@@ -58,7 +58,7 @@ bool t_sequence(Interpreter&, const Value& v, CallArgs&) {
   return v.is_undefined() || v.is_string() || v.is_dict();
 }
 bool t_callable(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_callable();
+  return v.is_callable() || v.is_undefined();  // Undefined has a __call__ (that raises)
 }
 bool t_escaped(Interpreter&, const Value& v, CallArgs&) {
   return v.is_string() && v.is_safe();
@@ -89,16 +89,19 @@ int64_t int_of(const Value& v, const char* what) {
   return v.as_int();
 }
 
+// Python's value % m (the sign of the divisor).
 double mod_number(const Value& v, int64_t m) {
-  if (v.is_float()) return std::fmod(v.as_float(), static_cast<double>(m));
-  return static_cast<double>(v.as_int() % m);
+  double r = v.is_float() ? std::fmod(v.as_float(), static_cast<double>(m))
+                          : static_cast<double>(v.as_int() % m);
+  if (r != 0 && ((r < 0) != (m < 0))) r += static_cast<double>(m);
+  return r;
 }
 
 bool t_odd(Interpreter&, const Value& v, CallArgs&) {
   if (v.is_undefined()) fail_undefined(v);
   if (!v.is_number())
     render_error(std::string("not all arguments converted during string formatting"));
-  return mod_number(v, 2) != 0;
+  return mod_number(v, 2) == 1;
 }
 bool t_even(Interpreter&, const Value& v, CallArgs&) {
   if (v.is_undefined()) fail_undefined(v);

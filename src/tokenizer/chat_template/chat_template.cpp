@@ -14,6 +14,7 @@ namespace pagoda {
 
 struct ChatTemplate::Parsed {
   jinja::Body body;
+  std::vector<std::string> declared;  // names the top level assigns
 };
 
 namespace {
@@ -111,6 +112,7 @@ Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
   try {
     auto parsed = std::make_shared<Parsed>();
     parsed->body = jinja::parse_template(source);
+    parsed->declared = jinja::frame_stores(parsed->body);
     check_names(parsed->body, false);
     return ChatTemplate(std::move(parsed));
   } catch (const TemplateError& e) {
@@ -134,7 +136,7 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context,
       vars.set(jinja::Value::string(k), jinja::from_json(v));
     jinja::Interpreter in(vars, limits);
     try {
-      return in.render(parsed_->body);
+      return in.render(parsed_->body, parsed_->declared);
     } catch (...) {
       line = in.current_line();
       throw;

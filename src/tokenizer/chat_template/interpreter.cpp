@@ -67,17 +67,18 @@ class MacroFn : public CallableObj {
         def_(def),
         closure_(std::move(closure)),
         varargs_(names_used(def.body, "varargs")),
-        kwargs_(names_used(def.body, "kwargs")) {
+        kwargs_(names_used(def.body, "kwargs")),
+        caller_(names_used(def.body, "caller")) {
     is_macro = true;
   }
   Value call(Interpreter& in, CallArgs& args) const override {
-    return in.call_macro(def_, closure_, args, name, varargs_, kwargs_, nullptr);
+    return in.call_macro(def_, closure_, args, name, varargs_, kwargs_, caller_);
   }
 
  private:
   const Stmt& def_;
   std::shared_ptr<Scope> closure_;
-  bool varargs_, kwargs_;
+  bool varargs_, kwargs_, caller_;
 };
 
 // The `caller` a {% call %} block hands its macro.
@@ -90,7 +91,7 @@ class CallerFn : public CallableObj {
         varargs_(names_used(block.body, "varargs")),
         kwargs_(names_used(block.body, "kwargs")) {}
   Value call(Interpreter& in, CallArgs& args) const override {
-    return in.call_macro(block_, closure_, args, "caller", varargs_, kwargs_, nullptr);
+    return in.call_macro(block_, closure_, args, "caller", varargs_, kwargs_, false);
   }
 
  private:
@@ -106,6 +107,28 @@ bool checked_add(int64_t a, int64_t b, int64_t* r) {
 [[noreturn]] void overflow() {
   throw TemplateError(ErrorKind::kUnsupported,
                       "integer overflow: Pagoda's template integers are 64-bit");
+}
+
+// CPython's float divmod (floatobject.c), so // and % agree with Python to the last bit.
+std::pair<double, double> py_float_divmod(double vx, double wx) {
+  double mod = std::fmod(vx, wx);
+  double div = (vx - mod) / wx;
+  if (mod != 0) {
+    if ((wx < 0) != (mod < 0)) {
+      mod += wx;
+      div -= 1.0;
+    }
+  } else {
+    mod = std::copysign(0.0, wx);
+  }
+  double floordiv;
+  if (div != 0) {
+    floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+  } else {
+    floordiv = std::copysign(0.0, vx / wx);
+  }
+  return {floordiv, mod};
 }
 
 [[noreturn]] void bad_operands(const std::string& op, const Value& a, const Value& b) {
@@ -140,10 +163,11 @@ Value loop_attr(const LoopState& st, const std::string& name) {
 Interpreter::Interpreter(const DictObj& context, const Limits& limits)
     : context_(context), limits_(limits) {}
 
-std::string Interpreter::render(const Body& body) {
+std::string Interpreter::render(const Body& body, const std::vector<std::string>& declared) {
   std::string out;
   out_ = &out;
   auto root = std::make_shared<Scope>();
+  root->declared = &declared;
   exec(body, root);
   return out;
 }
@@ -220,7 +244,7 @@ void Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) 
       assign(s.target, eval(*s.expr, scope), scope);
       return;
     case StmtKind::kSetBlock: {
-      Value v = Value::string(capture(s.body, scope));
+      Value v = Value::string(capture(s.body, child(scope, s)));
       if (s.filter) v = apply_filter_chain(*s.filter, v, scope);
       assign(s.target, v, scope);
       return;
@@ -238,13 +262,12 @@ void Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) 
       return;
     }
     case StmtKind::kFilterBlock: {
-      Value body = Value::string(capture(s.body, scope));
+      Value body = Value::string(capture(s.body, child(scope, s)));
       emit(to_str(apply_filter_chain(*s.filter, body, scope)));
       return;
     }
     case StmtKind::kWith: {
-      auto inner = std::make_shared<Scope>();
-      inner->parent = scope;
+      auto inner = child(scope, s);
       for (const auto& [target, expr] : s.with_vars) assign(target, eval(*expr, scope), inner);
       exec(s.body, inner);
       return;
@@ -293,8 +316,7 @@ void Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope) {
   for (size_t i = 0; i < items->size(); ++i) {
     step();
     state->index = i;
-    auto inner = std::make_shared<Scope>();
-    inner->parent = scope;
+    auto inner = child(scope, s);
     inner->set("loop", loop_value);
     assign(s.target, (*items)[i], inner);
     exec(s.body, inner);
@@ -335,9 +357,20 @@ void Interpreter::assign(const Target& t, const Value& v, const std::shared_ptr<
   }
 }
 
+std::shared_ptr<Scope> Interpreter::child(const std::shared_ptr<Scope>& parent, const Stmt& frame) {
+  auto s = std::make_shared<Scope>();
+  s->parent = parent;
+  s->declared = &frame.declared;
+  return s;
+}
+
 Value Interpreter::lookup(const std::string& name, const std::shared_ptr<Scope>& scope) {
-  for (const Scope* s = scope.get(); s; s = s->parent.get()) {
-    if (const Value* v = s->find(name)) return *v;
+  if (const Value* v = scope->find(name)) return *v;
+  // An enclosing frame that assigns the name owns it, assigned yet or not (jinja2 binds
+  // it to that frame's local); the current frame reads through to its parents.
+  for (const Scope* p = scope->parent.get(); p; p = p->parent.get()) {
+    if (const Value* v = p->find(name)) return *v;
+    if (p->declares(name)) return Value::undefined("'" + name + "' is undefined");
   }
   if (const Value* v = context_.find(Value::string(name))) return *v;
   Value g;
@@ -347,9 +380,8 @@ Value Interpreter::lookup(const std::string& name, const std::shared_ptr<Scope>&
 
 Value Interpreter::call_macro(const Stmt& def, const std::shared_ptr<Scope>& closure,
                               CallArgs& args, const std::string& name, bool uses_varargs,
-                              bool uses_kwargs, const Value* /*caller*/) {
-  auto scope = std::make_shared<Scope>();
-  scope->parent = closure;
+                              bool uses_kwargs, bool uses_caller) {
+  auto scope = child(closure, def);
   const auto& params = def.params;
   if (args.pos.size() > params.size() && !uses_varargs)
     render_error("macro '" + name + "' takes not more than " + std::to_string(params.size()) +
@@ -375,6 +407,10 @@ Value Interpreter::call_macro(const Stmt& def, const std::shared_ptr<Scope>& clo
       }
     if (found) continue;
     if (k == "caller") {
+      if (!uses_caller)
+        render_error("macro '" + name +
+                     "' was invoked with two values for the special caller argument. This is "
+                     "most likely a bug.");
       scope->set("caller", v);
       has_caller = true;
     } else if (uses_kwargs) {
@@ -597,13 +633,15 @@ Value Interpreter::slice(const Value& obj, const Expr& sl, const std::shared_ptr
   int64_t step = bound(sl.c, &has_step);
   if (!has_step) step = 1;
   if (step == 0) render_error("slice step cannot be zero");
+  // jinja2 slices with Python's own subscript (not the sandbox's getitem): what cannot be
+  // sliced raises.
   if (obj.is_undefined()) fail_undefined(obj);
   bool is_str = obj.is_string();
   bool is_seq =
       obj.is_list() && (obj.seq_kind() == SeqKind::kList || obj.seq_kind() == SeqKind::kTuple);
+  if (obj.is_dict()) render_error("unhashable type: 'slice'");
   if (!is_str && !is_seq)
-    return Value::undefined("'" + std::string(type_name(obj)) +
-                            " object' is not subscriptable with a slice");
+    render_error(std::string("'") + type_name(obj) + "' object is not subscriptable");
   std::vector<uint32_t> cps;
   int64_t n;
   if (is_str) {
@@ -645,7 +683,8 @@ Value Interpreter::slice(const Value& obj, const Expr& sl, const std::shared_ptr
 
 Value Interpreter::binary(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) fail_undefined(a);
-  if (b.is_undefined()) fail_undefined(b);
+  // str % x is Python's own formatting, which takes an undefined as a mapping.
+  if (b.is_undefined() && !(op == "%" && a.is_string())) fail_undefined(b);
   const bool nums = a.is_number() && b.is_number();
   const bool floats = nums && (a.is_float() || b.is_float());
   if (op == "+") {
@@ -726,7 +765,7 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
     if (!nums) bad_operands("//", a, b);
     if (floats) {
       if (b.as_float() == 0) render_error("float floor division by zero");
-      return Value::number(std::floor(a.as_float() / b.as_float()));
+      return Value::number(py_float_divmod(a.as_float(), b.as_float()).first);
     }
     int64_t x = a.as_int(), y = b.as_int();
     if (y == 0) render_error("integer division or modulo by zero");
@@ -758,11 +797,8 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
     }
     if (!nums) bad_operands("%", a, b);
     if (floats) {
-      double x = a.as_float(), y = b.as_float();
-      if (y == 0) render_error("float modulo");
-      double m = std::fmod(x, y);
-      if (m != 0 && ((m < 0) != (y < 0))) m += y;
-      return Value::number(m);
+      if (b.as_float() == 0) render_error("float modulo");
+      return Value::number(py_float_divmod(a.as_float(), b.as_float()).second);
     }
     int64_t x = a.as_int(), y = b.as_int();
     if (y == 0) render_error("integer division or modulo by zero");

@@ -26,6 +26,13 @@ struct Limits {
 struct Scope {
   std::vector<std::pair<std::string, Value>> vars;
   std::shared_ptr<Scope> parent;
+  const std::vector<std::string>* declared = nullptr;  // see frame_stores
+  bool declares(const std::string& name) const {
+    if (declared)
+      for (const auto& n : *declared)
+        if (n == name) return true;
+    return false;
+  }
   const Value* find(const std::string& name) const {
     for (const auto& [n, v] : vars)
       if (n == name) return &v;
@@ -50,7 +57,8 @@ struct LoopState {
 class Interpreter {
  public:
   Interpreter(const DictObj& context, const Limits& limits);
-  std::string render(const Body& body);
+  // `declared`: frame_stores(body), the names the template's top level assigns.
+  std::string render(const Body& body, const std::vector<std::string>& declared);
 
   // Services for the builtins.
   Value call(const Value& callee, CallArgs& args);
@@ -67,8 +75,7 @@ class Interpreter {
 
   // Macro and caller invocation (the callables hold the definition and its scope).
   Value call_macro(const Stmt& def, const std::shared_ptr<Scope>& closure, CallArgs& args,
-                   const std::string& name, bool uses_varargs, bool uses_kwargs,
-                   const Value* caller);
+                   const std::string& name, bool uses_varargs, bool uses_kwargs, bool uses_caller);
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -77,6 +84,7 @@ class Interpreter {
   void exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope);
   void exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope);
   std::string capture(const Body& body, const std::shared_ptr<Scope>& scope);
+  std::shared_ptr<Scope> child(const std::shared_ptr<Scope>& parent, const Stmt& frame);
   void assign(const Target& t, const Value& v, const std::shared_ptr<Scope>& scope);
   void emit(const std::string& s);
 

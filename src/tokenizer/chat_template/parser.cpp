@@ -811,8 +811,69 @@ class Parser {
 
 }  // namespace
 
+namespace {
+
+void target_names(const Target& t, std::vector<std::string>* out) {
+  if (t.kind == Target::Kind::kName) out->push_back(t.name);
+  if (t.kind == Target::Kind::kTuple)
+    for (const auto& x : t.items) target_names(x, out);
+}
+
+bool has(const std::vector<std::string>& v, const std::string& n) {
+  for (const auto& x : v)
+    if (x == n) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> frame_stores(const Body& body) {
+  std::vector<std::string> out;
+  for (const auto& s : body) {
+    switch (s->kind) {
+      case StmtKind::kSet:
+      case StmtKind::kSetBlock:
+        target_names(s->target, &out);
+        break;
+      case StmtKind::kMacro:
+        out.push_back(s->text);
+        break;
+      case StmtKind::kIf: {
+        std::vector<std::string> a = frame_stores(s->body), b = frame_stores(s->else_body);
+        for (const auto& n : a)
+          if (has(b, n)) out.push_back(n);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+void annotate_frames(Body& body) {
+  for (auto& s : body) {
+    switch (s->kind) {
+      case StmtKind::kFor:
+      case StmtKind::kWith:
+      case StmtKind::kMacro:
+      case StmtKind::kCallBlock:
+      case StmtKind::kFilterBlock:
+      case StmtKind::kSetBlock:
+        s->declared = frame_stores(s->body);
+        break;
+      default:
+        break;
+    }
+    annotate_frames(s->body);
+    annotate_frames(s->else_body);
+  }
+}
+
 Body parse_template(const std::string& source) {
-  return Parser(tokenize(source)).parse();
+  Body body = Parser(tokenize(source)).parse();
+  annotate_frames(body);
+  return body;
 }
 
 }  // namespace pagoda::jinja

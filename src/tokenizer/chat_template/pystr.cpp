@@ -521,6 +521,11 @@ std::string format_one(const Spec& s, const Value& v) {
 std::string percent_format(const std::string& fmt, const Value& args) {
   std::vector<Value> pos;
   const DictObj* mapping = nullptr;
+  // Python takes anything with __getitem__ (but a tuple or str) as a mapping: unused
+  // arguments are then no error.
+  bool mapping_like = args.is_dict() || args.is_undefined() ||
+                      (args.is_list() && args.seq_kind() != SeqKind::kTuple &&
+                       args.seq_kind() != SeqKind::kGenerator);
   if (args.is_list() && args.seq_kind() == SeqKind::kTuple)
     pos = args.items();
   else if (args.is_dict())
@@ -545,6 +550,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     if (fmt[i] == '(') {
       size_t close = fmt.find(')', i);
       if (close == std::string::npos) render_error("incomplete format key");
+      if (args.is_undefined()) fail_undefined(args);
       if (!mapping) render_error("format requires a mapping");
       const Value* found = mapping->find(Value::string(fmt.substr(i + 1, close - i - 1)));
       if (!found) render_error("'" + fmt.substr(i + 1, close - i - 1) + "'");
@@ -591,7 +597,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     }
     out += format_one(s, *arg);
   }
-  if (!mapping && next < pos.size())
+  if (!mapping_like && next < pos.size())
     render_error("not all arguments converted during string formatting");
   (void)used_mapping;
   return out;

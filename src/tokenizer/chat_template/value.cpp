@@ -66,6 +66,15 @@ Value Value::list(std::vector<Value> items, SeqKind kind) {
   v.seq_ = kind;
   return v;
 }
+Value Value::failed_generator(std::string error) {
+  Value v(Kind::kList);
+  auto l = std::make_shared<ListObj>();
+  l->deferred_error = std::move(error);
+  v.obj_ = std::move(l);
+  v.seq_ = SeqKind::kGenerator;
+  return v;
+}
+
 Value Value::dict(std::shared_ptr<const DictObj> d) {
   Value v(Kind::kDict);
   v.obj_ = std::move(d);
@@ -272,7 +281,13 @@ std::string hash_key(const Value& v) {
         }
         return k + ")";
       }
+      if (v.seq_kind() == SeqKind::kGenerator)
+        return "g" + std::to_string(reinterpret_cast<uintptr_t>(v.object()));
       break;
+    case Kind::kNamespace:
+    case Kind::kCallable:
+      // Hashed by identity, as Python objects without __eq__ are.
+      return "o" + std::to_string(reinterpret_cast<uintptr_t>(v.object()));
     default:
       break;
   }
@@ -301,8 +316,11 @@ std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
     case Kind::kUndefined:
       return {};
-    case Kind::kList:
-      return v.items();
+    case Kind::kList: {
+      const auto& l = static_cast<const ListObj&>(*v.object());
+      if (!l.deferred_error.empty()) render_error(l.deferred_error);
+      return l.items;
+    }
     case Kind::kDict: {
       std::vector<Value> keys;
       keys.reserve(v.dict().items.size());
@@ -367,8 +385,26 @@ std::string int_str(int64_t i) {
 
 void repr_into(const Value& v, std::string* out, int depth);
 
+// Containers being printed, for Python's [...] / {...} on self-reference.
+thread_local std::vector<const void*> g_repr_stack;
+
+struct ReprGuard {
+  explicit ReprGuard(const void* p) { g_repr_stack.push_back(p); }
+  ~ReprGuard() { g_repr_stack.pop_back(); }
+  static bool active(const void* p) {
+    for (const void* x : g_repr_stack)
+      if (x == p) return true;
+    return false;
+  }
+};
+
 void seq_repr(const std::vector<Value>& items, const char* open, const char* close, bool one_tuple,
               std::string* out, int depth) {
+  if (ReprGuard::active(&items)) {
+    *out += open[0] == '(' ? "(...)" : "[...]";
+    return;
+  }
+  ReprGuard guard(&items);
   *out += open;
   for (size_t i = 0; i < items.size(); ++i) {
     if (i) *out += ", ";
@@ -426,6 +462,11 @@ void repr_into(const Value& v, std::string* out, int depth) {
       }
       return;
     case Kind::kDict: {
+      if (ReprGuard::active(&v.dict())) {
+        *out += "{...}";
+        return;
+      }
+      ReprGuard guard(&v.dict());
       *out += "{";
       bool first = true;
       for (const auto& [k, x] : v.dict().items) {
@@ -443,6 +484,11 @@ void repr_into(const Value& v, std::string* out, int depth) {
         *out += "<LoopContext>";
         return;
       }
+      if (ReprGuard::active(&v.ns())) {
+        *out += "<Namespace {...}>";
+        return;
+      }
+      ReprGuard guard(&v.ns());
       *out += "<Namespace ";
       repr_into(Value::dict(std::make_shared<DictObj>(v.ns().attrs)), out, depth + 1);
       *out += ">";

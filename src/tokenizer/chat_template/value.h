@@ -51,6 +51,9 @@ struct StrObj : Object {
 
 struct ListObj : Object {
   std::vector<Value> items;
+  // A generator whose body failed: jinja2's generator filters are lazy, so the error
+  // surfaces only when something iterates it.
+  std::string deferred_error;
 };
 
 // Insertion-ordered dict keyed by hashable values (str, int, float, bool, None, tuples).
@@ -96,6 +99,7 @@ class Value {
   static Value number(double f);
   static Value string(std::string s, bool safe = false);
   static Value list(std::vector<Value> items, SeqKind kind = SeqKind::kList);
+  static Value failed_generator(std::string error);
   static Value dict(std::shared_ptr<const DictObj> d);
   static Value dict(DictObj d) { return dict(std::make_shared<DictObj>(std::move(d))); }
   static Value ns(std::shared_ptr<NamespaceObj> n);
@@ -127,6 +131,7 @@ class Value {
   NamespaceObj& ns() const;
   const CallableObj& fn() const;
   const UndefinedObj* undef() const;
+  const Object* object() const { return obj_.get(); }
 
  private:
   explicit Value(Kind k) : kind_(k) {}
