@@ -231,3 +231,49 @@ def test_cli_errors(tmp_path):
         SHARED, "testdata", "tokenizer", "ggml-vocab-gpt-2.gguf"), "--messages", str(mfile)],
         capture_output=True, text=True)
     assert proc.returncode == 1 and "chat_template" in proc.stderr
+
+
+def test_mutated_templates_match_jinja2(tmp_path):
+    """Hostile and broken input: the sample templates with random edits (stray delimiters,
+    cut tags, spliced fragments) must never crash Pagoda, and must fail exactly where jinja2
+    fails and otherwise render what it renders."""
+    import random
+    import re
+    rng = random.Random(7)
+    sources = [open(p, encoding="utf-8").read() for p in TEMPLATES]
+    pieces = list("{}%#-+ \n'\"()[]|.,~=:") + [
+        "{%", "%}", "{{", "}}", "{#", "#}", "-%}", "{%-", "endif", "endfor", " if ", " else ",
+        "not ", "loop.", "|trim", "[0]", "\\n"]
+    cases = []
+    for _ in range(600):
+        s = rng.choice(sources)
+        for _ in range(rng.randrange(1, 4)):
+            i = rng.randrange(len(s) + 1)
+            op = rng.randrange(3)
+            if op == 0:
+                s = s[:i] + rng.choice(pieces) + s[i:]
+            elif op == 1:
+                s = s[:i] + s[i + rng.randrange(1, 6):]
+            else:
+                j = rng.randrange(len(s) + 1)
+                s = s[:i] + s[j:j + rng.randrange(1, 30)] + s[i:]
+        messages, tools, extra = CONVERSATIONS[rng.choice(sorted(CONVERSATIONS))]
+        cases.append((s, chat_context(messages, tools, rng.random() < 0.5, BOS, EOS, **extra)))
+    path = tmp_path / "cases.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for template, ctx in cases:
+            f.write(json.dumps({"template": template, "context": ctx}, ensure_ascii=False) + "\n")
+    proc = subprocess.run([PAGODA, "template", "--batch", str(path)], capture_output=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    results = [json.loads(x) for x in proc.stdout.decode("utf-8").splitlines()]
+    assert len(results) == len(cases)
+    failures = []
+    for (template, ctx), got in zip(cases, results):
+        expected, error = render(template, ctx)
+        if error is not None:
+            if "error" not in got:
+                failures.append(f"jinja2 raised {error!r}; pagoda rendered:\n{template}")
+        elif not re.search(r" at 0x[0-9a-fA-F]+>", expected) and got.get("output") != expected:
+            failures.append(f"differs ({got}):\n{template}")
+    assert not failures, f"{len(failures)} differ:\n" + "\n----\n".join(failures[:5])

@@ -18,6 +18,8 @@ using TestFn = bool (*)(Interpreter&, const Value&, CallArgs&);
 
 FilterFn find_filter(const std::string& name);
 TestFn find_test(const std::string& name);
+// How many arguments a test takes besides the value (jinja2 raises on any other count).
+int test_arity(const std::string& name);
 // Names jinja2 has that Pagoda does not implement (so the error can say "unsupported"
 // rather than "no such filter").
 bool is_unsupported_filter(const std::string& name);

@@ -215,6 +215,15 @@ TestFn find_test(const std::string& name) {
   return it == tests().end() ? nullptr : it->second;
 }
 
+int test_arity(const std::string& name) {
+  static const char* kOneArg[] = {
+      "divisibleby", "eq", "equalto", "==",          "ne", "!=", "lt", "lessthan", "<",
+      "le",          "<=", "gt",      "greaterthan", ">",  "ge", ">=", "in",       "sameas"};
+  for (const char* n : kOneArg)
+    if (name == n) return 1;
+  return 0;
+}
+
 bool is_unsupported_test(const std::string&) {
   return false;
 }

@@ -488,6 +488,11 @@ bool Interpreter::test(const std::string& name, const Value& v, CallArgs& args) 
     if (is_unsupported_test(name)) unsupported_error("the test '" + name + "' is not supported");
     render_error("No test named '" + name + "'.");
   }
+  size_t given = args.pos.size() + args.kw.size();
+  size_t want = static_cast<size_t>(test_arity(name));
+  if (given != want && !(name == "filter" || name == "test"))
+    render_error("test '" + name + "' takes " + std::to_string(want) + " argument(s) but " +
+                 std::to_string(given) + " were given");
   step();
   return t(*this, v, args);
 }

@@ -279,8 +279,6 @@ class Parser {
     }
     Target t;
     t.kind = Target::Kind::kTuple;
-    for (auto& x : items)
-      if (x.kind == Target::Kind::kNsAttr) fail("can't assign to 'tuple'");
     t.items = std::move(items);
     return t;
   }
