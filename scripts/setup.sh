@@ -31,8 +31,10 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp" 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 llama-cpp-python==0.3.36
+# jinja2 is the reference the chat-template tests compare Pagoda's renderer with.
+if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp, jinja2" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 llama-cpp-python==0.3.36 \
+    jinja2==3.1.6
 fi
 
 # --- build ---------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"generate", pagoda::cli::cmd_generate,
      "offline batch generation from a JSONL file of requests"},
     {"plan", pagoda::cli::cmd_plan, "what fits in memory: weights, KV cache, concurrency"},
+    {"template", pagoda::cli::cmd_template, "render a chat template for a list of messages"},
 };
 
 void print_usage(FILE* out) {

@@ -1,0 +1,546 @@
+// Python methods of str, dict and list as templates call them, the global functions, and
+// the argument binding the builtins share.
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "tokenizer/chat_template/builtins.h"
+#include "tokenizer/chat_template/error.h"
+#include "tokenizer/chat_template/interpreter.h"
+#include "tokenizer/chat_template/pystr.h"
+
+namespace pagoda::jinja {
+
+Params::Params(const std::string& function, CallArgs& args,
+               std::initializer_list<const char*> names, bool allow_extra_positional)
+    : values_(names.size()), set_(names.size(), false) {
+  std::vector<const char*> n(names);
+  for (size_t i = 0; i < args.pos.size(); ++i) {
+    if (i < n.size()) {
+      values_[i] = args.pos[i];
+      set_[i] = true;
+    } else if (allow_extra_positional) {
+      extra_.push_back(args.pos[i]);
+    } else {
+      render_error(function + "() takes at most " + std::to_string(n.size()) + " argument(s) (" +
+                   std::to_string(args.pos.size()) + " given)");
+    }
+  }
+  for (auto& [k, v] : args.kw) {
+    size_t i = 0;
+    while (i < n.size() && k != n[i]) ++i;
+    if (i == n.size()) render_error(function + "() got an unexpected keyword argument '" + k + "'");
+    if (set_[i]) render_error(function + "() got multiple values for argument '" + k + "'");
+    values_[i] = v;
+    set_[i] = true;
+  }
+}
+
+const Value& Params::get(size_t i) const {
+  static const Value kUndefined = Value::undefined("missing argument");
+  return has(i) ? values_[i] : kUndefined;
+}
+
+namespace {
+
+class Function : public CallableObj {
+ public:
+  Function(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn)
+      : CallableObj(std::move(name)), fn_(std::move(fn)) {}
+  Value call(Interpreter& in, CallArgs& args) const override { return fn_(in, args); }
+
+ private:
+  std::function<Value(Interpreter&, CallArgs&)> fn_;
+};
+
+const std::string& str_arg(const Value& v, const char* method) {
+  if (v.is_undefined()) fail_undefined(v);
+  if (!v.is_string())
+    render_error(std::string(method) + "() argument must be str, not " + type_name(v));
+  return v.str();
+}
+
+// Python slice bounds for the optional start/end of find/startswith/count.
+std::string sub_range(const std::string& s, const Params& p, size_t first) {
+  if (!p.has(first) && !p.has(first + 1)) return s;
+  std::vector<uint32_t> cps = to_code_points(s);
+  int64_t n = static_cast<int64_t>(cps.size());
+  auto norm = [&](size_t i, int64_t def) {
+    if (!p.has(i) || p.get(i).is_none()) return def;
+    int64_t v = p.get(i).as_int();
+    if (v < 0) v = std::max<int64_t>(0, v + n);
+    return std::min(v, n);
+  };
+  int64_t b = norm(first, 0), e = norm(first + 1, n);
+  if (e < b) return std::string();
+  return from_code_points(cps, static_cast<size_t>(b), static_cast<size_t>(e));
+}
+
+int64_t cp_index(const std::string& s, size_t byte_pos) {
+  return static_cast<int64_t>(code_point_count(std::string_view(s).substr(0, byte_pos)));
+}
+
+Value str_method(const Value& self, const std::string& name, Interpreter& in, CallArgs& a) {
+  const std::string& s = self.str();
+  const bool safe = self.is_safe();
+  auto str = [&](std::string r) { return Value::string(std::move(r), safe); };
+  auto strip_chars = [&](Params& p, std::string* buf) -> const std::string* {
+    if (!p.has(0) || p.get(0).is_none()) return nullptr;
+    *buf = str_arg(p.get(0), name.c_str());
+    return buf;
+  };
+  if (name == "strip" || name == "lstrip" || name == "rstrip") {
+    Params p(name, a, {"chars"});
+    std::string buf;
+    const std::string* chars = strip_chars(p, &buf);
+    return str(str_strip(s, chars, name != "rstrip", name != "lstrip"));
+  }
+  if (name == "split" || name == "rsplit") {
+    Params p(name, a, {"sep", "maxsplit"});
+    std::string buf;
+    const std::string* sep = nullptr;
+    if (p.has(0) && !p.get(0).is_none()) {
+      buf = str_arg(p.get(0), name.c_str());
+      sep = &buf;
+    }
+    int64_t maxsplit = p.has(1) ? p.get(1).as_int() : -1;
+    std::vector<std::string> parts =
+        name == "split" ? str_split(s, sep, maxsplit) : str_rsplit(s, sep, maxsplit);
+    std::vector<Value> out;
+    for (auto& x : parts) out.push_back(str(std::move(x)));
+    return Value::list(std::move(out));
+  }
+  if (name == "splitlines") {
+    Params p(name, a, {"keepends"});
+    bool keep = truthy(p.get_or(0, Value::boolean(false)));
+    std::vector<uint32_t> cps = to_code_points(s);
+    std::vector<Value> out;
+    size_t start = 0, i = 0;
+    while (i < cps.size()) {
+      uint32_t c = cps[i];
+      bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
+                 c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
+      if (!brk) {
+        ++i;
+        continue;
+      }
+      size_t end = i;
+      if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
+      ++i;
+      out.push_back(str(from_code_points(cps, start, keep ? i : end)));
+      start = i;
+    }
+    if (start < cps.size()) out.push_back(str(from_code_points(cps, start, cps.size())));
+    return Value::list(std::move(out));
+  }
+  if (name == "startswith" || name == "endswith") {
+    Params p(name, a, {"prefix", "start", "end"});
+    std::string hay = sub_range(s, p, 1);
+    auto check = [&](const std::string& x) {
+      if (name == "startswith") return hay.compare(0, x.size(), x) == 0;
+      return hay.size() >= x.size() && hay.compare(hay.size() - x.size(), x.size(), x) == 0;
+    };
+    const Value& what = p.get(0);
+    if (what.is_list() && what.seq_kind() == SeqKind::kTuple) {
+      for (const Value& x : what.items())
+        if (check(str_arg(x, name.c_str()))) return Value::boolean(true);
+      return Value::boolean(false);
+    }
+    if (!what.is_string())
+      render_error(name + " first arg must be str or a tuple of str, not " + type_name(what));
+    return Value::boolean(check(what.str()));
+  }
+  if (name == "upper") return Params(name, a, {}), str(str_upper(s));
+  if (name == "lower" || name == "casefold") return Params(name, a, {}), str(str_lower(s));
+  if (name == "title") return Params(name, a, {}), str(str_title(s));
+  if (name == "capitalize") return Params(name, a, {}), str(str_capitalize(s));
+  if (name == "swapcase") {
+    Params p(name, a, {});
+    std::string out;
+    for (uint32_t c : to_code_points(s)) {
+      uint32_t l = py_lower(c), u = py_upper(c);
+      std::vector<uint32_t> one{c != l ? l : u};
+      out += from_code_points(one, 0, 1);
+    }
+    return str(out);
+  }
+  if (name == "replace") {
+    Params p(name, a, {"old", "new", "count"});
+    int64_t count = p.has(2) ? p.get(2).as_int() : -1;
+    std::string r =
+        str_replace(s, str_arg(p.get(0), "replace"), str_arg(p.get(1), "replace"), count);
+    in.check_size(r.size());
+    return str(std::move(r));
+  }
+  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
+    Params p(name, a, {"sub", "start", "end"});
+    const std::string& sub = str_arg(p.get(0), name.c_str());
+    std::string hay = sub_range(s, p, 1);
+    int64_t offset = 0;
+    if (p.has(1) && !p.get(1).is_none()) {
+      int64_t n = static_cast<int64_t>(code_point_count(s));
+      int64_t b = p.get(1).as_int();
+      if (b < 0) b = std::max<int64_t>(0, b + n);
+      offset = std::min(b, n);
+    }
+    if (name == "count") {
+      if (sub.empty()) return Value::integer(static_cast<int64_t>(code_point_count(hay)) + 1);
+      int64_t n = 0;
+      for (size_t pos = hay.find(sub); pos != std::string::npos;
+           pos = hay.find(sub, pos + sub.size()))
+        ++n;
+      return Value::integer(n);
+    }
+    size_t pos = (name == "find" || name == "index") ? hay.find(sub) : hay.rfind(sub);
+    if (pos == std::string::npos) {
+      if (name == "index" || name == "rindex") render_error("substring not found");
+      return Value::integer(-1);
+    }
+    return Value::integer(offset + cp_index(hay, pos));
+  }
+  if (name == "join") {
+    Params p(name, a, {"iterable"});
+    std::string out;
+    size_t i = 0;
+    for (const Value& x : iterate(p.get(0))) {
+      if (!x.is_string())
+        render_error("sequence item " + std::to_string(i) + ": expected str instance, " +
+                     type_name(x) + " found");
+      if (i++) out += s;
+      out += x.str();
+      in.check_size(out.size());
+    }
+    return str(std::move(out));
+  }
+  if (name == "format") {
+    std::string r = brace_format(s, a.pos, a.kw);
+    in.check_size(r.size());
+    return str(std::move(r));
+  }
+  if (name == "isalnum" || name == "isalpha" || name == "isdigit" || name == "isnumeric" ||
+      name == "isdecimal" || name == "isspace") {
+    Params p(name, a, {});
+    std::vector<uint32_t> cps = to_code_points(s);
+    if (cps.empty()) return Value::boolean(false);
+    for (uint32_t c : cps) {
+      bool ok = name == "isalpha"   ? py_isalpha(c)
+                : name == "isspace" ? py_isspace(c)
+                : name == "isalnum" ? (py_isalpha(c) || py_isdigit(c))
+                                    : py_isdigit(c);
+      if (!ok) return Value::boolean(false);
+    }
+    return Value::boolean(true);
+  }
+  if (name == "islower" || name == "isupper") {
+    Params p(name, a, {});
+    bool cased = false;
+    for (uint32_t c : to_code_points(s)) {
+      uint32_t l = py_lower(c), u = py_upper(c);
+      if (l == u) continue;
+      cased = true;
+      if (name == "islower" ? c != l : c != u) return Value::boolean(false);
+    }
+    return Value::boolean(cased);
+  }
+  if (name == "center" || name == "ljust" || name == "rjust") {
+    Params p(name, a, {"width", "fillchar"});
+    int64_t width = p.get(0).as_int();
+    std::string fill = p.has(1) ? str_arg(p.get(1), name.c_str()) : " ";
+    if (code_point_count(fill) != 1)
+      render_error("The fill character must be exactly one character long");
+    int64_t len = static_cast<int64_t>(code_point_count(s));
+    if (width <= len) return str(s);
+    in.check_size(static_cast<size_t>(width) * fill.size());
+    int64_t marg = width - len;
+    int64_t left = name == "ljust" ? 0 : name == "rjust" ? marg : marg / 2 + (marg & width & 1);
+    std::string out;
+    for (int64_t i = 0; i < left; ++i) out += fill;
+    out += s;
+    for (int64_t i = 0; i < marg - left; ++i) out += fill;
+    return str(std::move(out));
+  }
+  if (name == "zfill") {
+    Params p(name, a, {"width"});
+    int64_t width = p.get(0).as_int();
+    int64_t len = static_cast<int64_t>(code_point_count(s));
+    if (width <= len) return str(s);
+    in.check_size(static_cast<size_t>(width));
+    size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+    return str(s.substr(0, sign) + std::string(static_cast<size_t>(width - len), '0') +
+               s.substr(sign));
+  }
+  if (name == "partition" || name == "rpartition") {
+    Params p(name, a, {"sep"});
+    const std::string& sep = str_arg(p.get(0), name.c_str());
+    if (sep.empty()) render_error("empty separator");
+    size_t pos = name == "partition" ? s.find(sep) : s.rfind(sep);
+    if (pos == std::string::npos) {
+      if (name == "partition") return Value::list({str(s), str(""), str("")}, SeqKind::kTuple);
+      return Value::list({str(""), str(""), str(s)}, SeqKind::kTuple);
+    }
+    return Value::list({str(s.substr(0, pos)), str(sep), str(s.substr(pos + sep.size()))},
+                       SeqKind::kTuple);
+  }
+  if (name == "removeprefix" || name == "removesuffix") {
+    Params p(name, a, {"affix"});
+    const std::string& x = str_arg(p.get(0), name.c_str());
+    if (name == "removeprefix") return str(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
+    bool ends = s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
+    return str(ends && !x.empty() ? s.substr(0, s.size() - x.size()) : s);
+  }
+  unsupported_error("the str method '" + name + "' is not supported");
+}
+
+Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
+  const DictObj& d = self.dict();
+  if (name == "items" || name == "keys" || name == "values") {
+    Params p(name, a, {});
+    std::vector<Value> out;
+    for (const auto& [k, v] : d.items) {
+      if (name == "items")
+        out.push_back(Value::list({k, v}, SeqKind::kTuple));
+      else
+        out.push_back(name == "keys" ? k : v);
+    }
+    return Value::list(std::move(out), name == "items"  ? SeqKind::kDictItems
+                                       : name == "keys" ? SeqKind::kDictKeys
+                                                        : SeqKind::kDictValues);
+  }
+  if (name == "get") {
+    if (!a.kw.empty()) render_error("get() takes no keyword arguments");
+    if (a.pos.empty() || a.pos.size() > 2)
+      render_error("get expected 1 or 2 arguments, got " + std::to_string(a.pos.size()));
+    if (const Value* v = d.find(a.pos[0])) return *v;
+    return a.pos.size() > 1 ? a.pos[1] : Value::none();
+  }
+  if (name == "copy") {
+    Params p(name, a, {});
+    return Value::dict(std::make_shared<DictObj>(d));
+  }
+  unsupported_error("the dict method '" + name + "' is not supported");
+}
+
+Value list_method(const Value& self, const std::string& name, CallArgs& a) {
+  const auto& items = self.items();
+  if (name == "index") {
+    if (a.pos.empty()) render_error("index expected at least 1 argument, got 0");
+    for (size_t i = 0; i < items.size(); ++i)
+      if (equals(items[i], a.pos[0])) return Value::integer(static_cast<int64_t>(i));
+    render_error(repr(a.pos[0]) + " is not in list");
+  }
+  if (name == "count") {
+    Params p(name, a, {"value"});
+    int64_t n = 0;
+    for (const Value& x : items) n += equals(x, p.get(0));
+    return Value::integer(n);
+  }
+  if (name == "copy") {
+    Params p(name, a, {});
+    return Value::list(items);
+  }
+  unsupported_error("the list method '" + name + "' is not supported");
+}
+
+bool in_list(const std::string& name, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (name == n) return true;
+  return false;
+}
+
+Value unsafe(const Value& obj, const std::string& name) {
+  return Value::undefined(
+      "access to attribute '" + name + "' of '" + type_name(obj) + "' object is unsafe.", true);
+}
+
+Value bound(const Value& obj, const std::string& name,
+            Value (*fn)(const Value&, const std::string&, CallArgs&)) {
+  return make_function(name,
+                       [obj, name, fn](Interpreter&, CallArgs& a) { return fn(obj, name, a); });
+}
+
+Value unsupported_method(const Value& obj, const std::string& name) {
+  std::string type = type_name(obj);
+  return make_function(name, [type, name](Interpreter&, CallArgs&) -> Value {
+    unsupported_error("the " + type + " method '" + name + "' is not supported");
+  });
+}
+
+}  // namespace
+
+Value make_function(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn) {
+  return Value::callable(std::make_shared<Function>(std::move(name), std::move(fn)));
+}
+
+std::optional<Value> find_method(const Value& obj, const std::string& name) {
+  switch (obj.kind()) {
+    case Kind::kString:
+      if (in_list(name,
+                  {"strip",        "lstrip",      "rstrip",    "split",   "rsplit",    "splitlines",
+                   "startswith",   "endswith",    "upper",     "lower",   "casefold",  "title",
+                   "capitalize",   "swapcase",    "replace",   "find",    "rfind",     "index",
+                   "rindex",       "count",       "join",      "format",  "isalnum",   "isalpha",
+                   "isdigit",      "isnumeric",   "isdecimal", "isspace", "islower",   "isupper",
+                   "center",       "ljust",       "rjust",     "zfill",   "partition", "rpartition",
+                   "removeprefix", "removesuffix"})) {
+        return make_function(name, [obj, name](Interpreter& in, CallArgs& a) {
+          return str_method(obj, name, in, a);
+        });
+      }
+      if (in_list(name, {"encode", "expandtabs", "format_map", "isascii", "isidentifier",
+                         "isprintable", "istitle", "maketrans", "translate"}))
+        return unsupported_method(obj, name);
+      return std::nullopt;
+    case Kind::kDict:
+      if (in_list(name, {"items", "keys", "values", "get", "copy"}))
+        return bound(obj, name, dict_method);
+      if (in_list(name, {"pop", "popitem", "setdefault", "update", "clear"}))
+        return unsafe(obj, name);
+      if (name == "fromkeys") return unsupported_method(obj, name);
+      return std::nullopt;
+    case Kind::kList:
+      if (obj.seq_kind() == SeqKind::kList || obj.seq_kind() == SeqKind::kTuple) {
+        if (in_list(name, {"index", "count"}) ||
+            (name == "copy" && obj.seq_kind() == SeqKind::kList))
+          return bound(obj, name, list_method);
+        if (obj.seq_kind() == SeqKind::kList &&
+            in_list(name,
+                    {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"}))
+          return unsafe(obj, name);
+      }
+      return std::nullopt;
+    case Kind::kInt:
+    case Kind::kBool:
+    case Kind::kFloat:
+      if (in_list(name, {"real", "imag", "numerator", "denominator", "conjugate", "bit_length",
+                         "bit_count", "to_bytes", "from_bytes", "as_integer_ratio", "is_integer",
+                         "hex", "fromhex"}))
+        return unsupported_method(obj, name);
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+namespace {
+
+Value g_range(Interpreter&, CallArgs& a) {
+  if (!a.kw.empty()) render_error("range() takes no keyword arguments");
+  if (a.pos.empty() || a.pos.size() > 3)
+    render_error("range expected 1 to 3 arguments, got " + std::to_string(a.pos.size()));
+  for (const Value& v : a.pos) {
+    if (v.is_undefined()) fail_undefined(v);
+    if (!(v.is_int() || v.is_bool()))
+      render_error(std::string("'") + type_name(v) +
+                   "' object cannot be interpreted as an integer");
+  }
+  int64_t start = 0, stop, step = 1;
+  if (a.pos.size() == 1) {
+    stop = a.pos[0].as_int();
+  } else {
+    start = a.pos[0].as_int();
+    stop = a.pos[1].as_int();
+    if (a.pos.size() == 3) step = a.pos[2].as_int();
+  }
+  if (step == 0) render_error("range() arg 3 must not be zero");
+  double count = std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) /
+                                         static_cast<double>(step)));
+  // jinja2's sandbox refuses ranges longer than MAX_RANGE.
+  if (count > 100000)
+    render_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+  std::vector<Value> out;
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+    out.push_back(Value::integer(i));
+  return Value::list(std::move(out));
+}
+
+Value g_dict(Interpreter&, CallArgs& a) {
+  DictObj d;
+  if (a.pos.size() > 1) render_error("dict expected at most 1 argument");
+  if (!a.pos.empty()) {
+    const Value& src = a.pos[0];
+    if (src.is_dict()) {
+      d = src.dict();
+    } else {
+      for (const Value& pair : iterate(src)) {
+        std::vector<Value> kv = iterate(pair);
+        if (kv.size() != 2) render_error("dictionary update sequence element has wrong length");
+        d.set(kv[0], kv[1]);
+      }
+    }
+  }
+  for (auto& [k, v] : a.kw) d.set(Value::string(k), v);
+  return Value::dict(std::move(d));
+}
+
+Value g_namespace(Interpreter&, CallArgs& a) {
+  auto ns = std::make_shared<NamespaceObj>();
+  for (const Value& m : a.pos) {
+    if (!m.is_dict()) render_error("namespace() positional arguments must be mappings");
+    for (const auto& [k, v] : m.dict().items) ns->attrs.set(k, v);
+  }
+  for (auto& [k, v] : a.kw) ns->attrs.set(Value::string(k), v);
+  return Value::ns(ns);
+}
+
+Value g_joiner(Interpreter&, CallArgs& a) {
+  Params p("joiner", a, {"sep"});
+  std::string sep = p.has(0) ? to_str(p.get(0)) : ", ";
+  auto used = std::make_shared<bool>(false);
+  return make_function("joiner", [sep, used](Interpreter&, CallArgs&) {
+    if (!*used) {
+      *used = true;
+      return Value::string("");
+    }
+    return Value::string(sep);
+  });
+}
+
+Value g_raise_exception(Interpreter&, CallArgs& a) {
+  std::string message = a.pos.empty() ? "" : to_str(a.pos[0]);
+  throw TemplateError(ErrorKind::kRaised, message);
+}
+
+Value g_strftime_now(Interpreter&, CallArgs& a) {
+  Params p("strftime_now", a, {"format"});
+  const std::string& fmt = str_arg(p.get(0), "strftime_now");
+  time_t now = time(nullptr);
+  struct tm tm_now;
+  localtime_r(&now, &tm_now);
+  std::string out(256 + fmt.size() * 8, '\0');
+  size_t n = strftime(out.data(), out.size(), fmt.c_str(), &tm_now);
+  out.resize(n);
+  return Value::string(out);
+}
+
+Value g_unsupported(const std::string& name) {
+  return make_function(name, [name](Interpreter&, CallArgs&) -> Value {
+    unsupported_error("the global function '" + name + "' is not supported");
+  });
+}
+
+}  // namespace
+
+bool find_global(const std::string& name, Value* out) {
+  static const std::vector<std::pair<std::string, Value>> kGlobals = [] {
+    std::vector<std::pair<std::string, Value>> g;
+    g.emplace_back("range", make_function("range", g_range));
+    g.emplace_back("dict", make_function("dict", g_dict));
+    g.emplace_back("namespace", make_function("namespace", g_namespace));
+    g.emplace_back("joiner", make_function("joiner", g_joiner));
+    g.emplace_back("raise_exception", make_function("raise_exception", g_raise_exception));
+    g.emplace_back("strftime_now", make_function("strftime_now", g_strftime_now));
+    g.emplace_back("cycler", g_unsupported("cycler"));
+    g.emplace_back("lipsum", g_unsupported("lipsum"));
+    return g;
+  }();
+  for (const auto& [n, v] : kGlobals)
+    if (n == name) {
+      *out = v;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace pagoda::jinja

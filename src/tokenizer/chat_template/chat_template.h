@@ -1,0 +1,57 @@
+// Chat templates: Pagoda's own interpreter for the Jinja subset Hugging Face chat
+// templates use, rendering byte-for-byte what transformers' apply_chat_template renders
+// (jinja2 in an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, plus
+// raise_exception, strftime_now, HF's tojson and the loop controls).
+//
+// Parse once, render many times; a ChatTemplate is immutable and safe to share between
+// threads. Pass JSON as nlohmann::ordered_json: key order matters (tojson keeps it).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+
+namespace pagoda {
+
+namespace jinja {
+struct Stmt;
+struct Limits;
+}  // namespace jinja
+
+class ChatTemplate {
+ public:
+  // A syntax error or an unsupported construct comes back as a Status naming the line.
+  static Result<ChatTemplate> parse(const std::string& source);
+
+  // Renders with `context` (a JSON object) as the template's variables.
+  Result<std::string> render(const nlohmann::ordered_json& context) const;
+  Result<std::string> render(const nlohmann::ordered_json& context,
+                             const jinja::Limits& limits) const;
+
+ private:
+  struct Parsed;
+  explicit ChatTemplate(std::shared_ptr<const Parsed> parsed) : parsed_(std::move(parsed)) {}
+  std::shared_ptr<const Parsed> parsed_;
+};
+
+// What a chat request supplies; make_chat_context lays it out as transformers does.
+struct ChatTemplateInputs {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  std::optional<nlohmann::ordered_json> tools;  // none: the template sees tools = None
+  bool add_generation_prompt = false;
+  std::optional<std::string> bos_token;  // none: undefined in the template
+  std::optional<std::string> eos_token;
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // chat_template_kwargs
+};
+
+// {messages, tools, documents: None, add_generation_prompt, bos_token, eos_token, ...extra}
+nlohmann::ordered_json make_chat_context(const ChatTemplateInputs& inputs);
+
+// One-shot convenience: parse and render.
+Result<std::string> render_chat_template(const std::string& source,
+                                         const nlohmann::ordered_json& context);
+
+}  // namespace pagoda

@@ -1,0 +1,227 @@
+// Chat-template interpreter: language features (each expectation checked against Python's
+// jinja2 set up as Hugging Face sets it up), errors with line numbers, and the limits that
+// keep hostile templates from crashing or hanging the process. The broad comparison with
+// jinja2 lives in tests/model/test_jinja_semantics.py and test_chat_templates.py.
+#include "tokenizer/chat_template/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tokenizer/chat_template/interpreter.h"
+
+namespace pagoda {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string render_ok(const std::string& tmpl, const Json& ctx = Json::object()) {
+  auto r = render_chat_template(tmpl, ctx);
+  EXPECT_TRUE(r.is_ok()) << tmpl << " -> " << r.status().message();
+  return r.is_ok() ? *r : std::string();
+}
+
+std::string render_error(const std::string& tmpl, const Json& ctx = Json::object()) {
+  auto r = render_chat_template(tmpl, ctx);
+  EXPECT_FALSE(r.is_ok()) << tmpl << " rendered " << (r.is_ok() ? *r : "");
+  return r.is_ok() ? std::string() : r.status().message();
+}
+
+TEST(ChatTemplate, LoopsFiltersAndWhitespaceMatchJinja2) {
+  Json msgs =
+      Json::parse(R"([{"role":"user","content":" hi "},{"role":"assistant","content":"yo"}])");
+  EXPECT_EQ(render_ok("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}"
+                      "{% if not loop.last %}|{% endif %}{% endfor %}",
+                      Json{{"messages", msgs}}),
+            "<user>hi|<assistant>yo");
+  EXPECT_EQ(render_ok("{%- if x -%}\n  yes\n{%- endif %}\n!", Json{{"x", 1}}), "yes!");
+  // trim_blocks and lstrip_blocks.
+  EXPECT_EQ(render_ok("a\n  {% if true %}\n  b\n  {% endif %}\nc"), "a\n  b\nc");
+  EXPECT_EQ(render_ok("{% for x in items if x > 1 %}{{ loop.index }}:{{ x }} {% else %}none"
+                      "{% endfor %}",
+                      Json{{"items", {1, 2, 3}}}),
+            "1:2 2:3 ");
+  EXPECT_EQ(render_ok("{% for x in [] %}x{% else %}none{% endfor %}"), "none");
+  EXPECT_EQ(render_ok("{% raw %}{{ x }}{% endraw %}"), "{{ x }}");
+}
+
+TEST(ChatTemplate, ValuesPrintAsPythonDoes) {
+  EXPECT_EQ(render_ok("{{ 'a,b'.split(',') }} {{ [1, 'x', none, true] }} {{ 7 // 2 }} "
+                      "{{ 7 / 2 }} {{ -7 % 3 }}"),
+            "['a', 'b'] [1, 'x', None, True] 3 3.5 2");
+  EXPECT_EQ(render_ok("{{ 1e16 }} {{ 0.1 + 0.2 }} {{ 3.0 }} {{ 1.5e-7 }}"),
+            "1e+16 0.30000000000000004 3.0 1.5e-07");
+  EXPECT_EQ(render_ok("{{ '%s=%05.1f' % ('v', 3.14159) }}"), "v=003.1");
+  EXPECT_EQ(render_ok("{{ messages[0]['content'][::-1] }}",
+                      Json{{"messages", Json::parse(R"([{"content":"héllo"}])")}}),
+            "olléh");
+}
+
+TEST(ChatTemplate, TojsonKeepsKeyOrderAsHuggingFaceDoes) {
+  Json ctx = {{"d", Json::parse(R"({"b":1,"a":[1,"é"]})")}};
+  EXPECT_EQ(render_ok("{{ d | tojson }} {{ d | tojson(indent=2) }}", ctx),
+            "{\"b\": 1, \"a\": [1, \"é\"]} {\n  \"b\": 1,\n  \"a\": [\n    1,\n    \"é\"\n  ]\n}");
+}
+
+TEST(ChatTemplate, NamespacesMacrosAndMarkup) {
+  EXPECT_EQ(render_ok("{% set ns = namespace(n=0) %}{% for i in range(4) %}"
+                      "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
+            "6");
+  EXPECT_EQ(render_ok("{% macro f(a, b='x') %}[{{ a }}{{ b }}]{% endmacro %}{{ f(1) }}"
+                      "{{ f(2, b='y') }}"),
+            "[1x][2y]");
+  EXPECT_EQ(render_ok("{{ x.y }}|{{ x.y is defined }}", Json{{"x", Json::object()}}), "|False");
+  // Markup + str escapes the str, as markupsafe does.
+  EXPECT_EQ(render_ok("{{ 'x' | safe + '<' }}"), "x&lt;");
+  Json users = Json::parse(R"([{"n":"a","on":true},{"n":"b","on":false},{"n":"c","on":true}])");
+  EXPECT_EQ(render_ok("{{ users | selectattr('on') | map(attribute='n') | join(',') }}",
+                      Json{{"users", users}}),
+            "a,c");
+}
+
+TEST(ChatTemplate, ParseOnceRenderMany) {
+  auto t = ChatTemplate::parse(
+      "{{ bos_token }}{% for m in messages %}{{ m.content }};{% endfor %}"
+      "{% if add_generation_prompt %}>{% endif %}");
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  ChatTemplateInputs in;
+  in.messages = Json::parse(R"([{"role":"user","content":"a"}])");
+  in.bos_token = "<s>";
+  EXPECT_EQ(*t->render(make_chat_context(in)), "<s>a;");
+  in.add_generation_prompt = true;
+  in.messages.push_back(Json{{"role", "assistant"}, {"content", "b"}});
+  EXPECT_EQ(*t->render(make_chat_context(in)), "<s>a;b;>");
+  // Shared between threads.
+  std::vector<std::thread> threads;
+  std::vector<std::string> outs(8);
+  Json ctx = make_chat_context(in);
+  for (int i = 0; i < 8; ++i) threads.emplace_back([&, i] { outs[i] = *t->render(ctx); });
+  for (auto& th : threads) th.join();
+  for (const auto& o : outs) EXPECT_EQ(o, "<s>a;b;>");
+}
+
+TEST(ChatTemplate, ContextLooksLikeTransformers) {
+  ChatTemplateInputs in;
+  in.messages = Json::array();
+  in.extra = {{"enable_thinking", false}};
+  Json ctx = make_chat_context(in);
+  EXPECT_TRUE(ctx["tools"].is_null());
+  EXPECT_TRUE(ctx["documents"].is_null());
+  EXPECT_EQ(ctx["add_generation_prompt"], false);
+  EXPECT_FALSE(ctx.contains("bos_token"));
+  EXPECT_EQ(ctx["enable_thinking"], false);
+  EXPECT_EQ(render_ok("{{ tools is defined }} {{ tools is none }} {{ bos_token is defined }}", ctx),
+            "True True False");
+}
+
+TEST(ChatTemplateErrors, SyntaxErrorsNameTheLine) {
+  std::string m = render_error("line 1\nline 2\n{% if x %}\nno end");
+  EXPECT_NE(m.find("syntax error"), std::string::npos) << m;
+  EXPECT_NE(m.find("'endif'"), std::string::npos) << m;
+  m = render_error("a\nb\n{{ 1 + }}");
+  EXPECT_NE(m.find("line 3"), std::string::npos) << m;
+  m = render_error("{% for x in y %}\n{% endif %}");
+  EXPECT_NE(m.find("line 2"), std::string::npos) << m;
+  m = render_error("\n\n\n{% frobnicate %}");
+  EXPECT_NE(m.find("unknown tag 'frobnicate'"), std::string::npos) << m;
+  EXPECT_NE(m.find("line 4"), std::string::npos) << m;
+  m = render_error("{{ x | no_such_filter }}");
+  EXPECT_NE(m.find("No filter named 'no_such_filter'"), std::string::npos) << m;
+  m = render_error("{{ 'unterminated }}");
+  EXPECT_NE(m.find("syntax error"), std::string::npos) << m;
+  m = render_error("{# never closed");
+  EXPECT_NE(m.find("comment"), std::string::npos) << m;
+  EXPECT_FALSE(ChatTemplate::parse(std::string("\xff\xfe bad utf-8")).is_ok());
+}
+
+TEST(ChatTemplateErrors, UnsupportedConstructsAreNamed) {
+  for (const char* t :
+       {"{% extends 'base.html' %}", "{% include 'x.jinja' %}", "{% import 'm' as m %}",
+        "{% block body %}{% endblock %}", "{% for x in y recursive %}{% endfor %}",
+        "{% autoescape true %}{% endautoescape %}"}) {
+    auto r = ChatTemplate::parse(t);
+    ASSERT_FALSE(r.is_ok()) << t;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnsupported) << t;
+    EXPECT_NE(r.status().message().find("not supported"), std::string::npos)
+        << r.status().message();
+  }
+  std::string m = render_error("{{ 'x' | wordwrap(3) }}");
+  EXPECT_NE(m.find("'wordwrap' is not supported"), std::string::npos) << m;
+  m = render_error("\n{{ 'x'.encode() }}");
+  EXPECT_NE(m.find("'encode' is not supported"), std::string::npos) << m;
+  EXPECT_NE(m.find("line 2"), std::string::npos) << m;
+  m = render_error("{{ 2 ** 64 }}");
+  EXPECT_NE(m.find("64-bit"), std::string::npos) << m;
+}
+
+TEST(ChatTemplateErrors, RenderErrorsAreValues) {
+  std::string m = render_error("ok\n{{ raise_exception('System role not supported') }}");
+  EXPECT_NE(m.find("System role not supported"), std::string::npos) << m;
+  EXPECT_NE(m.find("line 2"), std::string::npos) << m;
+  m = render_error("{{ missing.attr }}");
+  EXPECT_NE(m.find("'missing' is undefined"), std::string::npos) << m;
+  m = render_error("{{ 'a' + 1 }}");
+  EXPECT_NE(m.find("can only concatenate str"), std::string::npos) << m;
+  m = render_error("{{ [1].append(2) }}");  // the sandbox forbids mutation
+  EXPECT_NE(m.find("unsafe"), std::string::npos) << m;
+  m = render_error("{{ 1 / 0 }}");
+  EXPECT_NE(m.find("division by zero"), std::string::npos) << m;
+  EXPECT_FALSE(render_chat_template("{{ x }}", Json::array()).is_ok());
+}
+
+TEST(ChatTemplateLimits, HostileTemplatesFailCleanly) {
+  // Deep nesting is refused while parsing.
+  std::string deep(100000, '(');
+  EXPECT_NE(render_error("{{ " + deep + "1" + std::string(100000, ')') + " }}").find("too deep"),
+            std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
+  EXPECT_NE(render_error(ifs).find("too deep"), std::string::npos);
+  std::string nots = "{{ " + std::string(0, ' ');
+  for (int i = 0; i < 50000; ++i) nots += "not ";
+  EXPECT_NE(render_error(nots + "1 }}").find("too deep"), std::string::npos);
+  std::string filters = "{{ 1";
+  for (int i = 0; i < 100000; ++i) filters += "|abs";
+  // Flat chains build deep trees too: a|f|f|f..., a + a + a..., a.b.b.b...
+  EXPECT_NE(render_error(filters + " }}").find("too deep"), std::string::npos);
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 100000; ++i) sum += " + 1";
+  EXPECT_NE(render_error(sum + " }}").find("too deep"), std::string::npos);
+  std::string attrs = "{{ x";
+  for (int i = 0; i < 100000; ++i) attrs += ".y";
+  EXPECT_NE(render_error(attrs + " }}").find("too deep"), std::string::npos);
+  // Long but shallow templates are fine.
+  std::string many;
+  for (int i = 0; i < 20000; ++i) many += "{% if true %}x{% endif %}{{ 1 + 2 }}";
+  EXPECT_EQ(render_ok(many).size(), 40000u);
+  // Runaway loops and recursion stop at the step and depth limits.
+  EXPECT_NE(render_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                         "{% endfor %}")
+                .find("evaluation steps"),
+            std::string::npos);
+  EXPECT_NE(render_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("deeper than"),
+            std::string::npos);
+  EXPECT_NE(render_error("{{ range(1000000) }}").find("Range too big"), std::string::npos);
+  // Output and string sizes are bounded.
+  EXPECT_NE(render_error("{{ 'x' * 1000000000000 }}").find("bytes"), std::string::npos);
+  EXPECT_NE(render_error("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}"
+                         "{% set ns.s = ns.s + ns.s %}{% endfor %}")
+                .find("bytes"),
+            std::string::npos);
+  jinja::Limits tight;
+  tight.max_output = 1000;
+  auto t = ChatTemplate::parse("{% for i in range(10000) %}xx{% endfor %}");
+  ASSERT_TRUE(t.is_ok());
+  auto r = t->render(Json::object(), tight);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("1000 bytes"), std::string::npos) << r.status().message();
+  // Deeply nested input JSON is refused, not recursed into without bound.
+  Json nested = Json::array();
+  for (int i = 0; i < 2000; ++i) nested = Json::array({nested});
+  EXPECT_FALSE(render_chat_template("{{ x }}", Json{{"x", nested}}).is_ok());
+}
+
+}  // namespace
+}  // namespace pagoda
