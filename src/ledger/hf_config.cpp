@@ -16,6 +16,21 @@ bool starts_with(const std::string& s, std::string_view p) {
   return s.rfind(p, 0) == 0;
 }
 
+// Typed lookups that fall back to `def` when the key is missing or of another type
+// (json::value would throw on a type mismatch).
+std::string str_or(const json& o, const char* key, const std::string& def) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : def;
+}
+int64_t int_or(const json& o, const char* key, int64_t def) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_number_integer() ? it->get<int64_t>() : def;
+}
+bool bool_or(const json& o, const char* key, bool def) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_boolean() ? it->get<bool>() : def;
+}
+
 // Reads keys from the text config first, then the top level (multimodal configs keep the
 // language model's numbers under text_config).
 class Keys {
@@ -58,15 +73,15 @@ class Keys {
 
 std::string weight_dtype(const Keys& k, std::vector<std::string>* notes) {
   if (const json* q = k.find("quantization_config"); q != nullptr && q->is_object()) {
-    const std::string method = q->value("quant_method", "");
+    const std::string method = str_or(*q, "quant_method", "");
     if (method == "fp8") return "fp8";
-    if ((method == "awq" || method == "gptq") && q->value("bits", 0) == 4) {
-      if (q->value("group_size", 128) != 128)
+    if ((method == "awq" || method == "gptq") && int_or(*q, "bits", 0) == 4) {
+      if (int_or(*q, "group_size", 128) != 128)
         notes->push_back("the checkpoint's int4 groups are not 128 wide; counted as int4-g128");
       return "int4-g128";
     }
-    if (method == "bitsandbytes" && q->value("load_in_4bit", false)) return "nf4";
-    if (method == "bitsandbytes" && q->value("load_in_8bit", false)) return "int8";
+    if (method == "bitsandbytes" && bool_or(*q, "load_in_4bit", false)) return "nf4";
+    if (method == "bitsandbytes" && bool_or(*q, "load_in_8bit", false)) return "int8";
     if (!method.empty())
       notes->push_back("quantization method '" + method +
                        "' is not modelled; weights counted in the checkpoint's torch_dtype");
@@ -144,8 +159,7 @@ Result<ModelSource> source_from_hf_config(std::string_view text, const std::stri
   ModelShape& s = src.shape;
   std::vector<std::string>& notes = src.notes;
   s.arch = k.string("model_type");
-  if (text_cfg != nullptr && text_cfg->contains("model_type"))
-    s.arch = text_cfg->value("model_type", s.arch);
+  if (text_cfg != nullptr) s.arch = str_or(*text_cfg, "model_type", s.arch);
   s.name = k.string("_name_or_path");
   if (s.name.empty()) {
     if (const json* a = k.find("architectures");
@@ -250,10 +264,12 @@ Result<int64_t> safetensors_data_bytes(const std::string& path) {
   int64_t end = 0;
   for (auto it = h.begin(); it != h.end(); ++it) {
     if (it.key() == "__metadata__") continue;
-    const json& off = it.value().is_object() ? it.value().value("data_offsets", json()) : json();
-    if (!off.is_array() || off.size() != 2 || !off[1].is_number_unsigned())
+    const json* off = nullptr;
+    if (it.value().is_object())
+      if (auto o = it.value().find("data_offsets"); o != it.value().end()) off = &*o;
+    if (off == nullptr || !off->is_array() || off->size() != 2 || !(*off)[1].is_number_unsigned())
       return corrupt("'" + path + "': tensor '" + it.key() + "' has no data_offsets");
-    end = std::max(end, off[1].get<int64_t>());
+    end = std::max(end, (*off)[1].get<int64_t>());
   }
   return end;
 }
@@ -264,10 +280,11 @@ Result<int64_t> safetensors_index_total(const std::string& path) {
   if (!in) return io_error("cannot read '" + path + "'");
   json j = json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return corrupt("'" + path + "' is not a JSON object");
-  const json meta = j.value("metadata", json::object());
-  if (!meta.is_object() || !meta.contains("total_size") || !meta["total_size"].is_number())
+  auto meta = j.find("metadata");
+  if (meta == j.end() || !meta->is_object() || !meta->contains("total_size") ||
+      !(*meta)["total_size"].is_number())
     return not_found("'" + path + "' has no metadata.total_size");
-  const double total = meta["total_size"].get<double>();
+  const double total = (*meta)["total_size"].get<double>();
   if (!(total > 0)) return corrupt("'" + path + "' has a non-positive total_size");
   return static_cast<int64_t>(total);
 }

@@ -69,7 +69,7 @@ struct PlanInput {
   double gpu_memory_utilization = 0.9;
   int64_t kv_cache_memory = 0;  // > 0: the KV pool per rank is exactly this
   int tp = 1, pp = 1;
-  int64_t max_num_batched_tokens = 8192;
+  int64_t max_num_batched_tokens = 2048;  // the engine's defaults (EngineConfig)
   int64_t max_num_seqs = 256;
   int block_size = 16;
 };

@@ -518,6 +518,23 @@ TEST(LedgerConfigJson, ErrorsNameTheProblem) {
   EXPECT_NE(heads.status().message().find("KV heads"), std::string::npos);
 }
 
+TEST(LedgerConfigJson, OddlyTypedKeysAreNotFatal) {
+  // Keys of an unexpected type read as absent (or are refused), never an exception.
+  const char* cfg = R"({"model_type": 7, "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 10,
+    "tie_word_embeddings": "yes", "torch_dtype": 16, "architectures": "Llama",
+    "quantization_config": {"quant_method": ["awq"], "bits": "4", "load_in_4bit": 1},
+    "text_config": {"model_type": null}, "layer_types": "full"})";
+  auto src = source_from_hf_config(cfg, "odd.json");
+  ASSERT_TRUE(src.is_ok()) << src.status().message();
+  EXPECT_EQ(src->dtype, "bf16");
+  auto bad = source_from_hf_config(R"({"num_hidden_layers": 2.5, "hidden_size": 64,
+    "num_attention_heads": 2, "vocab_size": 10})",
+                                   "float.json");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("num_hidden_layers"), std::string::npos);
+}
+
 TEST(LedgerConfigJson, FoldersUseTheCheckpointSize) {
   TempDir dir;
   dir.write("config.json", kLlama8B);

@@ -149,8 +149,9 @@ int cmd_plan(int argc, char** argv) {
       {"--kv-cache-memory", "", true, "fix the KV pool per rank (e.g. 4GiB) instead"},
       {"--tensor-parallel-size", "-tp", true, "tensor-parallel ranks (default 1)"},
       {"--pipeline-parallel-size", "-pp", true, "pipeline stages (default 1)"},
-      {"--max-num-batched-tokens", "", true, "tokens per forward pass (default 8192; cpu 512)"},
-      {"--max-num-seqs", "", true, "sequences per step (default 256; cpu 16)"},
+      {"--max-num-batched-tokens", "", true,
+       "tokens per forward pass (default 2048, the engine's)"},
+      {"--max-num-seqs", "", true, "sequences per step (default 256, the engine's)"},
       {"--block-size", "", true, "tokens per KV block (default 16)"},
       {"--json", "", false, "print JSON"},
       {"--help", "-h", false, "show this help"},
@@ -185,9 +186,9 @@ int cmd_plan(int argc, char** argv) {
   in.gpu_memory_utilization = flags.number("--gpu-memory-utilization", 0.9, 0.01, 1.0);
   in.tp = static_cast<int>(flags.integer("--tensor-parallel-size", 1, 1, 1024));
   in.pp = static_cast<int>(flags.integer("--pipeline-parallel-size", 1, 1, 1024));
-  in.max_num_batched_tokens =
-      flags.integer("--max-num-batched-tokens", gpu ? 8192 : 512, 1, int64_t{1} << 24);
-  in.max_num_seqs = flags.integer("--max-num-seqs", gpu ? 256 : 16, 1, int64_t{1} << 20);
+  // Defaults are the engine's (EngineConfig), so a plan describes `pagoda generate` as is.
+  in.max_num_batched_tokens = flags.integer("--max-num-batched-tokens", 2048, 1, int64_t{1} << 24);
+  in.max_num_seqs = flags.integer("--max-num-seqs", 256, 1, int64_t{1} << 20);
   in.block_size = static_cast<int>(flags.integer("--block-size", 16, 1, 1 << 16));
   const int64_t context = flags.integer("--context", 0, 1, int64_t{1} << 34);
   if (!flags.status()) return fail("plan", flags.status());
