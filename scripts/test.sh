@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the GoogleTest unit and op tests, the Python tests that drive
 # build/pagoda against llama.cpp fixtures and reference tokenizers, the unit tests again
-# under AddressSanitizer + UndefinedBehaviorSanitizer, and the GGUF fuzzer for a bounded
-# time. Expects scripts/setup.sh to have run.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and the GGUF and chat-template
+# fuzzers for a bounded time. Expects scripts/setup.sh to have run.
 #   scripts/test.sh           everything
 #   scripts/test.sh --quick   unit and Python tests only
 set -euo pipefail
@@ -40,4 +40,12 @@ build/pagoda mkmodel --vocab ../shared/models/stories260K.gguf --dim 8 --layers 
 head -c 65536 ../shared/testdata/tokenizer/ggml-vocab-llama-spm.gguf > "$CORPUS/vocab-head.gguf"
 build-fuzz/fuzz_gguf -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
   -print_final_stats=1 "$CORPUS" 2>&1 | tail -n 12
+
+echo "== chat-template fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
+cmake --build build-fuzz -j"$JOBS" --target fuzz_chat_template
+TCORPUS=$(mktemp -d)
+trap 'rm -rf "$CORPUS" "$TCORPUS"' EXIT
+cp ../shared/testdata/chat-templates/*.jinja "$TCORPUS/"
+build-fuzz/fuzz_chat_template -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=20000 \
+  -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$TCORPUS" 2>&1 | tail -n 12
 echo "all tests passed"

@@ -60,7 +60,7 @@ def dash(r):
 
 
 def stmt(r, depth=0):
-    k = r.randrange(9 if depth < 2 else 3)
+    k = r.randrange(15 if depth < 2 else 3)
     if k == 0:
         return ws(r) + r.choice(["text", "a b", "x", ""]) + ws(r)
     if k == 1:
@@ -80,7 +80,24 @@ def stmt(r, depth=0):
     if k == 7:
         return (f"{{% macro m(p, q=1) %}}{body(r, depth)}{{{{ p }}}}{{% endmacro %}}"
                 f"{{{{ m({expr(r)}) }}}}")
-    return f"{{% filter {r.choice(['upper', 'trim', 'indent(1)'])} %}}{body(r, depth)}{{% endfilter %}}"
+    if k == 8:
+        return f"{{% filter {r.choice(['upper', 'trim', 'indent(1)'])} %}}{body(r, depth)}{{% endfilter %}}"
+    if k == 9:
+        return f"{ws(r)}{{%{dash(r)} raw {dash(r).replace('+', '')}%}}{ws(r)}{{{{ raw }}}}{ws(r)}{{%{dash(r)} endraw %}}"
+    if k == 10:
+        return (f"{{% macro w(a) %}}<{{{{ a }}}}|{{{{ caller(a) }}}}>{{% endmacro %}}"
+                f"{{% call(z) w({expr(r)}) %}}{body(r, depth)}[{{{{ z }}}}]{{% endcall %}}")
+    if k == 11:
+        return (f"{{% for k, v in {r.choice(['d.items()', 'd|dictsort', '[(1, 2), (3, 4)]', 'messages|items'])} %}}"
+                f"{{{{ k }}}}={{{{ v }}}}{{% if loop.index > 1 %}}{{% break %}}{{% endif %}}"
+                f"{{{{ loop.previtem|default('-') }}}}{{% continue %}}x{{% endfor %}}")
+    if k == 12:
+        return f"{{% with q = {expr(r)} %}}{body(r, depth)}{{{{ q }}}}{{% endwith %}}"
+    if k == 13:
+        return f"{{% set blk %}}{body(r, depth)}{{% endset %}}[{{{{ blk }}}}]"
+    return (ws(r) + r.choice(["  ", "\t", "", "x "]) + "{%" + dash(r) + " if " + expr(r) + " "
+            + dash(r).replace("+", "") + "%}" + ws(r) + "y" + ws(r) + "{%" + dash(r)
+            + " endif " + dash(r).replace("+", "") + "%}" + ws(r))
 
 
 def body(r, depth):
