@@ -127,3 +127,35 @@ def test_waiting_queue_full_is_503_with_retry_after(guarded):
     running.close()
     waiting.close()
     guarded.wait_idle()
+
+
+WRONG = [None, True, -1, 1e300, "x", [], {}, [1, "a"], [[]], 2**70]
+FIELDS = ["prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+          "top_k", "min_p", "n", "stop", "seed", "presence_penalty", "frequency_penalty",
+          "repetition_penalty", "logprobs", "top_logprobs", "echo", "ignore_eos", "user",
+          "priority", "stream", "stream_options", "stop_token_ids", "model"]
+
+
+def test_wrong_types_never_500(server):
+    """Every field with every wrong-ish value: a 2xx or a 4xx, never a 5xx or a crash."""
+    # Both limits set, so a null one leaves the other (chat's default is the whole context).
+    limits = {"max_tokens": 1, "max_completion_tokens": 1}
+    for path, base in (("/v1/completions", {"prompt": "Hi", **limits}),
+                       ("/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "Hi"}], **limits})):
+        for field in FIELDS:
+            for value in WRONG:
+                body = {**base, field: value}
+                if field == "stream" and value is True:
+                    continue  # a valid stream; covered elsewhere
+                st, _, payload = server.request("POST", path, body)
+                assert st < 500, (path, field, value, payload)
+                if st >= 400:
+                    assert payload["error"]["code"] == st
+    for path in ("/tokenize", "/detokenize"):
+        for value in WRONG:
+            st, _, _ = server.request("POST", path, {"prompt": value, "tokens": value,
+                                                     "messages": value})
+            assert st < 500, (path, value)
+    st, _, _ = server.request("GET", "/health")
+    assert st == 200
