@@ -171,6 +171,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
+    # A SIGTERM (e.g. from `timeout`) still stops the server this script started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     proc = None
     if args.launch:
         proc, url = launch(args.launch, args)
