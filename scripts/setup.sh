@@ -14,7 +14,7 @@ RUN=1
 # --- system packages -------------------------------------------------------------------
 need_pkgs=()
 for p in build-essential cmake libgtest-dev clang libclang-rt-14-dev unzip python3-venv \
-  nlohmann-json3-dev; do
+  nlohmann-json3-dev libcpp-httplib-dev pkg-config; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -31,10 +31,11 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-# jinja2 is the reference the chat-template tests compare Pagoda's renderer with.
-if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp, jinja2" 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 llama-cpp-python==0.3.36 \
-    jinja2==3.1.6
+# jinja2 is the reference the chat-template tests compare Pagoda's renderer with; openai,
+# prometheus_client and aiohttp are the server tests' and bench_serve's clients.
+if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp, jinja2, openai, prometheus_client, aiohttp" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 "llama-cpp-python[server]==0.3.36" \
+    jinja2==3.1.6 openai==3.57.0 prometheus_client==0.26.0 aiohttp==3.14.5
 fi
 
 # --- build ---------------------------------------------------------------------------------

@@ -201,8 +201,9 @@ class EngineImpl : public Engine {
       outs.clear();
       for (Command& c : cmds) apply(c, &outs);
       core_->step(&outs);
-      dispatch(outs);
+      // Stats first: a caller woken by its stream's last output sees the blocks it freed.
       publish_stats();
+      dispatch(outs);
     }
     // Shutting down: every open stream ends with abort.
     outs.clear();

@@ -13,5 +13,6 @@ int cmd_info(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_template(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace pagoda::cli

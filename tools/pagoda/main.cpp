@@ -25,6 +25,7 @@ const Command kCommands[] = {
      "offline batch generation from a JSONL file of requests"},
     {"plan", pagoda::cli::cmd_plan, "what fits in memory: weights, KV cache, concurrency"},
     {"template", pagoda::cli::cmd_template, "render a chat template for a list of messages"},
+    {"serve", pagoda::cli::cmd_serve, "OpenAI-compatible HTTP server with Prometheus metrics"},
 };
 
 void print_usage(FILE* out) {

@@ -1,0 +1,53 @@
+#include "server/chat_render.h"
+
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::server {
+
+Result<std::string> message_text(const nlohmann::json& content) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return invalid_argument("message content must be a string or a list");
+  std::string s;
+  for (const nlohmann::json& part : content) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string())
+      return invalid_argument("only text content parts ({\"type\": \"text\", ...}) are supported");
+    s += part["text"].get<std::string>();
+  }
+  return s;
+}
+
+ChatTemplateSource ChatRenderer::source_for(const Tokenizer& tok, std::string template_text) {
+  ChatTemplateSource s;
+  s.template_text = std::move(template_text);
+  if (tok.bos() >= 0) s.bos_token = std::string(tok.token_text(tok.bos()));
+  if (tok.eos() >= 0) s.eos_token = std::string(tok.token_text(tok.eos()));
+  s.has_chatml_tokens = tok.find_token("<|im_start|>") && tok.find_token("<|im_end|>");
+  return s;
+}
+
+Result<ChatRenderer> ChatRenderer::create(ChatTemplateSource source) {
+  ChatRenderer r;
+  r.source_ = std::move(source);
+  return r;
+}
+
+Result<std::string> ChatRenderer::render(const nlohmann::json& messages, bool add_generation_prompt,
+                                         const nlohmann::json& tools) const {
+  if (!source_.has_chatml_tokens)
+    return unsupported(
+        "chat needs a chat template; this model's vocabulary has no <|im_start|>/<|im_end|> "
+        "tokens for ChatML (use /v1/completions)");
+  if (!tools.is_null() && !tools.empty())
+    return unsupported("tools need the model's Jinja chat template, not supported yet");
+  std::string s;
+  for (const nlohmann::json& m : messages) {
+    PAGODA_ASSIGN_OR_RETURN(std::string text, message_text(m.value("content", nlohmann::json())));
+    s += "<|im_start|>" + m["role"].get<std::string>() + "\n" + text + "<|im_end|>\n";
+  }
+  if (add_generation_prompt) s += "<|im_start|>assistant\n";
+  return s;
+}
+
+}  // namespace pagoda::server

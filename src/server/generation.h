@@ -1,0 +1,53 @@
+// One HTTP request's generation: its prompts queued on the engine, their outputs read
+// back in arrival order as (choice, output) events, metrics recorded as they pass.
+// Destroying a Generation that has not finished aborts it, so a client that goes away
+// frees its KV blocks.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pagoda/engine.h"
+#include "server/api_error.h"
+#include "server/openai_request.h"
+
+namespace pagoda::server {
+
+class Metrics;
+
+struct GenerationEvent {
+  int choice = 0;  // prompt index x n + completion index
+  RequestOutput out;
+};
+
+class Generation {
+ public:
+  static ApiResult<std::unique_ptr<Generation>> start(Engine& engine, Metrics& metrics,
+                                                      const GenerationRequest& req,
+                                                      const std::string& id);
+  ~Generation();
+
+  // The next output, waiting at most timeout_s; nullopt on timeout or when done().
+  std::optional<GenerationEvent> next(double timeout_s);
+  bool done() const;
+  void abort();
+  const std::vector<std::string>& ids() const { return ids_; }
+  int num_choices() const { return static_cast<int>(streams_.size()) * n_; }
+
+ private:
+  Generation(Engine& engine, Metrics& metrics, int n) : engine_(engine), metrics_(metrics), n_(n) {}
+  void account(const GenerationEvent& e);
+
+  Engine& engine_;
+  Metrics& metrics_;
+  const int n_;
+  std::vector<std::string> ids_;
+  std::vector<std::shared_ptr<RequestStream>> streams_;
+  std::vector<double> last_time_;  // per choice, of its latest output with tokens
+  size_t rr_ = 0;                  // round-robin position over streams
+  bool aborted_ = false;
+};
+
+}  // namespace pagoda::server

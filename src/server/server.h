@@ -1,0 +1,39 @@
+// pagoda serve's HTTP server: the OpenAI routes, /health, /metrics, /tokenize and
+// /detokenize over cpp-httplib, in front of one Engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "pagoda/engine.h"
+
+namespace pagoda::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;      // 0: any free port
+  std::string api_key;  // "" : no authentication
+  std::string served_model_name;
+  int max_waiting_requests = -1;  // < 0: unlimited
+  int64_t max_body_bytes = 16 << 20;
+  int http_threads = 256;     // each open connection (a stream, a keep-alive) holds one
+  std::string chat_template;  // tokenizer.chat_template from the model, "" when none
+  std::string version = "0.1.0";
+};
+
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> create(Engine& engine, ServerConfig config);
+  virtual ~Server() = default;
+
+  virtual Status bind() = 0;  // after this, port() is the port in use
+  virtual int port() const = 0;
+  virtual void serve() = 0;  // blocks until shutdown() stops it
+  // Stops taking requests (503), waits up to grace_s for those in flight, aborts what is
+  // left, and makes serve() return.
+  virtual void shutdown(double grace_s) = 0;
+};
+
+}  // namespace pagoda::server

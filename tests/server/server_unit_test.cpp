@@ -1,0 +1,76 @@
+// The server's pieces that need no model: errors, metrics text, chat message content.
+#include <gtest/gtest.h>
+
+#include "server/api_error.h"
+#include "server/chat_render.h"
+#include "server/metrics.h"
+
+namespace pagoda::server {
+namespace {
+
+TEST(ServerApiError, OpenAiShapeAndStatusMapping) {
+  const nlohmann::json j = bad_request("bad temperature", "temperature").to_json();
+  EXPECT_EQ(j["error"]["message"], "bad temperature");
+  EXPECT_EQ(j["error"]["type"], "BadRequestError");
+  EXPECT_EQ(j["error"]["param"], "temperature");
+  EXPECT_EQ(j["error"]["code"], 400);
+  EXPECT_TRUE(not_found_error("x").to_json()["error"]["param"].is_null());
+  EXPECT_EQ(from_status(out_of_range("too long")).status, 400);
+  EXPECT_EQ(from_status(invalid_argument("bad")).status, 400);
+  EXPECT_EQ(from_status(internal_error("boom")).status, 500);
+  EXPECT_EQ(overloaded("full", 1).retry_after_s, 1);
+}
+
+TEST(ServerMetrics, HistogramBucketsAreCumulative) {
+  Histogram h({0.001, 0.01, 0.1});
+  h.observe(0.0005);
+  h.observe(0.005);
+  h.observe(0.005);
+  h.observe(5);
+  std::string out;
+  h.render("m", "a=\"b\"", &out);
+  EXPECT_NE(out.find("m_bucket{a=\"b\",le=\"0.001\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("m_bucket{a=\"b\",le=\"0.01\"} 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("m_bucket{a=\"b\",le=\"0.10000000000000001\"} 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("m_bucket{a=\"b\",le=\"+Inf\"} 4\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("m_count{a=\"b\"} 4\n"), std::string::npos) << out;
+}
+
+TEST(ServerMetrics, CountersAndGauges) {
+  Metrics m({"my \"model\"", "1.0"});
+  m.add_prompt_tokens(7);
+  m.add_generation_tokens(3);
+  RequestMetrics rm;
+  rm.arrival = 1;
+  rm.first_scheduled = 1.5;
+  rm.first_token = 2;
+  rm.finished = 3;
+  m.completion_finished(rm, FinishReason::kLength);
+  m.error_response(400);
+  EngineStats s;
+  s.num_running = 2;
+  s.kv_usage = 0.25;
+  const std::string t = m.render(s);
+  const std::string model = "model_name=\"my \\\"model\\\"\"";
+  EXPECT_NE(t.find("pagoda:prompt_tokens_total{" + model + "} 7\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("pagoda:generation_tokens_total{" + model + "} 3\n"), std::string::npos);
+  EXPECT_NE(t.find("pagoda:num_requests_running{" + model + "} 2\n"), std::string::npos);
+  EXPECT_NE(t.find("pagoda:kv_cache_usage_perc{" + model + "} 0.25\n"), std::string::npos);
+  EXPECT_NE(t.find("pagoda:request_success_total{" + model + ",finished_reason=\"length\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("pagoda:request_errors_total{" + model + ",code=\"400\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("pagoda:e2e_request_latency_seconds_sum{" + model + "} 2\n"), std::string::npos);
+}
+
+TEST(ServerChat, MessageContentTextParts) {
+  EXPECT_EQ(*message_text("hi"), "hi");
+  EXPECT_EQ(*message_text(nullptr), "");
+  auto parts = nlohmann::json::parse(R"([{"type":"text","text":"a"},{"type":"text","text":"b"}])");
+  EXPECT_EQ(*message_text(parts), "ab");
+  EXPECT_FALSE(message_text(nlohmann::json::parse(R"([{"type":"image_url"}])")).is_ok());
+  EXPECT_FALSE(message_text(3).is_ok());
+}
+
+}  // namespace
+}  // namespace pagoda::server
