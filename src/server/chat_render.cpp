@@ -29,12 +29,28 @@ ChatTemplateSource ChatRenderer::source_for(const Tokenizer& tok, std::string te
 
 Result<ChatRenderer> ChatRenderer::create(ChatTemplateSource source) {
   ChatRenderer r;
+  if (!source.template_text.empty()) {
+    auto t = ChatTemplate::parse(source.template_text);
+    if (!t) return t.status().with_context("the model's chat template");
+    r.tmpl_ = std::move(t).value();
+  }
   r.source_ = std::move(source);
   return r;
 }
 
 Result<std::string> ChatRenderer::render(const nlohmann::json& messages, bool add_generation_prompt,
                                          const nlohmann::json& tools) const {
+  if (tmpl_) {
+    ChatTemplateInputs in;
+    in.messages = nlohmann::ordered_json::parse(messages.dump());
+    if (!tools.is_null()) in.tools = nlohmann::ordered_json::parse(tools.dump());
+    in.add_generation_prompt = add_generation_prompt;
+    if (!source_.bos_token.empty()) in.bos_token = source_.bos_token;
+    if (!source_.eos_token.empty()) in.eos_token = source_.eos_token;
+    auto text = tmpl_->render(make_chat_context(in));
+    if (!text) return invalid_argument(text.status().message());
+    return text;
+  }
   if (!source_.has_chatml_tokens)
     return unsupported(
         "chat needs a chat template; this model's vocabulary has no <|im_start|>/<|im_end|> "

@@ -1,12 +1,14 @@
-// Chat messages to prompt text. This is the seam for the Jinja chat-template renderer:
-// today a model whose vocabulary has <|im_start|>/<|im_end|> gets ChatML (SmolLM2, Qwen);
-// the template from GGUF (tokenizer.chat_template) is kept here for the real renderer.
+// Chat messages to prompt text with the model's own chat template (tokenizer.chat_template
+// from GGUF, rendered by Pagoda's Jinja interpreter as transformers renders it). A model
+// without a template whose vocabulary has <|im_start|>/<|im_end|> gets plain ChatML.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
+#include "tokenizer/chat_template/chat_template.h"
 
 namespace pagoda {
 class Tokenizer;
@@ -25,6 +27,7 @@ class ChatRenderer {
   static Result<ChatRenderer> create(ChatTemplateSource source);
   static ChatTemplateSource source_for(const Tokenizer& tok, std::string template_text);
 
+  bool has_template() const { return tmpl_.has_value(); }
   // messages: OpenAI chat messages (validated by the caller to be objects with a role);
   // tools: the request's tools, null when none.
   Result<std::string> render(const nlohmann::json& messages, bool add_generation_prompt,
@@ -32,6 +35,7 @@ class ChatRenderer {
 
  private:
   ChatTemplateSource source_;
+  std::optional<ChatTemplate> tmpl_;
 };
 
 // A message's content as text: a string, or the text parts of a list of parts.
