@@ -1,0 +1,75 @@
+// Row-wise and elementwise ops: RMSNorm (optionally over a gathered subset of rows) and
+// SiLU-and-multiply, each writing the next GEMM's activation type directly.
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+// One block per row. Squares summed in double as the CPU (and llama.cpp) do, so the
+// scale agrees to the last bit in most rows.
+__global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
+                                const int32_t* __restrict__ rows, const float* __restrict__ w,
+                                void* __restrict__ out, ActType out_type, int dim, float eps) {
+  const int i = blockIdx.x;
+  const int64_t r = rows ? rows[i] : i;
+  const float* xr = x + r * x_stride;
+  double ss = 0;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    const float v = xr[j];
+    ss += static_cast<double>(v * v);
+  }
+  __shared__ double part[kNormThreads / kWarp];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
+  __syncthreads();
+  double total = 0;
+  for (int k = 0; k < kNormThreads / kWarp; ++k) total += part[k];
+  const float scale = 1.0f / sqrtf(static_cast<float>(total / dim) + eps);
+  const int64_t o = static_cast<int64_t>(i) * dim;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) store_act(out, out_type, o + j, xr[j] * scale * w[j]);
+}
+
+__global__ void silu_mul_kernel(const float* __restrict__ gu, int64_t n_total, int ff,
+                                void* __restrict__ out, ActType out_type) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_total) return;
+  const int64_t t = i / ff, j = i % ff;
+  const float g = gu[t * 2 * ff + j], u = gu[t * 2 * ff + ff + j];
+  // expf, not __expf: the CPU's exp is accurate to an ulp and so is this.
+  store_act(out, out_type, i, g / (1.0f + expf(-g)) * u);
+}
+
+__global__ void fill_nan_kernel(uint32_t* p, size_t n) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = 0x7fc07fc0u;  // a NaN as f32, and two NaNs as f16 or bf16
+}
+
+}  // namespace
+
+Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const float* w, void* out,
+                ActType out_type, int n, int dim, float eps, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  rms_norm_kernel<<<n, kNormThreads, 0, stream>>>(x, x_stride, rows, w, out, out_type, dim, eps);
+  return launch_status("rms_norm");
+}
+
+Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(n) * ff;
+  if (total <= 0) return Status::ok();
+  silu_mul_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(gu, total, ff, out, out_type);
+  return launch_status("silu_mul");
+}
+
+Status fill_nan(void* p, size_t bytes, cudaStream_t stream) {
+  const size_t n = bytes / 4;
+  if (n == 0) return Status::ok();
+  fill_nan_kernel<<<blocks_for(static_cast<int64_t>(n), 256), 256, 0, stream>>>(
+      static_cast<uint32_t*>(p), n);
+  return launch_status("fill_nan");
+}
+
+}  // namespace pagoda::cuda

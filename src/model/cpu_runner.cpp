@@ -1,0 +1,52 @@
+// ModelRunner over the CPU Model: it adds only the KV pool and workspace the Model's
+// forward() takes as arguments.
+#include "model/runner.h"
+
+namespace pagoda {
+namespace {
+
+class CpuRunner : public ModelRunner {
+ public:
+  CpuRunner(const Model& model, ThreadPool& pool, const RunnerOptions& o)
+      : model_(model),
+        pool_(pool),
+        kv_(model.config(), o.n_kv_blocks, o.kv_block_size),
+        ws_(model.make_workspace()) {}
+
+  const ModelConfig& config() const override { return model_.config(); }
+  DeviceKind device_kind() const override { return DeviceKind::kCpu; }
+  std::string describe() const override {
+    return str_format("cpu, %d threads", pool_.size());
+  }
+  size_t decode_weight_bytes() const override { return model_.decode_weight_bytes(); }
+  Status forward(const Batch& batch, float* logits) override {
+    return model_.forward(batch, kv_, logits, *ws_, pool_);
+  }
+
+ private:
+  const Model& model_;
+  ThreadPool& pool_;
+  KvStorage kv_;
+  Model::WorkspacePtr ws_;
+};
+
+}  // namespace
+
+bool parse_device_kind(std::string_view s, DeviceKind* out) {
+  if (s == "cpu") {
+    *out = DeviceKind::kCpu;
+    return true;
+  }
+  if (s == "cuda" || s == "gpu") {
+    *out = DeviceKind::kCuda;
+    return true;
+  }
+  return false;
+}
+
+std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool,
+                                             const RunnerOptions& options) {
+  return std::make_unique<CpuRunner>(model, pool, options);
+}
+
+}  // namespace pagoda
