@@ -10,13 +10,14 @@
 # Environment: PAGODA_DATA (folder with models/stories260K.gguf and
 # testdata/tokenizer/*.gguf; default ../shared), OUT_DIR (logs; default build-gpu/check),
 # MODEL_DIR (random models; default /dev/shm), JOBS (default: all cores),
-# MEMCHECK_TIMEOUT (seconds; default 240).
+# MEMCHECK_TIMEOUT (seconds; default 240), BUILD_DIR (default build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DATA=${PAGODA_DATA:-../shared}
 OUT_DIR=${OUT_DIR:-build-gpu/check}
 MODEL_DIR=${MODEL_DIR:-/dev/shm}
 JOBS=${JOBS:-$(nproc)}
+BUILD_DIR=${BUILD_DIR:-build-gpu}
 SKIP_BENCH=0
 TYPES="BF16"
 while [ $# -gt 0 ]; do
@@ -40,13 +41,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 
 echo "== build (CUDA, sm_90) =="
 t0=$(now)
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DPAGODA_CUDA=ON -DPAGODA_TESTS=OFF \
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPAGODA_CUDA=ON -DPAGODA_TESTS=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT_DIR/cmake.log" 2>&1 &&
-  cmake --build build-gpu -j"$JOBS" > "$OUT_DIR/build.log" 2>&1
+  cmake --build "$BUILD_DIR" -j"$JOBS" > "$OUT_DIR/build.log" 2>&1
 rc=$?
 row "build (-j$JOBS)" "$([ $rc = 0 ] && echo ok || echo FAILED) in $(secs "$t0" "$(now)") s"
 if [ $rc != 0 ]; then tail -n 40 "$OUT_DIR/build.log"; exit 1; fi
-BIN=build-gpu
+BIN=$BUILD_DIR
 
 echo "== CUDA op and model tests =="
 timeout 300 $BIN/pagoda_cuda_tests > "$OUT_DIR/cuda_tests.log" 2>&1
