@@ -6,7 +6,9 @@
 # Llama-3.1-8B's shapes (BF16, made here: too large to carry), kernel timings, and a
 # summary table printed last.
 #
-#   scripts/gpu_check.sh [--skip-bench] [--types "BF16 Q4_0"]
+#   scripts/gpu_check.sh [--skip-bench] [--types "BF16 Q4_0"] [--profile]
+# --profile adds per-op GPU time breakdowns (PAGODA_CUDA_PROFILE=1) and decode without
+# CUDA graphs to the logs.
 # Environment: PAGODA_DATA (folder with models/stories260K.gguf and
 # testdata/tokenizer/*.gguf; default ../shared), OUT_DIR (logs; default build-gpu/check),
 # MODEL_DIR (random models; default /dev/shm), JOBS (default: all cores),
@@ -19,10 +21,12 @@ MODEL_DIR=${MODEL_DIR:-/dev/shm}
 JOBS=${JOBS:-$(nproc)}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 SKIP_BENCH=0
+PROFILE=0
 TYPES="BF16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-bench) SKIP_BENCH=1 ;;
+    --profile) PROFILE=1 ;;
     --types) TYPES="$2"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -100,6 +104,15 @@ if [ $SKIP_BENCH = 0 ]; then
     $B -p 0 -n 64 --depth 4096 -r 3 > "$OUT_DIR/bench_${TYPE}_tg64_d4096.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 32 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b32.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b128.json" 2>&1
+    if [ $PROFILE = 1 ]; then
+      PAGODA_CUDA_GRAPHS=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nographs.json" 2>&1
+      for args in "-p 0 -n 32 -r 1" "-p 2048 -b 2048 -n 0 -r 1" "-p 0 -n 16 --depth 512 --parallel 128 -r 1 -b 4096"; do
+        echo "-- profile: bench $args" >> "$OUT_DIR/profile_$TYPE.log"
+        PAGODA_CUDA_PROFILE=1 $B $args >> "$OUT_DIR/profile_$TYPE.log" 2>&1
+      done
+      cat "$OUT_DIR/profile_$TYPE.log"
+      echo "decode tg128 without graphs: $(cat "$OUT_DIR/bench_${TYPE}_tg128_nographs.json")"
+    fi
     python3 - "$OUT_DIR" "$TYPE" <<'PY' | tee -a "$SUMMARY"
 import json, sys
 out, t = sys.argv[1], sys.argv[2]

@@ -32,6 +32,20 @@ class CpuRunner : public ModelRunner {
 
 }  // namespace
 
+Status ModelRunner::forward_greedy(const Batch& batch, int32_t* tokens) {
+  const int V = config().n_vocab;
+  std::vector<float> logits(batch.logit_rows.size() * static_cast<size_t>(V));
+  PAGODA_RETURN_IF_ERROR(forward(batch, logits.data()));
+  for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
+    const float* row = logits.data() + i * static_cast<size_t>(V);
+    int32_t best = 0;  // the first maximum, as engine/sampler.h's argmax
+    for (int32_t j = 1; j < V; ++j)
+      if (row[j] > row[best]) best = j;
+    tokens[i] = best;
+  }
+  return Status::ok();
+}
+
 bool parse_device_kind(std::string_view s, DeviceKind* out) {
   if (s == "cpu") {
     *out = DeviceKind::kCpu;

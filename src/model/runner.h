@@ -40,6 +40,9 @@ class ModelRunner {
   // `logits` (host memory, logit_rows.size() x n_vocab floats; may be null when no
   // logits are wanted).
   virtual Status forward(const Batch& batch, float* logits) = 0;
+  // The same, returning only the most likely token of each logit row (greedy sampling;
+  // on the GPU the logits never leave the device). tokens: logit_rows.size() ids.
+  virtual Status forward_greedy(const Batch& batch, int32_t* tokens);
 };
 
 // The CPU backend over an already loaded Model (which the caller keeps alive).

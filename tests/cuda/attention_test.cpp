@@ -113,8 +113,10 @@ CUDA_TEST(rope_qkv_store_matches_cpu) {
     const size_t pool = static_cast<size_t>(n_blocks + 60) * bs * kvd;
     DeviceBuffer kc = poisoned(pool * 2), vc = poisoned(pool * 2), q16 = poisoned(static_cast<size_t>(n) * qd * 2);
     KvLayerView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), bs, n_kv, hd};
-    EXPECT_OK(rope_qkv_store(dqkv.as<float>(), rc.bias ? dbias.as<float>() : nullptr, p, tb.db,
-                             q16.as<uint16_t>(), kv, nullptr));
+    DeviceBuffer cs = poisoned(static_cast<size_t>(n) * p.n_pairs * 2 * 4);
+    EXPECT_OK(rope_tables(p, tb.db, cs.as<float>(), nullptr));
+    EXPECT_OK(rope_qkv_store(dqkv.as<float>(), rc.bias ? dbias.as<float>() : nullptr, p,
+                             cs.as<float>(), tb.db, q16.as<uint16_t>(), kv, nullptr));
     const auto q_got = to_host<uint16_t>(q16, static_cast<size_t>(n) * qd);
     const auto k_all = to_host<uint16_t>(kc, pool), v_all = to_host<uint16_t>(vc, pool);
     // Reference: the CPU's ops with the angles Model::compute_rope_tables computes.
@@ -218,7 +220,6 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
       plan.max_prefill_q = std::max(plan.max_prefill_q, ac.seqs[s].n_q);
     } else {
       for (int t = 0; t < ac.seqs[s].n_q; ++t) decode_rows.push_back(tb.q_row[s] + t);
-      plan.max_decode_ctx = std::max(plan.max_decode_ctx, ac.seqs[s].pos0 + ac.seqs[s].n_q);
     }
   }
   DeviceBuffer ddr = to_device(decode_rows), dps = to_device(prefill_seqs);

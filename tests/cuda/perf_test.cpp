@@ -126,7 +126,6 @@ CUDA_TEST(perf_attention) {
       AttentionPlan plan;
       plan.decode_rows = d_rows.as<int32_t>();
       plan.n_decode_rows = 1;
-      plan.max_decode_ctx = ctx;
       plan.workspace = ws.get();
       plan.workspace_bytes = ws.bytes();
       const double t = time_ms(50, [&](int) {

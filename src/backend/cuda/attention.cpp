@@ -10,10 +10,9 @@ bool has_prefill_kernel(int head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
 
-int decode_splits(int n_rows, int n_kv_heads, int max_ctx) {
+int decode_splits(int n_rows, int n_kv_heads) {
   const int by_blocks = std::max(1, kDecodeTargetBlocks / std::max(1, n_rows * n_kv_heads));
-  const int by_keys = std::max(1, (max_ctx + 63) / 64);
-  return std::min({kMaxDecodeSplits, by_blocks, by_keys});
+  return std::min(kMaxDecodeSplits, by_blocks);
 }
 
 size_t attention_workspace_bytes(int max_rows, int n_heads, int head_dim) {

@@ -32,8 +32,8 @@ __device__ __forceinline__ void load8h(const uint16_t* p, float* f) {
 template <int LANES>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const uint16_t* __restrict__ q, KvLayerView kv, DeviceBatch b,
-                  const int32_t* __restrict__ rows, int n_heads, float scale, int chunk,
-                  int n_splits, void* __restrict__ out, ActType out_type,
+                  const int32_t* __restrict__ rows, int n_heads, float scale, int n_splits,
+                  void* __restrict__ out, ActType out_type,
                   float* __restrict__ part) {
   constexpr int kGroups = kThreads / LANES;  // keys in flight per step
   __shared__ float q_s[kHeadsPerPass][kMaxHeadDim];
@@ -47,6 +47,8 @@ __global__ void __launch_bounds__(kThreads)
   const int group = n_heads / kv.n_kv_heads;
   const int seq = b.row_seq[row];
   const int ctx = b.row_pos[row] + 1;
+  // This row's share of its context (later splits of a short context are empty).
+  const int chunk = max(kDecodeMinChunk, ((ctx + n_splits - 1) / n_splits + 15) & ~15);
   const int k_begin = split * chunk, k_end = min(ctx, k_begin + chunk);
   const int32_t* table = b.blocks + b.seq_blocks_off[seq];
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
@@ -72,8 +74,10 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int t0 = k_begin; t0 < k_end; t0 += kTile) {
       const int nt = min(kTile, k_end - t0);
-      // Scores of this tile.
-      for (int j = kg; j < kTile; j += kGroups) {
+      // Scores of this tile (whole warps take part in the shuffles, so the loop bound is
+      // the tile rounded up to all key groups).
+      const int nt_round = (nt + kGroups - 1) / kGroups * kGroups;
+      for (int j = kg; j < nt_round; j += kGroups) {
         float dot[kHeadsPerPass] = {0, 0, 0, 0};
         if (j < nt && active) {
           const int pos = t0 + j;
@@ -91,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
           for (int o = LANES / 2; o > 0; o >>= 1)
             dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
-          if (li == 0) s_s[hh][j] = j < nt ? dot[hh] * scale : -INFINITY;
+          if (li == 0 && j < nt) s_s[hh][j] = dot[hh] * scale;
         }
       }
       __syncthreads();
@@ -102,8 +106,8 @@ __global__ void __launch_bounds__(kThreads)
         mx = warp_max(mx);
         const float m_new = fmaxf(m_run, mx);
         float sum = 0.0f;
-        for (int j = lane; j < kTile; j += kWarp) {
-          const float p = j < nt ? expf(s_s[warp][j] - m_new) : 0.0f;
+        for (int j = lane; j < nt; j += kWarp) {
+          const float p = expf(s_s[warp][j] - m_new);
           s_s[warp][j] = p;
           sum += p;
         }
@@ -196,12 +200,12 @@ __global__ void combine_kernel(const float* __restrict__ part, const int32_t* __
 
 template <int LANES>
 void launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
-            const AttentionPlan& plan, int n_heads, float scale, int chunk, int splits,
-            void* out, ActType out_type, cudaStream_t stream) {
+            const AttentionPlan& plan, int n_heads, float scale, int splits, void* out,
+            ActType out_type, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(splits));
   decode_kernel<LANES><<<grid, kThreads, 0, stream>>>(q, kv, b, plan.decode_rows, n_heads, scale,
-                                                      chunk, splits, out, out_type,
+                                                      splits, out, out_type,
                                                       static_cast<float*>(plan.workspace));
 }
 
@@ -211,33 +215,30 @@ Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBa
                         const AttentionPlan& plan, int n_heads, float scale, void* out,
                         ActType out_type, cudaStream_t stream) {
   const int hd = kv.head_dim;
-  int splits = plan.n_splits > 0 ? plan.n_splits
-                                 : decode_splits(plan.n_decode_rows, kv.n_kv_heads,
-                                                 plan.max_decode_ctx);
-  splits = std::max(1, std::min(splits, plan.max_decode_ctx));
-  const int chunk = (plan.max_decode_ctx + splits - 1) / splits;
+  const int splits = plan.n_splits > 0 ? plan.n_splits
+                                       : decode_splits(plan.n_decode_rows, kv.n_kv_heads);
   const size_t need = static_cast<size_t>(plan.n_decode_rows) * n_heads * splits * (hd + 2) * 4;
   if (splits > 1 && need > plan.workspace_bytes)
     return internal_error("attention workspace too small for the split-KV partials");
   const int lanes = hd <= 8 ? 1 : hd <= 16 ? 2 : hd <= 32 ? 4 : hd <= 64 ? 8 : hd <= 128 ? 16 : 32;
   switch (lanes) {
     case 1:
-      launch<1>(q, kv, b, plan, n_heads, scale, chunk, splits, out, out_type, stream);
+      launch<1>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
       break;
     case 2:
-      launch<2>(q, kv, b, plan, n_heads, scale, chunk, splits, out, out_type, stream);
+      launch<2>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
       break;
     case 4:
-      launch<4>(q, kv, b, plan, n_heads, scale, chunk, splits, out, out_type, stream);
+      launch<4>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
       break;
     case 8:
-      launch<8>(q, kv, b, plan, n_heads, scale, chunk, splits, out, out_type, stream);
+      launch<8>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
       break;
     case 16:
-      launch<16>(q, kv, b, plan, n_heads, scale, chunk, splits, out, out_type, stream);
+      launch<16>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
       break;
     default:
-      launch<32>(q, kv, b, plan, n_heads, scale, chunk, splits, out, out_type, stream);
+      launch<32>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
       break;
   }
   PAGODA_RETURN_IF_ERROR(launch_status("decode_attention"));

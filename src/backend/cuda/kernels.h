@@ -98,12 +98,19 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // llama3 per-pair divisors (device), or null
 };
 
+// cos/sin of every (row, pair) angle of the batch, computed once per forward pass as
+// the CPU computes them: cs[row][pair] = {cos, sin} ([n_rows][n_pairs][2] floats).
+Status rope_tables(const RopeParams& p, const DeviceBatch& b, float* cs, cudaStream_t stream);
+
 // For each row of qkv ([n_rows][q_dim + 2 kv_dim], f32): adds `bias` (or not), rotates q
-// and k by the row's position, writes q rounded to fp16 into q_out ([n_rows][q_dim]) and
-// k, v as fp16 into the row's cache slot. Angles are computed as the CPU computes them.
-Status rope_qkv_store(const float* qkv, const float* bias, const RopeParams& p,
+// and k by the angles in `cs` (rope_tables), writes q rounded to fp16 into q_out
+// ([n_rows][q_dim]) and k, v as fp16 into the row's cache slot.
+Status rope_qkv_store(const float* qkv, const float* bias, const RopeParams& p, const float* cs,
                       const DeviceBatch& b, uint16_t* q_out, const KvLayerView& kv,
                       cudaStream_t stream);
+
+// out[i] = index of the largest of logits[i][0 .. n_vocab) (the first on ties), i < n.
+Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaStream_t stream);
 
 // The work of one attention call. Rows listed in decode_rows go to the row kernel
 // (split-KV flash-decoding: one query row, all query heads of a KV head, the context cut
@@ -114,8 +121,10 @@ Status rope_qkv_store(const float* qkv, const float* bias, const RopeParams& p,
 struct AttentionPlan {
   const int32_t* decode_rows = nullptr;
   int n_decode_rows = 0;
-  int max_decode_ctx = 0;  // largest pos + 1 among decode rows
-  int n_splits = 0;        // KV splits per decode row; 0 picks (decode_splits)
+  // KV splits per decode row; 0 picks decode_splits(). Each row cuts its own context
+  // into that many chunks of at least 64 keys (later splits of a short context are empty),
+  // so launches do not depend on context lengths and replay from a CUDA graph.
+  int n_splits = 0;
   const int32_t* prefill_seqs = nullptr;
   int n_prefill_seqs = 0;
   int max_prefill_q = 0;   // largest n_q among prefill sequences
@@ -126,8 +135,8 @@ struct AttentionPlan {
 // A sequence with at most this many queries runs through the row kernel.
 constexpr int kDecodeMaxQueries = 4;
 bool has_prefill_kernel(int head_dim);
-// Splits for n_rows decode rows: enough blocks to fill the GPU, at least 64 keys each.
-int decode_splits(int n_rows, int n_kv_heads, int max_ctx);
+// Splits for n_rows decode rows: enough blocks to fill the GPU twice.
+int decode_splits(int n_rows, int n_kv_heads);
 // Workspace for up to max_rows decode rows with any context.
 size_t attention_workspace_bytes(int max_rows, int n_heads, int head_dim);
 

@@ -43,6 +43,35 @@ __global__ void silu_mul_kernel(const float* __restrict__ gu, int64_t n_total, i
   store_act(out, out_type, i, g / (1.0f + expf(-g)) * u);
 }
 
+// One block per row; ties go to the lowest index, as the CPU's argmax.
+__global__ void argmax_kernel(const float* __restrict__ logits, int n_vocab,
+                              int32_t* __restrict__ out) {
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
+  float best = -INFINITY;
+  int idx = n_vocab;
+  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    const float v = row[i];
+    if (v > best) best = v, idx = i;  // ascending i: the first maximum of this thread
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ob > best || (ob == best && oi < idx)) best = ob, idx = oi;
+  }
+  __shared__ float sb[32];
+  __shared__ int si[32];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) sb[warp] = best, si[warp] = idx;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w)
+      if (sb[w] > best || (sb[w] == best && si[w] < idx)) best = sb[w], idx = si[w];
+    // All NaN: the CPU's argmax returns 0 then.
+    out[blockIdx.x] = idx < n_vocab ? idx : 0;
+  }
+}
+
 __global__ void fill_nan_kernel(uint32_t* p, size_t n) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) p[i] = 0x7fc07fc0u;  // a NaN as f32, and two NaNs as f16 or bf16
@@ -62,6 +91,12 @@ Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cud
   if (total <= 0) return Status::ok();
   silu_mul_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(gu, total, ff, out, out_type);
   return launch_status("silu_mul");
+}
+
+Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  argmax_kernel<<<n, 1024, 0, stream>>>(logits, n_vocab, out);
+  return launch_status("argmax_rows");
 }
 
 Status fill_nan(void* p, size_t bytes, cudaStream_t stream) {

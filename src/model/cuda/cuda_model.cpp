@@ -3,11 +3,13 @@
 // device), q/k/v and gate/up stacked so each layer runs two wide products instead of five.
 #include "model/cuda/cuda_model.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/check.h"
 #include "model/arch/arch.h"
+#include "model/cuda/op_profiler.h"
 #include "model/cuda/uploader.h"
 
 namespace pagoda {
@@ -129,7 +131,10 @@ class Loader {
 
 }  // namespace
 
-CudaModel::~CudaModel() = default;
+CudaModel::~CudaModel() {
+  graphs_.clear();
+  profiler_.reset();
+}
 
 Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
                                                    const RunnerOptions& options) {
@@ -141,6 +146,9 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   PAGODA_RETURN_IF_ERROR(m->load_weights(f));
   PAGODA_RETURN_IF_ERROR(m->allocate_kv());
   PAGODA_RETURN_IF_ERROR(m->reserve(options.max_batch_tokens, options.max_logit_rows));
+  if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e == '1')
+    m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
+  if (const char* e = std::getenv("PAGODA_CUDA_GRAPHS"); e && *e == '0') m->use_graphs_ = false;
   return m;
 }
 
