@@ -1,6 +1,9 @@
 #include "backend/cuda/gemm.h"
 
+#include <algorithm>
+
 #include "backend/cuda/check.h"
+#include "backend/cuda/gemv_q8.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -45,6 +48,7 @@ Gemm::~Gemm() {
   if (lt_) cublasLtDestroy(lt_);
   cudaFree(workspace_);
   cudaFree(dequant_);
+  cudaFree(q8_);
 }
 
 Result<const Gemm::Plan*> Gemm::plan(const Key& key) {
@@ -89,6 +93,23 @@ Result<const Gemm::Plan*> Gemm::plan(const Key& key) {
 
 Status Gemm::matmul(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                     int64_t y_stride, bool accumulate, cudaStream_t stream) {
+  const bool quant = w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16;
+  if (n <= kGemvMaxTokens && quant) {
+    // 8-bit activations, integer dot products (as the CPU backend and llama.cpp).
+    // Sized for any row width up to 64K at once, so it is not regrown (and freed under
+    // queued kernels) between the products of one step.
+    const size_t need = std::max(gemv_q8_scratch_bytes(w.cols, n),
+                                 gemv_q8_scratch_bytes(65536, kGemvMaxTokens));
+    if (need > q8_bytes_) {
+      PAGODA_CUDA_TRY(cudaStreamSynchronize(stream));
+      cudaFree(q8_);
+      q8_ = nullptr;
+      q8_bytes_ = 0;
+      PAGODA_CUDA_TRY(cudaMalloc(&q8_, need));
+      q8_bytes_ = need;
+    }
+    return gemv_q8(w, x, x_stride, n, y, y_stride, accumulate, q8_, q8_bytes_, stream);
+  }
   if (n <= kGemvMaxTokens) return gemv(w, x, x_stride, n, y, y_stride, accumulate, stream);
   return matmul_lt(w, x, x_stride, n, y, y_stride, accumulate, stream);
 }
@@ -101,6 +122,7 @@ Status Gemm::matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, i
   if (quant) {
     const size_t need = static_cast<size_t>(w.rows * w.cols) * 2;
     if (need > dequant_bytes_) {
+      PAGODA_CUDA_TRY(cudaStreamSynchronize(stream));  // queued products may still read it
       cudaFree(dequant_);
       dequant_ = nullptr;
       dequant_bytes_ = 0;

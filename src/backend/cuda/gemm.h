@@ -2,7 +2,8 @@
 // kernel (gemv.cu), which streams the weights at close to memory bandwidth; larger
 // batches to cuBLASLt with f32 accumulation and an f32 output (the residual stream's
 // type; with accumulate the product is added to it in the same pass, beta = 1).
-// Quantized weights are dequantized to fp16 into scratch for the cuBLASLt path.
+// Quantized weights: a few tokens go to gemv_q8 (8-bit activations, integer dot
+// products); larger batches are dequantized to fp16 into scratch for cuBLASLt.
 #pragma once
 
 #include <cublasLt.h>
@@ -40,6 +41,8 @@ class Gemm {
   size_t workspace_bytes_ = 0;
   void* dequant_ = nullptr;  // fp16 copy of the quantized matrix being multiplied
   size_t dequant_bytes_ = 0;
+  void* q8_ = nullptr;  // 8-bit activations for the quantized matrix-vector kernel
+  size_t q8_bytes_ = 0;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
