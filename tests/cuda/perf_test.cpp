@@ -80,13 +80,21 @@ CUDA_TEST(perf_weight_products) {
         assign_matrix_storage(&m, bufs.back().get());
         ms.push_back(m);
       }
-      const double t1 = time_ms(30, [&](int i) {
-        (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, 1, y.as<float>(),
-                              s.rows, false, nullptr);
-      });
-      std::printf("  perf gemv %-5s %-8s %6lldx%-6lld n=1: %8.1f us %7.0f GB/s\n",
-                  std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.rows),
-                  static_cast<long long>(s.cols), t1 * 1e3, bytes / t1 / 1e6);
+      const bool plain = type == DType::kBF16 || type == DType::kF16;
+      for (int split : {0, 1, 2}) {  // 0: the default choice
+        if (split > 0 && !plain) continue;
+        set_gemv_split_override(split);
+        const double t1 = time_ms(30, [&](int i) {
+          (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, 1,
+                                y.as<float>(), s.rows, false, nullptr);
+        });
+        std::printf("  perf gemv %-5s %-8s %6lldx%-6lld n=1%s: %8.1f us %7.0f GB/s\n",
+                    std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.rows),
+                    static_cast<long long>(s.cols),
+                    split == 0 ? "" : split == 1 ? " split1" : " split2", t1 * 1e3,
+                    bytes / t1 / 1e6);
+      }
+      set_gemv_split_override(0);
       for (int n : {512, 2048}) {
         if (s.rows > 50000) continue;  // the output product runs for one row in prefill
         const double t = time_ms(10, [&](int i) {

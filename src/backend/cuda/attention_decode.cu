@@ -149,7 +149,11 @@ __global__ void __launch_bounds__(kThreads)
       l_s[warp] = l_run;
       m_s[warp] = m_run;
     }
-    for (int hh = 0; hh < nh; ++hh) {
+    // hh is a compile-time index (unrolled, guarded): a run-time index would move the
+    // accumulators to local memory.
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+      if (hh >= nh) break;
 #pragma unroll
       for (int k = 0; k < 8; ++k) red_s[kg][li * 8 + k] = acc[hh][k];
       __syncthreads();

@@ -9,7 +9,8 @@ namespace pagoda::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 4;  // one warp each
-constexpr int kUnroll = 8;        // column steps in flight per lane (a 4096-wide bf16 row: 2 rounds)
+constexpr int kUnroll = 4;        // column steps in flight per lane (8 measured slower on H200)
+int g_split_override = 0;
 
 // Weights are read once per product: stream them past L1.
 __device__ __forceinline__ uint4 load_stream16(const void* p) {
@@ -137,22 +138,29 @@ __device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64
   return 0.0f;  // quantized rows are whole blocks of 32: no tail
 }
 
-// NT: tokens handled (n <= NT; the rest predicated off). `vec`: rows and x rows are
+// NT: tokens handled (n <= NT; the rest predicated off). SPLIT: warps sharing a row
+// (each takes every SPLIT-th column step; partial sums meet in shared memory), so
+// matrices with few rows still put enough warps on every SM. `vec`: rows and x rows are
 // 16-byte aligned so the 8-wide path applies; otherwise one element at a time.
-template <DType T, ActType A, int NT>
+template <DType T, ActType A, int NT, int SPLIT>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     gemv_kernel(DeviceMatrix w, const void* __restrict__ x, int64_t x_stride, int n,
                 float* __restrict__ y, int64_t y_stride, bool accumulate, bool vec) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  if (r >= w.rows) return;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int part = warp % SPLIT;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / SPLIT) + warp / SPLIT;
+  __shared__ float red[kRowsPerBlock][NT];
+  if (r >= w.rows) {
+    if constexpr (SPLIT > 1) __syncthreads();  // the block's other rows still meet below
+    return;
+  }
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
   const int64_t cols = w.cols;
   const int64_t cols8 = vec ? cols / 8 * 8 : 0;
-  constexpr int64_t kStep = 8 * kWarp;
-  int64_t c = 8 * lane;
+  constexpr int64_t kStep = 8 * kWarp * SPLIT;  // columns between a lane's steps
+  int64_t c = 8 * lane + 8 * kWarp * part;
   for (; c + (kUnroll - 1) * kStep < cols8; c += kUnroll * kStep) {
     Raw8 raw[kUnroll];
 #pragma unroll
@@ -185,39 +193,67 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
       }
     }
   }
-  for (int64_t cc = cols8 + lane; cc < cols; cc += kWarp) {
+  for (int64_t cc = cols8 + lane + kWarp * part; cc < cols; cc += kWarp * SPLIT) {
     const float wv = load_w1<T>(w, r, cc);
 #pragma unroll
     for (int t = 0; t < NT; ++t)
       if (t < n) acc[t] = fmaf(wv, load_x1<A>(x, t * x_stride + cc), acc[t]);
   }
 #pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    if (t < n) {
-      const float s = warp_sum(acc[t]);
-      if (lane == 0) {
-        float* dst = y + t * y_stride + r;
-        *dst = accumulate ? *dst + s : s;
-      }
+  for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
+  if constexpr (SPLIT > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) red[warp][t] = acc[t];
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < SPLIT; ++p) acc[t] += red[warp + p][t];
     }
   }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t < n && lane == 0) {
+      float* dst = y + t * y_stride + r;
+      *dst = accumulate ? *dst + acc[t] : acc[t];
+    }
+  }
+}
+
+template <DType T, ActType A, int NT>
+void launch_nt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+               int64_t y_stride, bool accumulate, bool vec, int split, cudaStream_t stream) {
+  const unsigned threads = kRowsPerBlock * kWarp;
+  const unsigned grid = blocks_for(w.rows, kRowsPerBlock / split);
+  if (split == 1)
+    gemv_kernel<T, A, NT, 1><<<grid, threads, 0, stream>>>(w, x, x_stride, n, y, y_stride, accumulate, vec);
+  else
+    gemv_kernel<T, A, NT, 2><<<grid, threads, 0, stream>>>(w, x, x_stride, n, y, y_stride, accumulate, vec);
 }
 
 template <DType T, ActType A>
 Status launch(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
               int64_t y_stride, bool accumulate, bool vec, cudaStream_t stream) {
-  const unsigned grid = blocks_for(w.rows, kRowsPerBlock);
-  const unsigned threads = kRowsPerBlock * kWarp;
+  // Two warps per row while one warp per row would not fill the GPU twice over.
+  int split = w.rows < 16384 ? 2 : 1;
+  if (g_split_override > 0) split = g_split_override;
   if (n == 1)
-    gemv_kernel<T, A, 1><<<grid, threads, 0, stream>>>(w, x, x_stride, n, y, y_stride, accumulate, vec);
+    launch_nt<T, A, 1>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
   else if (n <= 4)
-    gemv_kernel<T, A, 4><<<grid, threads, 0, stream>>>(w, x, x_stride, n, y, y_stride, accumulate, vec);
+    launch_nt<T, A, 4>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
   else
-    gemv_kernel<T, A, 8><<<grid, threads, 0, stream>>>(w, x, x_stride, n, y, y_stride, accumulate, vec);
+    launch_nt<T, A, 8>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
   return launch_status("gemv");
 }
 
 }  // namespace
+
+void set_gemv_split_override(int split) {
+  g_split_override = split == 1 || split == 2 ? split : 0;
+}
 
 Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
             int64_t y_stride, bool accumulate, cudaStream_t stream) {

@@ -95,14 +95,20 @@ __device__ __forceinline__ int block_dot(const WBlock& wb, const int8_t* xq) {
   return sum;
 }
 
-template <DType T, int NT>
+// SPLIT warps share a row (as in gemv.cu) so small matrices still fill the GPU.
+template <DType T, int NT, int SPLIT>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     gemv_q8_kernel(DeviceMatrix w, const int8_t* __restrict__ xq, const float* __restrict__ xd,
                    const float* __restrict__ xs, const int* __restrict__ xc, int n,
                    float* __restrict__ y, int64_t y_stride, bool accumulate) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  if (r >= w.rows) return;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int part = warp % SPLIT;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / SPLIT) + warp / SPLIT;
+  __shared__ float red[kRowsPerBlock][NT];
+  if (r >= w.rows) {
+    if constexpr (SPLIT > 1) __syncthreads();
+    return;
+  }
   const int64_t nb = w.cols / 32;
   float acc[NT];
 #pragma unroll
@@ -124,23 +130,36 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
       }
     }
   };
-  int64_t b = lane;
-  for (; b + (kUnroll - 1) * kWarp < nb; b += kUnroll * kWarp) {
+  constexpr int kStride = kWarp * SPLIT;
+  int64_t b = lane + kWarp * part;
+  for (; b + (kUnroll - 1) * kStride < nb; b += kUnroll * kStride) {
     WBlock wb[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wb[u] = load_block<T>(w, r * nb + b + u * kWarp);
+    for (int u = 0; u < kUnroll; ++u) wb[u] = load_block<T>(w, r * nb + b + u * kStride);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) accumulate_block(wb[u], b + u * kWarp);
+    for (int u = 0; u < kUnroll; ++u) accumulate_block(wb[u], b + u * kStride);
   }
-  for (; b < nb; b += kWarp) accumulate_block(load_block<T>(w, r * nb + b), b);
+  for (; b < nb; b += kStride) accumulate_block(load_block<T>(w, r * nb + b), b);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
+  if constexpr (SPLIT > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) red[warp][t] = acc[t];
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < SPLIT; ++p) acc[t] += red[warp + p][t];
+    }
+  }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    if (t < n) {
-      const float sum = warp_sum(acc[t]);
-      if (lane == 0) {
-        float* dst = y + t * y_stride + r;
-        *dst = accumulate ? *dst + sum : sum;
-      }
+    if (t < n && lane == 0) {
+      float* dst = y + t * y_stride + r;
+      *dst = accumulate ? *dst + acc[t] : acc[t];
     }
   }
 }
@@ -148,14 +167,22 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
 template <DType T>
 void launch(const DeviceMatrix& w, const int8_t* q, const float* d, const float* s, const int* c,
             int n, float* y, int64_t y_stride, bool accumulate, cudaStream_t stream) {
-  const unsigned grid = blocks_for(w.rows, kRowsPerBlock);
   const unsigned threads = kRowsPerBlock * kWarp;
-  if (n == 1)
-    gemv_q8_kernel<T, 1><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
-  else if (n <= 4)
-    gemv_q8_kernel<T, 4><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
-  else
-    gemv_q8_kernel<T, 8><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+  // Rows of a 4-bit 4096-wide matrix are 2.3 KB: share them between 4 warps unless the
+  // matrix alone fills the GPU.
+  if (w.rows >= 16384) {
+    const unsigned grid = blocks_for(w.rows, kRowsPerBlock);
+    if (n == 1)
+      gemv_q8_kernel<T, 1, 1><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+    else
+      gemv_q8_kernel<T, 8, 1><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+  } else {
+    const unsigned grid = static_cast<unsigned>(w.rows);
+    if (n == 1)
+      gemv_q8_kernel<T, 1, 4><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+    else
+      gemv_q8_kernel<T, 8, 4><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+  }
 }
 
 }  // namespace

@@ -150,6 +150,8 @@ Status attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
 constexpr int kGemvMaxTokens = 8;
 Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
             int64_t y_stride, bool accumulate, cudaStream_t stream);
+// Tests and benchmarks: force 1 or 2 warps per row in gemv (0: the size heuristic).
+void set_gemv_split_override(int split);
 // Dequantizes a quantized matrix into fp16 rows ([rows][cols]) for the GEMM path.
 Status dequantize_to_f16(const DeviceMatrix& w, uint16_t* out, cudaStream_t stream);
 

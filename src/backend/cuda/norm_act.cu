@@ -6,7 +6,7 @@
 namespace pagoda::cuda {
 namespace {
 
-constexpr int kNormThreads = 256;
+constexpr int kNormMaxThreads = 1024;
 
 // One block per row. Squares summed in double as the CPU (and llama.cpp) do, so the
 // scale agrees to the last bit in most rows.
@@ -21,13 +21,13 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
     const float v = xr[j];
     ss += static_cast<double>(v * v);
   }
-  __shared__ double part[kNormThreads / kWarp];
+  __shared__ double part[kNormMaxThreads / kWarp];
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
   __syncthreads();
   double total = 0;
-  for (int k = 0; k < kNormThreads / kWarp; ++k) total += part[k];
+  for (int k = 0; k < static_cast<int>(blockDim.x) / kWarp; ++k) total += part[k];
   const float scale = 1.0f / sqrtf(static_cast<float>(total / dim) + eps);
   const int64_t o = static_cast<int64_t>(i) * dim;
   for (int j = threadIdx.x; j < dim; j += blockDim.x) store_act(out, out_type, o + j, xr[j] * scale * w[j]);
@@ -82,7 +82,9 @@ __global__ void fill_nan_kernel(uint32_t* p, size_t n) {
 Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const float* w, void* out,
                 ActType out_type, int n, int dim, float eps, cudaStream_t stream) {
   if (n <= 0) return Status::ok();
-  rms_norm_kernel<<<n, kNormThreads, 0, stream>>>(x, x_stride, rows, w, out, out_type, dim, eps);
+  // A decode step normalises one row or a few: a whole SM's worth of threads each.
+  const int threads = n < 64 ? 1024 : 256;
+  rms_norm_kernel<<<n, threads, 0, stream>>>(x, x_stride, rows, w, out, out_type, dim, eps);
   return launch_status("rms_norm");
 }
 
