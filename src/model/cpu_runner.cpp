@@ -22,6 +22,12 @@ class CpuRunner : public ModelRunner {
   Status forward(const Batch& batch, float* logits) override {
     return model_.forward(batch, kv_, logits, *ws_, pool_);
   }
+  Status copy_block(int src, int dst) override {
+    if (src < 0 || dst < 0 || src >= kv_.n_blocks() || dst >= kv_.n_blocks())
+      return invalid_argument("KV block copy outside the pool");
+    kv_.copy_block(src, dst);
+    return Status::ok();
+  }
 
  private:
   const Model& model_;

@@ -43,6 +43,9 @@ class ModelRunner {
   // The same, returning only the most likely token of each logit row (greedy sampling;
   // on the GPU the logits never leave the device). tokens: logit_rows.size() ids.
   virtual Status forward_greedy(const Batch& batch, int32_t* tokens);
+  // Copies block src's K and V to block dst in every layer (copy-on-write of shared
+  // prefixes), ordered before the next forward pass.
+  virtual Status copy_block(int src, int dst) = 0;
 };
 
 // The CPU backend over an already loaded Model (which the caller keeps alive).

@@ -133,6 +133,20 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng) {
   step({{0, 50}}, "prefill chunk 50 at 100");
   for (int i = 0; i < 3; ++i) step({{0, 1}, {1, 1}}, str_format("decode step %d (2 seqs)", i));
   step({{1, 70}, {0, 1}}, "chunk 70 at 5 + decode");
+  // Copy-on-write: A's first block (positions 0-15) copied to an unused block, then a
+  // new sequence continues from it at position 16.
+  EXPECT_OK(cpu->copy_block(table_a[0], 61));
+  EXPECT_OK((*gpu)->copy_block(table_a[0], 61));
+  const std::vector<int32_t> table_c = {61, 59};
+  Batch b;
+  b.tokens = {tok(rng)};
+  b.seqs.push_back({0, 1, 16, table_c.data()});
+  b.logit_rows = {0};
+  std::vector<float> lc(static_cast<size_t>(V)), lg(lc.size(), NAN);
+  EXPECT_OK(cpu->forward(b, lc.data()));
+  EXPECT_OK((*gpu)->forward(b, lg.data()));
+  expect_nmse(str_format("%s %s copied block", s.arch, std::string(dtype_name(s.type)).c_str()),
+              lg.data(), lc.data(), lc.size(), bound);
 }
 
 CUDA_TEST(model_forward_matches_cpu) {

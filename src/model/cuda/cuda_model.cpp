@@ -239,6 +239,24 @@ Status CudaModel::allocate_kv() {
   return Status::ok();
 }
 
+Status CudaModel::copy_block(int src, int dst) {
+  if (src < 0 || dst < 0 || src >= options_.n_kv_blocks || dst >= options_.n_kv_blocks)
+    return invalid_argument("KV block copy outside the pool");
+  // A block is contiguous within each layer's pool (all its KV heads): one copy per
+  // layer and tensor, queued on the model's stream before the next step.
+  const size_t block = kv_layer_elems_ / static_cast<size_t>(options_.n_kv_blocks);
+  for (int l = 0; l < config_.n_layers; ++l) {
+    for (const cuda::DeviceBuffer* buf : {&kv_k_, &kv_v_}) {
+      uint16_t* base = buf->as<uint16_t>() + kv_layer_elems_ * static_cast<size_t>(l);
+      PAGODA_CUDA_TRY(cudaMemcpyAsync(base + block * static_cast<size_t>(dst),
+                                      base + block * static_cast<size_t>(src),
+                                      block * sizeof(uint16_t), cudaMemcpyDeviceToDevice,
+                                      dev_->stream()));
+    }
+  }
+  return Status::ok();
+}
+
 cuda::KvLayerView CudaModel::kv_layer(int l) const {
   cuda::KvLayerView v;
   v.k = kv_k_.as<uint16_t>() + kv_layer_elems_ * static_cast<size_t>(l);

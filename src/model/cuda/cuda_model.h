@@ -28,6 +28,7 @@ class CudaModel : public ModelRunner {
   size_t decode_weight_bytes() const override;
   Status forward(const Batch& batch, float* logits) override;
   Status forward_greedy(const Batch& batch, int32_t* tokens) override;
+  Status copy_block(int src, int dst) override;
 
   cuda::DeviceContext& device() { return *dev_; }
 
