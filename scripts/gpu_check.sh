@@ -8,7 +8,7 @@
 #
 #   scripts/gpu_check.sh [--skip-bench] [--types "BF16 Q4_0"] [--profile]
 # --profile adds per-op GPU time breakdowns (PAGODA_CUDA_PROFILE=1) and decode without
-# CUDA graphs to the logs.
+# CUDA graphs to the logs. --quick skips the kernel timings and compute-sanitizer.
 # Environment: PAGODA_DATA (folder with models/stories260K.gguf and
 # testdata/tokenizer/*.gguf; default ../shared), OUT_DIR (logs; default build-gpu/check),
 # MODEL_DIR (random models; default /dev/shm), JOBS (default: all cores),
@@ -22,11 +22,13 @@ JOBS=${JOBS:-$(nproc)}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 SKIP_BENCH=0
 PROFILE=0
+QUICK=0
 TYPES="BF16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-bench) SKIP_BENCH=1 ;;
     --profile) PROFILE=1 ;;
+    --quick) QUICK=1 ;;
     --types) TYPES="$2"; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -88,9 +90,11 @@ row "greedy 64 SmolLM2-shape random F16" "$([ $rc = 0 ] && echo pass || echo FAI
 rm -f "$SMOL"
 
 if [ $SKIP_BENCH = 0 ]; then
-  echo "== kernel timings (Llama-3.1-8B shapes) =="
-  timeout 240 $BIN/pagoda_cuda_tests perf > "$OUT_DIR/perf.log" 2>&1
-  grep "perf " "$OUT_DIR/perf.log"
+  if [ $QUICK = 0 ]; then
+    echo "== kernel timings (Llama-3.1-8B shapes) =="
+    timeout 240 $BIN/pagoda_cuda_tests perf > "$OUT_DIR/perf.log" 2>&1
+    grep "perf " "$OUT_DIR/perf.log"
+  fi
   for TYPE in $TYPES; do
     echo "== benchmarks: Llama-3.1-8B shapes, random $TYPE =="
     M="$MODEL_DIR/llama3.1-8b-random-$TYPE.gguf"
@@ -104,6 +108,7 @@ if [ $SKIP_BENCH = 0 ]; then
     $B -p 0 -n 64 --depth 4096 -r 3 > "$OUT_DIR/bench_${TYPE}_tg64_d4096.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 32 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b32.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b128.json" 2>&1
+    PAGODA_CUDA_PDL=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nopdl.json" 2>&1
     if [ $PROFILE = 1 ]; then
       PAGODA_CUDA_GRAPHS=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nographs.json" 2>&1
       for args in "-p 0 -n 32 -r 1" "-p 2048 -b 2048 -n 0 -r 1" "-p 0 -n 16 --depth 512 --parallel 128 -r 1 -b 4096"; do
@@ -123,7 +128,8 @@ def load(name):
         return {"error": str(e)}
 rows = [("pp512_tg128", "prefill 512", "prefill_tok_s"), ("pp512_tg128", "decode tg128 batch 1", "decode_tok_s"),
         ("pp2048", "prefill 2048", "prefill_tok_s"), ("tg64_d4096", "decode batch 1 @ depth 4096", "decode_tok_s"),
-        ("b32", "decode 32 seqs @ depth 512", "decode_tok_s"), ("b128", "decode 128 seqs @ depth 512", "decode_tok_s")]
+        ("b32", "decode 32 seqs @ depth 512", "decode_tok_s"), ("b128", "decode 128 seqs @ depth 512", "decode_tok_s"),
+        ("tg128_nopdl", "decode tg128 batch 1, no PDL", "decode_tok_s")]
 for name, label, key in rows:
     d = load(name)
     if "error" in d:
@@ -138,7 +144,9 @@ PY
 fi
 
 echo "== compute-sanitizer (memcheck) over the op tests =="
-if command -v compute-sanitizer > /dev/null; then
+if [ $QUICK = 1 ]; then
+  row "compute-sanitizer memcheck" "skipped (--quick)"
+elif command -v compute-sanitizer > /dev/null; then
   timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/pagoda_cuda_tests \
     rms_norm,silu,embed,weight,rope,attention > "$OUT_DIR/memcheck.log" 2>&1
   rc=$?

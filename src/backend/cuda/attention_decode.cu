@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(kThreads)
                   const int32_t* __restrict__ rows, int n_heads, float scale, int n_splits,
                   void* __restrict__ out, ActType out_type,
                   float* __restrict__ part) {
+  pdl_trigger();
   constexpr int kGroups = kThreads / LANES;  // keys in flight per step
   __shared__ float q_s[kHeadsPerPass][kMaxHeadDim];
   __shared__ float s_s[kHeadsPerPass][kTile];
@@ -182,6 +183,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void combine_kernel(const float* __restrict__ part, const int32_t* __restrict__ rows,
                                int n_heads, int hd, int n_splits, void* __restrict__ out,
                                ActType out_type) {
+  pdl_trigger();
   const int wi = blockIdx.x, h = blockIdx.y;
   const float* pp = part + (static_cast<int64_t>(wi) * n_heads + h) * n_splits * (hd + 2);
   float m = -INFINITY;

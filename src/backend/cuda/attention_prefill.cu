@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(kThreads)
     prefill_kernel(const __half* __restrict__ q, KvLayerView kv, DeviceBatch b,
                    const int32_t* __restrict__ seqs, int n_heads, float scale_log2,
                    void* __restrict__ out, ActType out_type) {
+  pdl_trigger();
   constexpr int kStride = HD + 8;  // padded rows: ldmatrix rows fall in distinct banks
   constexpr int kChunks = HD / 8;  // 16-byte pieces per row
   extern __shared__ __align__(16) __half smem[];

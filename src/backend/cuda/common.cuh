@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/kernels.h"
 
@@ -39,6 +40,40 @@ __device__ __forceinline__ void store_act(void* out, ActType t, int64_t i, float
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));
+}
+
+// Programmatic dependent launch (Hopper): a kernel that feeds a weight product lets it
+// launch early (pdl_trigger at its start); the product streams its first weights while
+// the producer finishes and waits (pdl_wait) only before it reads the producer's output.
+// The wait returns at once for kernels launched the ordinary way.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Whether weight products launch as dependents (PAGODA_CUDA_PDL=0 turns it off).
+bool pdl_enabled();
+
+// Launches `kernel` on `stream`, as a programmatic dependent of the previous kernel when
+// pdl_enabled().
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 // Launch grid size for n items of `per` each.

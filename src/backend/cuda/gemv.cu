@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / SPLIT) + warp / SPLIT;
   __shared__ float red[kRowsPerBlock][NT];
   if (r >= w.rows) {
+    pdl_wait();
     if constexpr (SPLIT > 1) __syncthreads();  // the block's other rows still meet below
     return;
   }
@@ -161,10 +162,14 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   const int64_t cols8 = vec ? cols / 8 * 8 : 0;
   constexpr int64_t kStep = 8 * kWarp * SPLIT;  // columns between a lane's steps
   int64_t c = 8 * lane + 8 * kWarp * part;
-  for (; c + (kUnroll - 1) * kStep < cols8; c += kUnroll * kStep) {
-    Raw8 raw[kUnroll];
+  // The first weights are requested before waiting for the activations (pdl_wait).
+  Raw8 raw[kUnroll];
+  bool full = c + (kUnroll - 1) * kStep < cols8;
+  if (full)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T>(w, r, c + u * kStep);
+  pdl_wait();
+  for (; full;) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float wf[8];
@@ -179,6 +184,11 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
         }
       }
     }
+    c += kUnroll * kStep;
+    full = c + (kUnroll - 1) * kStep < cols8;
+    if (full)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T>(w, r, c + u * kStep);
   }
   for (; c < cols8; c += kStep) {
     float wf[8];
@@ -229,9 +239,11 @@ void launch_nt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, fl
   const unsigned threads = kRowsPerBlock * kWarp;
   const unsigned grid = blocks_for(w.rows, kRowsPerBlock / split);
   if (split == 1)
-    gemv_kernel<T, A, NT, 1><<<grid, threads, 0, stream>>>(w, x, x_stride, n, y, y_stride, accumulate, vec);
+    launch_dependent(gemv_kernel<T, A, NT, 1>, grid, threads, stream, w, x, x_stride, n, y,
+                     y_stride, accumulate, vec);
   else
-    gemv_kernel<T, A, NT, 2><<<grid, threads, 0, stream>>>(w, x, x_stride, n, y, y_stride, accumulate, vec);
+    launch_dependent(gemv_kernel<T, A, NT, 2>, grid, threads, stream, w, x, x_stride, n, y,
+                     y_stride, accumulate, vec);
 }
 
 template <DType T, ActType A>

@@ -19,6 +19,7 @@ constexpr int kUnroll = 4;
 __global__ void quantize_act_kernel(const __half* __restrict__ x, int64_t x_stride, int64_t nb,
                                     int8_t* __restrict__ q, float* __restrict__ d,
                                     float* __restrict__ s, int* __restrict__ c, int64_t cols) {
+  pdl_trigger();
   const int lane = threadIdx.x % kWarp;
   const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int t = blockIdx.y;
@@ -106,6 +107,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / SPLIT) + warp / SPLIT;
   __shared__ float red[kRowsPerBlock][NT];
   if (r >= w.rows) {
+    pdl_wait();
     if constexpr (SPLIT > 1) __syncthreads();
     return;
   }
@@ -132,12 +134,21 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   };
   constexpr int kStride = kWarp * SPLIT;
   int64_t b = lane + kWarp * part;
-  for (; b + (kUnroll - 1) * kStride < nb; b += kUnroll * kStride) {
-    WBlock wb[kUnroll];
+  // The first weights are requested before waiting for the activations (pdl_wait).
+  WBlock wb[kUnroll];
+  bool full = b + (kUnroll - 1) * kStride < nb;
+  if (full)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wb[u] = load_block<T>(w, r * nb + b + u * kStride);
+  pdl_wait();
+  while (full) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) accumulate_block(wb[u], b + u * kStride);
+    b += kUnroll * kStride;
+    full = b + (kUnroll - 1) * kStride < nb;
+    if (full)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) wb[u] = load_block<T>(w, r * nb + b + u * kStride);
   }
   for (; b < nb; b += kStride) accumulate_block(load_block<T>(w, r * nb + b), b);
 #pragma unroll
@@ -173,15 +184,15 @@ void launch(const DeviceMatrix& w, const int8_t* q, const float* d, const float*
   if (w.rows >= 16384) {
     const unsigned grid = blocks_for(w.rows, kRowsPerBlock);
     if (n == 1)
-      gemv_q8_kernel<T, 1, 1><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+      launch_dependent(gemv_q8_kernel<T, 1, 1>, grid, threads, stream, w, q, d, s, c, n, y, y_stride, accumulate);
     else
-      gemv_q8_kernel<T, 8, 1><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+      launch_dependent(gemv_q8_kernel<T, 8, 1>, grid, threads, stream, w, q, d, s, c, n, y, y_stride, accumulate);
   } else {
     const unsigned grid = static_cast<unsigned>(w.rows);
     if (n == 1)
-      gemv_q8_kernel<T, 1, 4><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+      launch_dependent(gemv_q8_kernel<T, 1, 4>, grid, threads, stream, w, q, d, s, c, n, y, y_stride, accumulate);
     else
-      gemv_q8_kernel<T, 8, 4><<<grid, threads, 0, stream>>>(w, q, d, s, c, n, y, y_stride, accumulate);
+      launch_dependent(gemv_q8_kernel<T, 8, 4>, grid, threads, stream, w, q, d, s, c, n, y, y_stride, accumulate);
   }
 }
 

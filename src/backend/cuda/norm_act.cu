@@ -1,5 +1,7 @@
 // Row-wise and elementwise ops: RMSNorm (optionally over a gathered subset of rows) and
 // SiLU-and-multiply, each writing the next GEMM's activation type directly.
+#include <cstdlib>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 
@@ -13,6 +15,7 @@ constexpr int kNormMaxThreads = 1024;
 __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
                                 const int32_t* __restrict__ rows, const float* __restrict__ w,
                                 void* __restrict__ out, ActType out_type, int dim, float eps) {
+  pdl_trigger();
   const int i = blockIdx.x;
   const int64_t r = rows ? rows[i] : i;
   const float* xr = x + r * x_stride;
@@ -35,6 +38,7 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
 
 __global__ void silu_mul_kernel(const float* __restrict__ gu, int64_t n_total, int ff,
                                 void* __restrict__ out, ActType out_type) {
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_total) return;
   const int64_t t = i / ff, j = i % ff;
@@ -93,6 +97,14 @@ Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cud
   if (total <= 0) return Status::ok();
   silu_mul_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(gu, total, ff, out, out_type);
   return launch_status("silu_mul");
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("PAGODA_CUDA_PDL");
+    return !(e && *e == '0');
+  }();
+  return on;
 }
 
 Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaStream_t stream) {
