@@ -20,8 +20,8 @@ enum class DeviceKind { kCpu, kCuda };
 bool parse_device_kind(std::string_view s, DeviceKind* out);
 
 struct RunnerOptions {
-  int n_kv_blocks = 0;       // KV pool size in blocks
-  int kv_block_size = 16;    // tokens per block (a multiple of 16)
+  int n_kv_blocks = 0;         // KV pool size in blocks
+  int kv_block_size = 16;      // tokens per block (a multiple of 16)
   int max_batch_tokens = 512;  // largest Batch::tokens the runner sizes its scratch for
   int max_logit_rows = 512;    // largest Batch::logit_rows
   int device = 0;              // GPU index (CUDA)

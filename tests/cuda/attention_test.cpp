@@ -111,7 +111,8 @@ CUDA_TEST(rope_qkv_store_matches_cpu) {
     p.freq_factors = rc.factors ? dfac.as<float>() : nullptr;
     DeviceBuffer dqkv = to_device(qkv), dbias = to_device(bias);
     const size_t pool = static_cast<size_t>(n_blocks + 60) * bs * kvd;
-    DeviceBuffer kc = poisoned(pool * 2), vc = poisoned(pool * 2), q16 = poisoned(static_cast<size_t>(n) * qd * 2);
+    DeviceBuffer kc = poisoned(pool * 2), vc = poisoned(pool * 2),
+                 q16 = poisoned(static_cast<size_t>(n) * qd * 2);
     KvLayerView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), bs, n_kv, hd};
     DeviceBuffer cs = poisoned(static_cast<size_t>(n) * p.n_pairs * 2 * 4);
     EXPECT_OK(rope_tables(p, tb.db, cs.as<float>(), nullptr));
@@ -148,14 +149,15 @@ CUDA_TEST(rope_qkv_store_matches_cpu) {
         for (int d = 0; d < hd; ++d) {
           const size_t off = ((static_cast<size_t>(blk) * n_kv + g) * bs + pos % bs) * hd + d;
           k_ref.push_back(fp16_to_f32(f32_to_fp16(row[static_cast<size_t>(qd + g * hd + d)])));
-          v_ref.push_back(fp16_to_f32(f32_to_fp16(row[static_cast<size_t>(qd + kvd + g * hd + d)])));
+          v_ref.push_back(
+              fp16_to_f32(f32_to_fp16(row[static_cast<size_t>(qd + kvd + g * hd + d)])));
           k_out.push_back(fp16_to_f32(k_all[off]));
           v_out.push_back(fp16_to_f32(v_all[off]));
         }
     }
-    const std::string name = str_format("rope %s%s%s dims %d", rc.neox ? "neox" : "normal",
-                                        rc.bias ? " bias" : "", rc.factors ? " factors" : "",
-                                        rc.rope_dims);
+    const std::string name =
+        str_format("rope %s%s%s dims %d", rc.neox ? "neox" : "normal", rc.bias ? " bias" : "",
+                   rc.factors ? " factors" : "", rc.rope_dims);
     // CUDA's sincosf is within 2 ulp of the C library's: a few fp16 roundings may differ.
     expect_nmse(name + ": q", q_out.data(), q_ref.data(), q_ref.size(), 1e-8);
     expect_nmse(name + ": k cache", k_out.data(), k_ref.data(), k_ref.size(), 1e-8);
@@ -209,8 +211,8 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
   ap.n_heads = ac.n_heads;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> ref(static_cast<size_t>(n) * qd);
-  cpu::attention(kl, tb.seqs.data(), static_cast<int>(tb.seqs.size()), ap, q.data(), qd,
-                 ref.data(), qd, pool);
+  cpu::attention(kl, tb.seqs.data(), static_cast<int>(tb.seqs.size()), ap, q.data(), qd, ref.data(),
+                 qd, pool);
 
   std::vector<int32_t> decode_rows, prefill_seqs;
   AttentionPlan plan;
@@ -224,9 +226,8 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
   }
   DeviceBuffer ddr = to_device(decode_rows), dps = to_device(prefill_seqs);
   DeviceBuffer dq = to_device(q16), dk = to_device(kc_gpu), dv = to_device(vc_gpu);
-  const size_t ws_bytes =
-      static_cast<size_t>(std::max<size_t>(1, decode_rows.size())) * ac.n_heads *
-      std::max(ac.splits, 32) * (hd + 2) * 4;
+  const size_t ws_bytes = static_cast<size_t>(std::max<size_t>(1, decode_rows.size())) *
+                          ac.n_heads * std::max(ac.splits, 32) * (hd + 2) * 4;
   DeviceBuffer ws = poisoned(ws_bytes);
   plan.decode_rows = ddr.as<int32_t>();
   plan.n_decode_rows = static_cast<int>(decode_rows.size());
@@ -245,10 +246,10 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
   // fp16 operands on both sides; the CPU rounds normalised softmax weights to fp16, the
   // tensor-core kernel unnormalised ones, the decode kernel none: differences ~1e-7.
   const double bound = ac.out == ActType::kBF16 ? 5e-5 : 1e-5;
-  expect_nmse(str_format("attention h%d/kv%d d%d %s splits %d %s:%s", ac.n_heads, ac.n_kv, hd,
-                         ac.prefill_kernel ? "tc" : "rows", ac.splits, act_name(ac.out),
-                         seqs.c_str()),
-              got.data(), ref.data(), ref.size(), bound);
+  expect_nmse(
+      str_format("attention h%d/kv%d d%d %s splits %d %s:%s", ac.n_heads, ac.n_kv, hd,
+                 ac.prefill_kernel ? "tc" : "rows", ac.splits, act_name(ac.out), seqs.c_str()),
+      got.data(), ref.data(), ref.size(), bound);
 }
 
 CUDA_TEST(attention_matches_cpu) {

@@ -33,8 +33,8 @@ void expect_nmse(const std::string& what, const float* a, const double* ref, siz
   const double e = den > 0 ? num / den : num;
   ++g_checks;
   if (nan_at < n) {
-    fail(str_format("%s: element %zu of %zu is %g (unwritten or overflow)", what.c_str(), nan_at,
-                    n, a[nan_at]));
+    fail(str_format("%s: element %zu of %zu is %g (unwritten or overflow)", what.c_str(), nan_at, n,
+                    a[nan_at]));
   } else if (!(e <= bound)) {
     fail(str_format("%s: nmse %.3g > bound %.3g", what.c_str(), e, bound));
   } else {
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount);
   // argv[1]: comma-separated name fragments; a test runs when its name contains one.
   std::vector<std::string> filters;
-  for (std::string f = argc > 1 ? argv[1] : ""; ; ) {
+  for (std::string f = argc > 1 ? argv[1] : "";;) {
     const size_t comma = f.find(',');
     filters.push_back(f.substr(0, comma));
     if (comma == std::string::npos) break;

@@ -26,8 +26,8 @@ std::vector<Test>& registry();
 struct Registrar {
   Registrar(const char* name, void (*fn)()) { registry().push_back({name, fn}); }
 };
-#define CUDA_TEST(name)                                                  \
-  static void name();                                                    \
+#define CUDA_TEST(name)                                                    \
+  static void name();                                                      \
   static ::pagoda::cuda::testing::Registrar name##_registrar(#name, name); \
   static void name()
 
@@ -36,11 +36,10 @@ void fail(const std::string& what);
 // Normalised error check: sum((a - ref)^2) / sum(ref^2) <= bound, NaN fails.
 void expect_nmse(const std::string& what, const float* a, const double* ref, size_t n,
                  double bound);
-void expect_nmse(const std::string& what, const float* a, const float* ref, size_t n,
-                 double bound);
-#define EXPECT_OK(expr)                                                      \
-  do {                                                                       \
-    ::pagoda::Status s_ = (expr);                                            \
+void expect_nmse(const std::string& what, const float* a, const float* ref, size_t n, double bound);
+#define EXPECT_OK(expr)                                                               \
+  do {                                                                                \
+    ::pagoda::Status s_ = (expr);                                                     \
     if (!s_) ::pagoda::cuda::testing::fail(std::string(#expr) + ": " + s_.message()); \
   } while (0)
 

@@ -2,8 +2,8 @@
 // type) run by the CPU Model and by the CUDA runner over the same batches (prefill
 // chunks through both attention kernels, then batched decode steps of two sequences);
 // logits compared by normalised error.
-#include <cstdio>
 #include <unistd.h>
+#include <cstdio>
 
 #include "backend/cpu/matmul.h"
 #include "core/dtype.h"
@@ -124,9 +124,9 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng) {
     std::vector<float> lc(b.logit_rows.size() * static_cast<size_t>(V)), lg(lc.size(), NAN);
     EXPECT_OK(cpu->forward(b, lc.data()));
     EXPECT_OK((*gpu)->forward(b, lg.data()));
-    expect_nmse(str_format("%s %s %s", s.arch, std::string(dtype_name(s.type)).c_str(),
-                           what.c_str()),
-                lg.data(), lc.data(), lc.size(), bound);
+    expect_nmse(
+        str_format("%s %s %s", s.arch, std::string(dtype_name(s.type)).c_str(), what.c_str()),
+        lg.data(), lc.data(), lc.size(), bound);
   };
   step({}, "reset");
   step({{0, 100}, {1, 3}}, "prefill 100 + 3");

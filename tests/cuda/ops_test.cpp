@@ -102,7 +102,7 @@ TestMatrix make_matrix(std::mt19937& rng, DType type, int64_t rows, int64_t cols
   return tm;
 }
 
-constexpr DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16,
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
                                   DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
 
 CUDA_TEST(embed_rows_match_cpu_dequantization) {
@@ -168,11 +168,11 @@ CUDA_TEST(weight_products_match_reference) {
           // Quantized weights with a few tokens: 8-bit activations (~1e-5 from exact),
           // checked tightly against the CPU's product below.
           const double bound = quant ? (n > kGemvMaxTokens ? 1e-6 : 1e-4) : 1e-9;
-          expect_nmse(str_format("matmul %s %lldx%lld n=%d%s (%s)",
-                                 std::string(dtype_name(type)).c_str(), static_cast<long long>(rows),
-                                 static_cast<long long>(cols), n, acc ? " accumulate" : "",
-                                 n <= kGemvMaxTokens ? "gemv" : "cublasLt"),
-                      got.data(), ref.data(), ref.size(), bound);
+          expect_nmse(
+              str_format("matmul %s %lldx%lld n=%d%s (%s)", std::string(dtype_name(type)).c_str(),
+                         static_cast<long long>(rows), static_cast<long long>(cols), n,
+                         acc ? " accumulate" : "", n <= kGemvMaxTokens ? "gemv" : "cublasLt"),
+              got.data(), ref.data(), ref.size(), bound);
           if (quant && n <= kGemvMaxTokens) {
             // The CPU backend quantizes activations by the same rule (llama.cpp's).
             std::vector<float> cpu_y(static_cast<size_t>(n * rows));
@@ -184,11 +184,11 @@ CUDA_TEST(weight_products_match_reference) {
             cpu::MatmulScratch scratch;
             cpu::matmul(*wm, x.data(), n, cols, tmp.data(), rows, pool, scratch);
             for (size_t i = 0; i < tmp.size(); ++i) cpu_y[i] = acc ? cpu_y[i] + tmp[i] : tmp[i];
-            expect_nmse(str_format("matmul %s %lldx%lld n=%d%s vs CPU matmul",
-                                   std::string(dtype_name(type)).c_str(),
-                                   static_cast<long long>(rows), static_cast<long long>(cols), n,
-                                   acc ? " accumulate" : ""),
-                        got.data(), cpu_y.data(), cpu_y.size(), 1e-8);
+            expect_nmse(
+                str_format("matmul %s %lldx%lld n=%d%s vs CPU matmul",
+                           std::string(dtype_name(type)).c_str(), static_cast<long long>(rows),
+                           static_cast<long long>(cols), n, acc ? " accumulate" : ""),
+                got.data(), cpu_y.data(), cpu_y.size(), 1e-8);
           }
         }
       }

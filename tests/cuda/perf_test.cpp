@@ -59,8 +59,10 @@ struct Shape {
   const char* name;
   int64_t rows, cols;
 };
-constexpr Shape kShapes[] = {{"qkv", 6144, 4096},      {"wo", 4096, 4096},
-                             {"gate_up", 28672, 4096}, {"down", 4096, 14336},
+constexpr Shape kShapes[] = {{"qkv", 6144, 4096},
+                             {"wo", 4096, 4096},
+                             {"gate_up", 28672, 4096},
+                             {"down", 4096, 14336},
                              {"output", 128256, 4096}};
 
 CUDA_TEST(perf_weight_products) {
@@ -85,21 +87,23 @@ CUDA_TEST(perf_weight_products) {
         if (split > 0 && !plain) continue;
         set_gemv_split_override(split);
         const double t1 = time_ms(30, [&](int i) {
-          (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, 1,
-                                y.as<float>(), s.rows, false, nullptr);
+          (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, 1, y.as<float>(),
+                                s.rows, false, nullptr);
         });
         std::printf("  perf gemv %-5s %-8s %6lldx%-6lld n=1%s: %8.1f us %7.0f GB/s\n",
                     std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.rows),
                     static_cast<long long>(s.cols),
-                    split == 0 ? "" : split == 1 ? " split1" : " split2", t1 * 1e3,
-                    bytes / t1 / 1e6);
+                    split == 0   ? ""
+                    : split == 1 ? " split1"
+                                 : " split2",
+                    t1 * 1e3, bytes / t1 / 1e6);
       }
       set_gemv_split_override(0);
       for (int n : {512, 2048}) {
         if (s.rows > 50000) continue;  // the output product runs for one row in prefill
         const double t = time_ms(10, [&](int i) {
-          (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, n,
-                                y.as<float>(), s.rows, false, nullptr);
+          (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, n, y.as<float>(),
+                                s.rows, false, nullptr);
         });
         std::printf("  perf gemm %-5s %-8s %6lldx%-6lld n=%d: %8.1f us %7.0f TFLOP/s\n",
                     std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.rows),
@@ -126,8 +130,14 @@ CUDA_TEST(perf_attention) {
       DeviceBuffer d_seq = to_device(zero), d_pos = to_device(pos), d_qrow = to_device(zero),
                    d_nq = to_device(nq), d_p0 = to_device(p0), d_off = to_device(zero),
                    d_tab = to_device(table), d_rows = to_device(zero);
-      DeviceBatch b{1, 1, d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_qrow.as<int32_t>(),
-                    d_nq.as<int32_t>(), d_p0.as<int32_t>(), d_off.as<int32_t>(),
+      DeviceBatch b{1,
+                    1,
+                    d_seq.as<int32_t>(),
+                    d_pos.as<int32_t>(),
+                    d_qrow.as<int32_t>(),
+                    d_nq.as<int32_t>(),
+                    d_p0.as<int32_t>(),
+                    d_off.as<int32_t>(),
                     d_tab.as<int32_t>()};
       DeviceBuffer q = random_device(n_heads * hd * 2, rng), out = poisoned(n_heads * hd * 4);
       DeviceBuffer ws = poisoned(attention_workspace_bytes(1, n_heads, hd));
@@ -151,8 +161,14 @@ CUDA_TEST(perf_attention) {
       DeviceBuffer d_seq = to_device(seq), d_pos = to_device(pos), d_qrow = to_device(zero),
                    d_nq = to_device(nq), d_p0 = to_device(zero), d_off = to_device(zero),
                    d_tab = to_device(table), d_seqs = to_device(zero);
-      DeviceBatch b{ctx, 1, d_seq.as<int32_t>(), d_pos.as<int32_t>(), d_qrow.as<int32_t>(),
-                    d_nq.as<int32_t>(), d_p0.as<int32_t>(), d_off.as<int32_t>(),
+      DeviceBatch b{ctx,
+                    1,
+                    d_seq.as<int32_t>(),
+                    d_pos.as<int32_t>(),
+                    d_qrow.as<int32_t>(),
+                    d_nq.as<int32_t>(),
+                    d_p0.as<int32_t>(),
+                    d_off.as<int32_t>(),
                     d_tab.as<int32_t>()};
       DeviceBuffer q = random_device(static_cast<size_t>(ctx) * n_heads * hd * 2, rng);
       DeviceBuffer out = poisoned(static_cast<size_t>(ctx) * n_heads * hd * 2);

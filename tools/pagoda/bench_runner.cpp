@@ -60,8 +60,8 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
       for (int b0 = 0; b0 < B; b0 += seqs_per_batch) {
         Batch pb;
         for (int b = b0; b < std::min(B, b0 + seqs_per_batch); ++b) {
-          pb.seqs.push_back({static_cast<int>(pb.tokens.size()), n, off,
-                             tables[static_cast<size_t>(b)].data()});
+          pb.seqs.push_back(
+              {static_cast<int>(pb.tokens.size()), n, off, tables[static_cast<size_t>(b)].data()});
           pb.tokens.insert(pb.tokens.end(), prompt.begin() + off, prompt.begin() + off + n);
         }
         if (Status st = r.forward(pb, nullptr); !st) return fail("bench", st);
@@ -97,8 +97,7 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
       if (rep > 0) tg.push_back(static_cast<double>(B) * G / (now_seconds() - t0));
     }
   }
-  const double kv_read =
-      static_cast<double>(KvStorage::bytes_per_token(c)) * (D + G / 2.0) * B;
+  const double kv_read = static_cast<double>(KvStorage::bytes_per_token(c)) * (D + G / 2.0) * B;
   const double step_bytes = static_cast<double>(r.decode_weight_bytes()) + kv_read;
   const double pp_tps = median(pp), tg_tps = median(tg);
   const double gbps = tg_tps / B * step_bytes / 1e9;
@@ -115,8 +114,10 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
                 r.describe().c_str(), load_s);
     if (P > 0) std::printf("prefill pp%d: %.1f tok/s (median of %zu)\n", P, pp_tps, pp.size());
     if (G > 0)
-      std::printf("decode  tg%d @ depth %d x %d seqs: %.1f tok/s (median of %zu), %.1f MB/step, %.0f GB/s\n",
-                  G, D, B, tg_tps, tg.size(), step_bytes / 1e6, gbps);
+      std::printf(
+          "decode  tg%d @ depth %d x %d seqs: %.1f tok/s (median of %zu), %.1f MB/step, %.0f "
+          "GB/s\n",
+          G, D, B, tg_tps, tg.size(), step_bytes / 1e6, gbps);
   }
   return 0;
 }

@@ -7,11 +7,11 @@
 
 #include "args.h"
 #include "bench_runner.h"
-#include "model/runner.h"
 #include "commands.h"
 #include "common.h"
 #include "engine/session.h"
 #include "json_out.h"
+#include "model/runner.h"
 
 namespace pagoda::cli {
 namespace {
@@ -34,7 +34,8 @@ int cmd_bench(int argc, char** argv) {
       {"--batch-size", "-b", true, "prompt tokens per forward pass (default 512)"},
       {"--device", "", true, "cpu or cuda (default cpu)"},
       {"--gpu", "", true, "GPU index for --device cuda (default 0)"},
-      {"--depth", "", true, "--device cuda: tokens already in context for the decode test (default 0)"},
+      {"--depth", "", true,
+       "--device cuda: tokens already in context for the decode test (default 0)"},
       {"--parallel", "", true, "--device cuda: sequences decoded together (default 1)"},
       {"--json", "", false, "print JSON"},
       {"--help", "-h", false, "show this help"},

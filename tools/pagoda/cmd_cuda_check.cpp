@@ -64,7 +64,8 @@ int cmd_cuda_check(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("cuda-check", args.status());
   if (args->has("--help")) {
-    std::printf("%s", usage("cuda-check", "-m MODEL (--tokens IDS | --tokens-file FILE)", specs).c_str());
+    std::printf("%s",
+                usage("cuda-check", "-m MODEL (--tokens IDS | --tokens-file FILE)", specs).c_str());
     return 0;
   }
   if (!args->has("--model")) return fail("cuda-check", invalid_argument("missing -m MODEL"));
@@ -101,7 +102,8 @@ int cmd_cuda_check(int argc, char** argv) {
     longest = std::max(longest, p.size());
     for (int32_t id : p)
       if (id < 0 || id >= c.n_vocab)
-        return fail("cuda-check", invalid_argument(str_format("token id %d is outside the vocabulary", id)));
+        return fail("cuda-check",
+                    invalid_argument(str_format("token id %d is outside the vocabulary", id)));
   }
   const int n_ctx = static_cast<int>(longest) + n_gen;
   RunnerOptions o;
@@ -136,15 +138,19 @@ int cmd_cuda_check(int argc, char** argv) {
     // of the two choices.
     const auto& la = a->logits[static_cast<size_t>(k)];
     const int32_t ta = a->tokens[static_cast<size_t>(k)], tb = b->tokens[static_cast<size_t>(k)];
-    const double gap = static_cast<double>(la[static_cast<size_t>(ta)]) - la[static_cast<size_t>(tb)];
+    const double gap =
+        static_cast<double>(la[static_cast<size_t>(ta)]) - la[static_cast<size_t>(tb)];
     const bool tie = gap <= margin;
     (tie ? ties : failures)++;
-    std::printf("prompt %zu (%zu tokens): diverged at step %d (cpu %d, cuda %d; cpu logit gap %.4f: %s), prompt logits nmse %.2e\n",
-                i, prompts[i].size(), k, ta, tb, gap, tie ? "near tie" : "MISMATCH", e);
+    std::printf(
+        "prompt %zu (%zu tokens): diverged at step %d (cpu %d, cuda %d; cpu logit gap %.4f: %s), "
+        "prompt logits nmse %.2e\n",
+        i, prompts[i].size(), k, ta, tb, gap, tie ? "near tie" : "MISMATCH", e);
   }
-  std::printf("cuda-check: %zu prompts, %d identical over %d tokens, %d diverged at near ties, "
-              "%d mismatches; worst prompt-logit nmse %.2e\n",
-              prompts.size(), identical, n_gen, ties, failures, worst_nmse);
+  std::printf(
+      "cuda-check: %zu prompts, %d identical over %d tokens, %d diverged at near ties, "
+      "%d mismatches; worst prompt-logit nmse %.2e\n",
+      prompts.size(), identical, n_gen, ties, failures, worst_nmse);
   return failures == 0 ? 0 : 1;
 }
 

@@ -14,9 +14,9 @@
 
 #include "args.h"
 #include "backend/cpu/matmul.h"
-#include "core/thread_pool.h"
 #include "commands.h"
 #include "common.h"
+#include "core/thread_pool.h"
 #include "model/gguf_writer.h"
 
 namespace pagoda::cli {
@@ -102,7 +102,8 @@ int cmd_mkmodel(int argc, char** argv) {
       {"--embd-std", "", true, "standard deviation of token_embd/output (default: --std)"},
       {"--seed", "", true, "random seed (default 42)"},
       {"--preset", "", true,
-       "exact shapes of llama3.1-8b, llama3.2-1b, qwen2.5-7b or smollm2-135m (flags still override)"},
+       "exact shapes of llama3.1-8b, llama3.2-1b, qwen2.5-7b or smollm2-135m (flags still "
+       "override)"},
       {"--threads", "-t", true, "threads for --preset files (default: all cores)"},
       {"--help", "-h", false, "show this help"},
   };
@@ -136,8 +137,8 @@ int cmd_mkmodel(int argc, char** argv) {
                 layers = integer("--layers", preset ? preset->layers : 2, 1, 1024);
   const int64_t heads = integer("--heads", preset ? preset->heads : 4, 1, 1024);
   const int64_t kv_heads = integer("--kv-heads", preset ? preset->kv_heads : heads, 1, heads);
-  const int64_t head_dim = integer(
-      "--head-dim", preset ? preset->head_dim : dim / std::max<int64_t>(heads, 1), 2, 1024);
+  const int64_t head_dim =
+      integer("--head-dim", preset ? preset->head_dim : dim / std::max<int64_t>(heads, 1), 2, 1024);
   const int64_t ffn = integer("--ffn", preset ? preset->ffn : 4 * dim, 1, 1 << 20),
                 ctx = integer("--ctx", preset ? preset->ctx : 2048, 1, 1 << 24);
   const double theta = num("--rope-theta", preset ? preset->rope_theta : 10000, 1.0001, 1e9);
@@ -148,7 +149,8 @@ int cmd_mkmodel(int argc, char** argv) {
   const double stdev = num("--std", 0.02, 0, 100);
   const double embd_std = num("--embd-std", stdev, 0, 100);
   const uint64_t seed = static_cast<uint64_t>(integer("--seed", 42, 0, INT64_MAX));
-  const std::string scaling = args->get_or("--rope-scaling", preset ? preset->rope_scaling : "none");
+  const std::string scaling =
+      args->get_or("--rope-scaling", preset ? preset->rope_scaling : "none");
   const int threads = static_cast<int>(integer("--threads", 0, 0, 1024));
   if (!flags.status()) return fail("mkmodel", flags.status());
   if (heads % kv_heads != 0)

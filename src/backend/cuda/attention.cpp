@@ -23,15 +23,14 @@ size_t attention_workspace_bytes(int max_rows, int n_heads, int head_dim) {
 }
 
 Status attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
-                 const AttentionPlan& plan, int n_heads, float scale, void* out,
-                 ActType out_type, cudaStream_t stream) {
+                 const AttentionPlan& plan, int n_heads, float scale, void* out, ActType out_type,
+                 cudaStream_t stream) {
   if (n_heads % kv.n_kv_heads != 0) return invalid_argument("heads not a multiple of KV heads");
   if (kv.head_dim % 8 != 0 || kv.head_dim > 256)
-    return unsupported(str_format("head size %d (CUDA attention takes multiples of 8 up to 256)",
-                                  kv.head_dim));
+    return unsupported(
+        str_format("head size %d (CUDA attention takes multiples of 8 up to 256)", kv.head_dim));
   if (plan.n_decode_rows > 0)
-    PAGODA_RETURN_IF_ERROR(
-        decode_attention(q, kv, b, plan, n_heads, scale, out, out_type, stream));
+    PAGODA_RETURN_IF_ERROR(decode_attention(q, kv, b, plan, n_heads, scale, out, out_type, stream));
   if (plan.n_prefill_seqs > 0) {
     if (!has_prefill_kernel(kv.head_dim))
       return unsupported(str_format("no prefill attention kernel for head size %d", kv.head_dim));

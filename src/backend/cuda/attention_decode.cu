@@ -33,8 +33,7 @@ template <int LANES>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const uint16_t* __restrict__ q, KvLayerView kv, DeviceBatch b,
                   const int32_t* __restrict__ rows, int n_heads, float scale, int n_splits,
-                  void* __restrict__ out, ActType out_type,
-                  float* __restrict__ part) {
+                  void* __restrict__ out, ActType out_type, float* __restrict__ part) {
   pdl_trigger();
   constexpr int kGroups = kThreads / LANES;  // keys in flight per step
   __shared__ float q_s[kHeadsPerPass][kMaxHeadDim];
@@ -63,7 +62,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the previous pass is done with q_s / red_s
     for (int i = tid; i < kHeadsPerPass * hd; i += kThreads) {
       const int hh = i / hd, d = i % hd;
-      q_s[hh][d] = hh < nh ? half_bits_to_float(q[row * qd + (g * group + h0 + hh) * hd + d]) : 0.0f;
+      q_s[hh][d] =
+          hh < nh ? half_bits_to_float(q[row * qd + (g * group + h0 + hh) * hd + d]) : 0.0f;
     }
     float m_run = -INFINITY, l_run = 0.0f;  // per head, kept by warp hh
     float acc[kHeadsPerPass][8];
@@ -166,7 +166,8 @@ __global__ void __launch_bounds__(kThreads)
           store_act(out, out_type, row * qd + static_cast<int64_t>(h) * hd + d,
                     l_s[hh] > 0 ? o / l_s[hh] : 0.0f);
         } else {
-          float* pp = part + ((static_cast<int64_t>(wi) * n_heads + h) * n_splits + split) * (hd + 2);
+          float* pp =
+              part + ((static_cast<int64_t>(wi) * n_heads + h) * n_splits + split) * (hd + 2);
           pp[d] = o;
           if (d == 0) {
             pp[hd] = m_s[hh];
@@ -221,8 +222,8 @@ Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBa
                         const AttentionPlan& plan, int n_heads, float scale, void* out,
                         ActType out_type, cudaStream_t stream) {
   const int hd = kv.head_dim;
-  const int splits = plan.n_splits > 0 ? plan.n_splits
-                                       : decode_splits(plan.n_decode_rows, kv.n_kv_heads);
+  const int splits =
+      plan.n_splits > 0 ? plan.n_splits : decode_splits(plan.n_decode_rows, kv.n_kv_heads);
   const size_t need = static_cast<size_t>(plan.n_decode_rows) * n_heads * splits * (hd + 2) * 4;
   if (splits > 1 && need > plan.workspace_bytes)
     return internal_error("attention workspace too small for the split-KV partials");
@@ -251,7 +252,7 @@ Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBa
   if (splits == 1) return Status::ok();
   const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(n_heads));
   combine_kernel<<<grid, 128, 0, stream>>>(static_cast<const float*>(plan.workspace),
-                                          plan.decode_rows, n_heads, hd, splits, out, out_type);
+                                           plan.decode_rows, n_heads, hd, splits, out, out_type);
   return launch_status("decode_attention_combine");
 }
 

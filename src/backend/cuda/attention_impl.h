@@ -7,7 +7,7 @@ namespace pagoda::cuda {
 
 constexpr int kMaxDecodeSplits = 32;
 constexpr int kDecodeTargetBlocks = 264;  // two waves of an H100/H200's 132 SMs
-constexpr int kDecodeMinChunk = 64;      // keys per split at least
+constexpr int kDecodeMinChunk = 64;       // keys per split at least
 
 Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                         const AttentionPlan& plan, int n_heads, float scale, void* out,

@@ -236,16 +236,15 @@ Status launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
   constexpr size_t kSmem = static_cast<size_t>(kBQ + 2 * kBK) * (HD + 8) * sizeof(__half);
   static bool configured = false;  // the attribute is per function, set once per process
   if (!configured) {
-    PAGODA_CUDA_TRY(cudaFuncSetAttribute(prefill_kernel<HD>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmem)));
+    PAGODA_CUDA_TRY(cudaFuncSetAttribute(
+        prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>((plan.max_prefill_q + kBQ - 1) / kBQ),
                   static_cast<unsigned>(n_heads), static_cast<unsigned>(plan.n_prefill_seqs));
-  prefill_kernel<HD><<<grid, kThreads, kSmem, stream>>>(
-      reinterpret_cast<const __half*>(q), kv, b, plan.prefill_seqs, n_heads, scale * kLog2e, out,
-      out_type);
+  prefill_kernel<HD><<<grid, kThreads, kSmem, stream>>>(reinterpret_cast<const __half*>(q), kv, b,
+                                                        plan.prefill_seqs, n_heads, scale * kLog2e,
+                                                        out, out_type);
   return launch_status("prefill_attention");
 }
 
@@ -255,8 +254,7 @@ Status prefill_attention(const uint16_t* q, const KvLayerView& kv, const DeviceB
                          const AttentionPlan& plan, int n_heads, float scale, void* out,
                          ActType out_type, cudaStream_t stream) {
   if (kv.head_dim == 64) return launch<64>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
-  if (kv.head_dim == 128)
-    return launch<128>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
+  if (kv.head_dim == 128) return launch<128>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
   return unsupported("prefill attention: head size");
 }
 

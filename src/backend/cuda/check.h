@@ -11,15 +11,14 @@ namespace pagoda::cuda {
 
 inline Status cuda_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::ok();
-  return Status(StatusCode::kInternal,
-                str_format("%s: CUDA error %d (%s)", what, static_cast<int>(e), cudaGetErrorString(e)));
+  return Status(StatusCode::kInternal, str_format("%s: CUDA error %d (%s)", what,
+                                                  static_cast<int>(e), cudaGetErrorString(e)));
 }
 
 inline Status cublas_status(cublasStatus_t e, const char* what) {
   if (e == CUBLAS_STATUS_SUCCESS) return Status::ok();
-  return Status(StatusCode::kInternal,
-                str_format("%s: cuBLAS error %d (%s)", what, static_cast<int>(e),
-                           cublasLtGetStatusString(e)));
+  return Status(StatusCode::kInternal, str_format("%s: cuBLAS error %d (%s)", what,
+                                                  static_cast<int>(e), cublasLtGetStatusString(e)));
 }
 
 // The last launch's error (launch configuration problems surface here at once).

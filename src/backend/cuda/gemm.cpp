@@ -64,8 +64,8 @@ Result<const Gemm::Plan*> Gemm::plan(const Key& key) {
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   PAGODA_CUBLAS_TRY(
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  PAGODA_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->a, t, static_cast<uint64_t>(k),
-                                               static_cast<uint64_t>(m), k));
+  PAGODA_CUBLAS_TRY(
+      cublasLtMatrixLayoutCreate(&p->a, t, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
   PAGODA_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->b, t, static_cast<uint64_t>(k),
                                                static_cast<uint64_t>(n), ldb));
   PAGODA_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, static_cast<uint64_t>(m),
@@ -76,8 +76,8 @@ Result<const Gemm::Plan*> Gemm::plan(const Key& key) {
                                        &workspace_bytes_, sizeof(workspace_bytes_));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p->op, p->a, p->b, p->c, p->c,
-                                                           pref, 1, &result, &found);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   PAGODA_RETURN_IF_ERROR(cublas_status(st, "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0)
@@ -98,8 +98,8 @@ Status Gemm::matmul(const DeviceMatrix& w, const void* x, int64_t x_stride, int 
     // 8-bit activations, integer dot products (as the CPU backend and llama.cpp).
     // Sized for any row width up to 64K at once, so it is not regrown (and freed under
     // queued kernels) between the products of one step.
-    const size_t need = std::max(gemv_q8_scratch_bytes(w.cols, n),
-                                 gemv_q8_scratch_bytes(65536, kGemvMaxTokens));
+    const size_t need =
+        std::max(gemv_q8_scratch_bytes(w.cols, n), gemv_q8_scratch_bytes(65536, kGemvMaxTokens));
     if (need > q8_bytes_) {
       PAGODA_CUDA_TRY(cudaStreamSynchronize(stream));
       cudaFree(q8_);

@@ -20,13 +20,6 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
                : "l"(p));
   return v;
 }
-__device__ __forceinline__ uint2 load_stream8(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ void unpack_h2(uint32_t u, float* f) {
   const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&u));
@@ -42,7 +35,6 @@ __device__ __forceinline__ void unpack_b2(uint32_t u, float* f) {
 // (loaded first, so all steps' loads are in flight before any arithmetic).
 struct Raw8 {
   uint4 a, b;  // b: second half of f32 rows
-  uint16_t d, m;
 };
 
 template <DType T>
@@ -55,20 +47,6 @@ __device__ __forceinline__ Raw8 load_w8(const DeviceMatrix& w, int64_t r, int64_
     v.b = load_stream16(p + 4);
   } else if constexpr (T == DType::kF16 || T == DType::kBF16) {
     v.a = load_stream16(static_cast<const uint16_t*>(w.data) + i);
-  } else if constexpr (T == DType::kQ8_0) {
-    const uint2 q = load_stream8(static_cast<const int8_t*>(w.data) + i);
-    v.a.x = q.x;
-    v.a.y = q.y;
-    v.d = w.scales[i / 32];
-  } else {  // Q4_0, Q4_1: the 16 bytes of a block hold elements j and j + 16 in one byte
-    const int64_t blk = i / 32;
-    const int e = static_cast<int>(i % 32);
-    const uint2 q = load_stream8(static_cast<const uint8_t*>(w.data) + blk * 16 + (e & 8));
-    v.a.x = q.x;
-    v.a.y = q.y;
-    v.a.z = e >= 16;  // high nibbles
-    v.d = w.scales[blk];
-    if constexpr (T == DType::kQ4_1) v.m = w.mins[blk];
   }
   return v;
 }
@@ -84,23 +62,6 @@ __device__ __forceinline__ void decode_w8(const Raw8& v, float* f) {
     unpack_h2(v.a.x, f), unpack_h2(v.a.y, f + 2), unpack_h2(v.a.z, f + 4), unpack_h2(v.a.w, f + 6);
   } else if constexpr (T == DType::kBF16) {
     unpack_b2(v.a.x, f), unpack_b2(v.a.y, f + 2), unpack_b2(v.a.z, f + 4), unpack_b2(v.a.w, f + 6);
-  } else if constexpr (T == DType::kQ8_0) {
-    const float d = half_bits_to_float(v.d);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t word = k < 4 ? v.a.x : v.a.y;
-      f[k] = d * static_cast<float>(static_cast<int8_t>(word >> (8 * (k & 3))));
-    }
-  } else {
-    const float d = half_bits_to_float(v.d);
-    const float m = T == DType::kQ4_1 ? half_bits_to_float(v.m) : -8.0f * d;
-    const int shift = v.a.z ? 4 : 0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t word = k < 4 ? v.a.x : v.a.y;
-      const int q = (word >> (8 * (k & 3) + shift)) & 15;
-      f[k] = d * static_cast<float>(q) + m;
-    }
   }
 }
 
@@ -135,7 +96,7 @@ __device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64
   if constexpr (T == DType::kF16) return __half2float(static_cast<const __half*>(w.data)[i]);
   if constexpr (T == DType::kBF16)
     return __bfloat162float(static_cast<const __nv_bfloat16*>(w.data)[i]);
-  return 0.0f;  // quantized rows are whole blocks of 32: no tail
+  return 0.0f;
 }
 
 // NT: tokens handled (n <= NT; the rest predicated off). SPLIT: warps sharing a row
@@ -274,27 +235,23 @@ Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float
   const ActType at = act_type_for(w.type);
   const size_t xb = act_bytes(at);
   const size_t wb = w.type == DType::kF32 ? 4 : 2;
-  const bool quant = w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16;
-  if (quant && w.cols % 32 != 0) return invalid_argument("quantized rows must be whole blocks");
-  const bool vec = quant || ((static_cast<size_t>(w.cols) * wb) % 16 == 0 &&
-                             (static_cast<size_t>(x_stride) * xb) % 16 == 0 &&
-                             reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                             reinterpret_cast<uintptr_t>(w.data) % 16 == 0);
+  const bool vec = (static_cast<size_t>(w.cols) * wb) % 16 == 0 &&
+                   (static_cast<size_t>(x_stride) * xb) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
   switch (w.type) {
     case DType::kF32:
-      return launch<DType::kF32, ActType::kF32>(w, x, x_stride, n, y, y_stride, accumulate, vec, stream);
+      return launch<DType::kF32, ActType::kF32>(w, x, x_stride, n, y, y_stride, accumulate, vec,
+                                                stream);
     case DType::kF16:
-      return launch<DType::kF16, ActType::kF16>(w, x, x_stride, n, y, y_stride, accumulate, vec, stream);
+      return launch<DType::kF16, ActType::kF16>(w, x, x_stride, n, y, y_stride, accumulate, vec,
+                                                stream);
     case DType::kBF16:
-      return launch<DType::kBF16, ActType::kBF16>(w, x, x_stride, n, y, y_stride, accumulate, vec, stream);
-    case DType::kQ8_0:
-      return launch<DType::kQ8_0, ActType::kF16>(w, x, x_stride, n, y, y_stride, accumulate, vec, stream);
-    case DType::kQ4_0:
-      return launch<DType::kQ4_0, ActType::kF16>(w, x, x_stride, n, y, y_stride, accumulate, vec, stream);
-    case DType::kQ4_1:
-      return launch<DType::kQ4_1, ActType::kF16>(w, x, x_stride, n, y, y_stride, accumulate, vec, stream);
+      return launch<DType::kBF16, ActType::kBF16>(w, x, x_stride, n, y, y_stride, accumulate, vec,
+                                                  stream);
     default:
-      return unsupported("gemv: weight type " + std::string(dtype_name(w.type)));
+      return unsupported("gemv takes F32, F16 and BF16 weights (quantized ones: gemv_q8), not " +
+                         std::string(dtype_name(w.type)));
   }
 }
 

@@ -79,8 +79,8 @@ __device__ __forceinline__ int block_dot(const WBlock& wb, const int8_t* xq) {
                      static_cast<int>(wb.a.w)};
   int sum = 0;
   if constexpr (T == DType::kQ8_0) {
-    const int wh[4] = {static_cast<int>(wb.b.x), static_cast<int>(wb.b.y),
-                       static_cast<int>(wb.b.z), static_cast<int>(wb.b.w)};
+    const int wh[4] = {static_cast<int>(wb.b.x), static_cast<int>(wb.b.y), static_cast<int>(wb.b.z),
+                       static_cast<int>(wb.b.w)};
 #pragma unroll
     for (int k = 0; k < 4; ++k) sum = __dp4a(ws[k], xs[k], sum);
 #pragma unroll
@@ -184,15 +184,19 @@ void launch(const DeviceMatrix& w, const int8_t* q, const float* d, const float*
   if (w.rows >= 16384) {
     const unsigned grid = blocks_for(w.rows, kRowsPerBlock);
     if (n == 1)
-      launch_dependent(gemv_q8_kernel<T, 1, 1>, grid, threads, stream, w, q, d, s, c, n, y, y_stride, accumulate);
+      launch_dependent(gemv_q8_kernel<T, 1, 1>, grid, threads, stream, w, q, d, s, c, n, y,
+                       y_stride, accumulate);
     else
-      launch_dependent(gemv_q8_kernel<T, 8, 1>, grid, threads, stream, w, q, d, s, c, n, y, y_stride, accumulate);
+      launch_dependent(gemv_q8_kernel<T, 8, 1>, grid, threads, stream, w, q, d, s, c, n, y,
+                       y_stride, accumulate);
   } else {
     const unsigned grid = static_cast<unsigned>(w.rows);
     if (n == 1)
-      launch_dependent(gemv_q8_kernel<T, 1, 4>, grid, threads, stream, w, q, d, s, c, n, y, y_stride, accumulate);
+      launch_dependent(gemv_q8_kernel<T, 1, 4>, grid, threads, stream, w, q, d, s, c, n, y,
+                       y_stride, accumulate);
     else
-      launch_dependent(gemv_q8_kernel<T, 8, 4>, grid, threads, stream, w, q, d, s, c, n, y, y_stride, accumulate);
+      launch_dependent(gemv_q8_kernel<T, 8, 4>, grid, threads, stream, w, q, d, s, c, n, y,
+                       y_stride, accumulate);
   }
 }
 
@@ -225,7 +229,7 @@ Status gemv_q8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, fl
   auto* c = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(s) + part);
   const dim3 qgrid(blocks_for(nb * kWarp, 256), static_cast<unsigned>(n));
   quantize_act_kernel<<<qgrid, 256, 0, stream>>>(static_cast<const __half*>(x), x_stride, nb, q, d,
-                                                  s, c, w.cols);
+                                                 s, c, w.cols);
   PAGODA_RETURN_IF_ERROR(launch_status("quantize_act"));
   switch (w.type) {
     case DType::kQ8_0:

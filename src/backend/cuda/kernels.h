@@ -93,8 +93,8 @@ struct RopeParams {
   int head_dim = 0;
   int n_pairs = 0;  // rope_dims / 2
   bool neox = false;
-  float theta_scale = 1;             // rope_theta^(-2/rope_dims)
-  float freq_scale = 1;              // linear scaling
+  float theta_scale = 1;                // rope_theta^(-2/rope_dims)
+  float freq_scale = 1;                 // linear scaling
   const float* freq_factors = nullptr;  // llama3 per-pair divisors (device), or null
 };
 
@@ -127,7 +127,7 @@ struct AttentionPlan {
   int n_splits = 0;
   const int32_t* prefill_seqs = nullptr;
   int n_prefill_seqs = 0;
-  int max_prefill_q = 0;   // largest n_q among prefill sequences
+  int max_prefill_q = 0;  // largest n_q among prefill sequences
   // Scratch for split-KV partial results (attention_workspace_bytes).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -143,10 +143,11 @@ size_t attention_workspace_bytes(int max_rows, int n_heads, int head_dim);
 // out[row][h*head_dim + d] = softmax(q_h . K^T * scale, causal) . V, in out_type. q is
 // fp16 [rows][n_heads * head_dim].
 Status attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
-                 const AttentionPlan& plan, int n_heads, float scale, void* out,
-                 ActType out_type, cudaStream_t stream);
+                 const AttentionPlan& plan, int n_heads, float scale, void* out, ActType out_type,
+                 cudaStream_t stream);
 
-// y[t][r] (+)= sum_c W[r][c] x[t][c] for t < n, by the matrix-vector kernel (n <= 8).
+// y[t][r] (+)= sum_c W[r][c] x[t][c] for t < n, by the matrix-vector kernel (n <= 8;
+// F32/F16/BF16 weights: quantized ones go through gemv_q8.h).
 constexpr int kGemvMaxTokens = 8;
 Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
             int64_t y_stride, bool accumulate, cudaStream_t stream);

@@ -33,7 +33,8 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
   for (int k = 0; k < static_cast<int>(blockDim.x) / kWarp; ++k) total += part[k];
   const float scale = 1.0f / sqrtf(static_cast<float>(total / dim) + eps);
   const int64_t o = static_cast<int64_t>(i) * dim;
-  for (int j = threadIdx.x; j < dim; j += blockDim.x) store_act(out, out_type, o + j, xr[j] * scale * w[j]);
+  for (int j = threadIdx.x; j < dim; j += blockDim.x)
+    store_act(out, out_type, o + j, xr[j] * scale * w[j]);
 }
 
 __global__ void silu_mul_kernel(const float* __restrict__ gu, int64_t n_total, int ff,

@@ -71,7 +71,8 @@ __global__ void rope_qkv_kernel(const float* __restrict__ qkv, const float* __re
   const int seq = b.row_seq[row];
   const int32_t block = b.blocks[b.seq_blocks_off[seq] + pos / kv.block_size];
   const size_t off =
-      ((static_cast<size_t>(block) * kv.n_kv_heads + h) * kv.block_size + pos % kv.block_size) * hd +
+      ((static_cast<size_t>(block) * kv.n_kv_heads + h) * kv.block_size + pos % kv.block_size) *
+          hd +
       d;
   if (part == 1) {
     reinterpret_cast<__half*>(kv.k)[off] = __float2half_rn(rotated(p, rcs, head, hb, d));

@@ -18,7 +18,7 @@
 namespace pagoda {
 namespace {
 
-constexpr int kMaxGraphRows = 512;  // larger decode batches run eagerly
+constexpr int kMaxGraphRows = 512;          // larger decode batches run eagerly
 constexpr int kEagerRunsBeforeCapture = 1;  // the first run allocates and plans
 
 // Packs int32 arrays one after another (64-element aligned) into a host buffer, so they
@@ -66,9 +66,8 @@ Status CudaModel::reserve(int n_tokens, int n_logit_rows) {
     PAGODA_ASSIGN_OR_RETURN(gu_, cuda::DeviceBuffer::alloc(n * 2 * c.ffn_dim * 4));
     PAGODA_ASSIGN_OR_RETURN(hidden_, cuda::DeviceBuffer::alloc(n * c.ffn_dim * 4));
     PAGODA_ASSIGN_OR_RETURN(rope_cs_, cuda::DeviceBuffer::alloc(n * c.rope_dims * 4));
-    PAGODA_ASSIGN_OR_RETURN(
-        attn_ws_, cuda::DeviceBuffer::alloc(
-                      cuda::attention_workspace_bytes(n_tokens, c.n_heads, c.head_dim)));
+    PAGODA_ASSIGN_OR_RETURN(attn_ws_, cuda::DeviceBuffer::alloc(cuda::attention_workspace_bytes(
+                                          n_tokens, c.n_heads, c.head_dim)));
     capacity_ = n_tokens;
   }
   if (n_logit_rows > logit_capacity_) {
@@ -103,8 +102,8 @@ Status CudaModel::build_batch(const Batch& batch, Step* st) {
     for (int i = 0; i < n_blocks; ++i) {
       const int32_t id = q.blocks[i];
       if (id < 0 || id >= options_.n_kv_blocks)
-        return invalid_argument(str_format("KV block id %d is outside the pool of %d", id,
-                                           options_.n_kv_blocks));
+        return invalid_argument(
+            str_format("KV block id %d is outside the pool of %d", id, options_.n_kv_blocks));
       blocks.push_back(id);
     }
     for (int t = 0; t < q.n_q; ++t) {
@@ -143,8 +142,8 @@ Status CudaModel::build_batch(const Batch& batch, Step* st) {
     PAGODA_RETURN_IF_ERROR(meta_host_.reserve(want));
   }
   std::memcpy(meta_host_.get(), host.data(), bytes);
-  PAGODA_CUDA_TRY(
-      cudaMemcpyAsync(meta_.get(), meta_host_.get(), bytes, cudaMemcpyHostToDevice, dev_->stream()));
+  PAGODA_CUDA_TRY(cudaMemcpyAsync(meta_.get(), meta_host_.get(), bytes, cudaMemcpyHostToDevice,
+                                  dev_->stream()));
   const int32_t* d = meta_.as<int32_t>();
   st->n = n;
   st->tokens = d + o_tok;
@@ -199,11 +198,11 @@ Status CudaModel::enqueue(const Step& s) {
     PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
                                           cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps, st));
     mark("rms_norm");
-    PAGODA_RETURN_IF_ERROR(gemm.matmul(L.qkv, xn_.get(), dim, n, qkv_.as<float>(), qkv_w, false, st));
+    PAGODA_RETURN_IF_ERROR(
+        gemm.matmul(L.qkv, xn_.get(), dim, n, qkv_.as<float>(), qkv_w, false, st));
     mark("qkv");
-    PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(qkv_.as<float>(), L.qkv_bias, rp,
-                                                rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(),
-                                                kv, st));
+    PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(
+        qkv_.as<float>(), L.qkv_bias, rp, rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(), kv, st));
     mark("rope+kv");
     PAGODA_RETURN_IF_ERROR(cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads, scale,
                                            attn_.get(), cuda::act_type_for(L.wo.type), st));
@@ -225,8 +224,8 @@ Status CudaModel::enqueue(const Step& s) {
   }
   if (s.n_out == 0) return Status::ok();
   PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, s.logit_rows, output_norm_, xn_.get(),
-                                        cuda::act_type_for(output_.type), s.n_out, c.dim,
-                                        c.rms_eps, st));
+                                        cuda::act_type_for(output_.type), s.n_out, c.dim, c.rms_eps,
+                                        st));
   PAGODA_RETURN_IF_ERROR(
       gemm.matmul(output_, xn_.get(), dim, s.n_out, logits_.as<float>(), c.n_vocab, false, st));
   if (s.greedy)
@@ -284,7 +283,8 @@ Status CudaModel::run(const Batch& batch, bool greedy, void* out) {
   }
   cudaStream_t st = dev_->stream();
   if (n_out == 0) return dev_->sync();
-  const size_t bytes = static_cast<size_t>(n_out) * (greedy ? sizeof(int32_t) : c.n_vocab * sizeof(float));
+  const size_t bytes =
+      static_cast<size_t>(n_out) * (greedy ? sizeof(int32_t) : c.n_vocab * sizeof(float));
   PAGODA_CUDA_TRY(cudaMemcpyAsync(logits_host_.get(), greedy ? tokens_out_.get() : logits_.get(),
                                   bytes, cudaMemcpyDeviceToHost, st));
   PAGODA_RETURN_IF_ERROR(dev_->sync());

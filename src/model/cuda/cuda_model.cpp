@@ -21,8 +21,8 @@ std::string shape_str(const GgufTensorInfo& t) {
   return s + "]";
 }
 
-Result<const GgufTensorInfo*> find_tensor(const GgufFile& f, const std::string& name,
-                                          int64_t ne0, int64_t ne1) {
+Result<const GgufTensorInfo*> find_tensor(const GgufFile& f, const std::string& name, int64_t ne0,
+                                          int64_t ne1) {
   const GgufTensorInfo* t = f.find_tensor(name);
   if (t == nullptr) return not_found("model file has no tensor '" + name + "'");
   if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
@@ -170,8 +170,8 @@ Status CudaModel::load_weights(const GgufFile& f) {
   c.n_vocab = static_cast<int>(embd->ne[1]);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   if (c.head_dim % 8 != 0 || c.head_dim > 256)
-    return unsupported(str_format("head size %d: the CUDA backend takes multiples of 8 up to 256",
-                                  c.head_dim));
+    return unsupported(
+        str_format("head size %d: the CUDA backend takes multiples of 8 up to 256", c.head_dim));
 
   ThreadPool pool(std::min(8, hardware_threads()));
   Loader ld(f, *dev_, weights_, pool);
@@ -248,10 +248,9 @@ Status CudaModel::copy_block(int src, int dst) {
   for (int l = 0; l < config_.n_layers; ++l) {
     for (const cuda::DeviceBuffer* buf : {&kv_k_, &kv_v_}) {
       uint16_t* base = buf->as<uint16_t>() + kv_layer_elems_ * static_cast<size_t>(l);
-      PAGODA_CUDA_TRY(cudaMemcpyAsync(base + block * static_cast<size_t>(dst),
-                                      base + block * static_cast<size_t>(src),
-                                      block * sizeof(uint16_t), cudaMemcpyDeviceToDevice,
-                                      dev_->stream()));
+      PAGODA_CUDA_TRY(cudaMemcpyAsync(
+          base + block * static_cast<size_t>(dst), base + block * static_cast<size_t>(src),
+          block * sizeof(uint16_t), cudaMemcpyDeviceToDevice, dev_->stream()));
     }
   }
   return Status::ok();
@@ -268,10 +267,10 @@ cuda::KvLayerView CudaModel::kv_layer(int l) const {
 }
 
 std::string CudaModel::describe() const {
-  return str_format("cuda:%d %s, weights %s %.2f GB", dev_->index(), dev_->describe().c_str(),
-                    std::string(dtype_name(layers_.empty() ? tok_embd_.type : layers_[0].qkv.type))
-                        .c_str(),
-                    weight_bytes_ / 1e9);
+  return str_format(
+      "cuda:%d %s, weights %s %.2f GB", dev_->index(), dev_->describe().c_str(),
+      std::string(dtype_name(layers_.empty() ? tok_embd_.type : layers_[0].qkv.type)).c_str(),
+      weight_bytes_ / 1e9);
 }
 
 size_t CudaModel::decode_weight_bytes() const {

@@ -36,8 +36,7 @@ Status WeightUploader::copy(const void* src, void* dst, size_t bytes) {
                        [&](int64_t b, int64_t e) {
                          for (int64_t i = b; i < e; ++i) {
                            const size_t o = static_cast<size_t>(i) * kPiece;
-                           std::memcpy(stage + o, s + off + o,
-                                       std::min<size_t>(kPiece, n - o));
+                           std::memcpy(stage + o, s + off + o, std::min<size_t>(kPiece, n - o));
                          }
                        });
     PAGODA_CUDA_TRY(cudaMemcpyAsync(d + off, stage, n, cudaMemcpyHostToDevice, stream_));
