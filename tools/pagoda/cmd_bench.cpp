@@ -6,10 +6,12 @@
 #include <random>
 
 #include "args.h"
+#include "bench_runner.h"
 #include "commands.h"
 #include "common.h"
 #include "engine/session.h"
 #include "json_out.h"
+#include "model/runner.h"
 
 namespace pagoda::cli {
 namespace {
@@ -30,6 +32,11 @@ int cmd_bench(int argc, char** argv) {
       {"--threads", "-t", true, "threads (default: all cores)"},
       {"--repeats", "-r", true, "repetitions; the median is reported (default 5)"},
       {"--batch-size", "-b", true, "prompt tokens per forward pass (default 512)"},
+      {"--device", "", true, "cpu or cuda (default cpu)"},
+      {"--gpu", "", true, "GPU index for --device cuda (default 0)"},
+      {"--depth", "", true,
+       "--device cuda: tokens already in context for the decode test (default 0)"},
+      {"--parallel", "", true, "--device cuda: sequences decoded together (default 1)"},
       {"--json", "", false, "print JSON"},
       {"--help", "-h", false, "show this help"},
   };
@@ -48,7 +55,19 @@ int cmd_bench(int argc, char** argv) {
   const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
   const int64_t reps = flags.integer("--repeats", 5, 1, 1000);
   const int n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
+  const int depth = static_cast<int>(flags.integer("--depth", 0, 0, 1 << 20));
+  const int parallel = static_cast<int>(flags.integer("--parallel", 1, 1, 4096));
+  const int gpu = static_cast<int>(flags.integer("--gpu", 0, 0, 64));
   if (!flags.status()) return fail("bench", flags.status());
+  DeviceKind device = DeviceKind::kCpu;
+  if (!parse_device_kind(args->get_or("--device", "cpu"), &device))
+    return fail("bench", invalid_argument("--device must be cpu or cuda"));
+  if (device != DeviceKind::kCpu) {
+    RunnerBenchConfig bc{P, G, depth, parallel, n_batch, reps, gpu, args->has("--json")};
+    return bench_runner(*args->get("--model"), bc);
+  }
+  if (depth != 0 || parallel != 1)
+    return fail("bench", unsupported("--depth and --parallel need --device cuda for now"));
 
   auto loaded = load(*args->get("--model"), true, false);
   if (!loaded) return fail("bench", loaded.status());

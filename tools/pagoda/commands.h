@@ -14,5 +14,6 @@ int cmd_generate(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_template(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_cuda_check(int argc, char** argv);
 
 }  // namespace pagoda::cli

@@ -26,6 +26,7 @@ const Command kCommands[] = {
     {"plan", pagoda::cli::cmd_plan, "what fits in memory: weights, KV cache, concurrency"},
     {"template", pagoda::cli::cmd_template, "render a chat template for a list of messages"},
     {"serve", pagoda::cli::cmd_serve, "OpenAI-compatible HTTP server with Prometheus metrics"},
+    {"cuda-check", pagoda::cli::cmd_cuda_check, "greedy generation on CUDA against the CPU"},
 };
 
 void print_usage(FILE* out) {

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The CUDA backend's whole check on a GPU machine, in one go: build with CUDA, the CUDA
+# op and model tests (CPU reference), compute-sanitizer over the op tests, greedy
+# generation on CUDA against the CPU (stories260K, and a random-weight model in
+# SmolLM2-135M's shapes in F16), then the benchmarks on a random-weight model in
+# Llama-3.1-8B's shapes (BF16, made here: too large to carry), kernel timings, and a
+# summary table printed last.
+#
+#   scripts/gpu_check.sh [--skip-bench] [--types "BF16 Q4_0"] [--profile]
+# --profile adds per-op GPU time breakdowns (PAGODA_CUDA_PROFILE=1) and decode without
+# CUDA graphs to the logs. --quick skips the kernel timings and compute-sanitizer.
+# Environment: PAGODA_DATA (folder with models/stories260K.gguf and
+# testdata/tokenizer/*.gguf; default ../shared), OUT_DIR (logs; default build-gpu/check),
+# MODEL_DIR (random models; default /dev/shm), JOBS (default: all cores),
+# MEMCHECK_TIMEOUT (seconds; default 240), BUILD_DIR (default build-gpu).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DATA=${PAGODA_DATA:-../shared}
+OUT_DIR=${OUT_DIR:-build-gpu/check}
+MODEL_DIR=${MODEL_DIR:-/dev/shm}
+JOBS=${JOBS:-$(nproc)}
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+SKIP_BENCH=0
+PROFILE=0
+QUICK=0
+TYPES="BF16"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --skip-bench) SKIP_BENCH=1 ;;
+    --profile) PROFILE=1 ;;
+    --quick) QUICK=1 ;;
+    --types) TYPES="$2"; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$OUT_DIR"
+SUMMARY="$OUT_DIR/summary.txt"
+: > "$SUMMARY"
+row() { printf '%-44s %s\n' "$1" "$2" | tee -a "$SUMMARY"; }
+now() { date +%s.%N; }
+secs() { python3 -c "print(f'{$2 - $1:.1f}')"; }
+FAILED=0
+
+echo "== GPU =="
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+
+echo "== build (CUDA, sm_90) =="
+t0=$(now)
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPAGODA_CUDA=ON -DPAGODA_TESTS=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT_DIR/cmake.log" 2>&1 &&
+  cmake --build "$BUILD_DIR" -j"$JOBS" > "$OUT_DIR/build.log" 2>&1
+rc=$?
+row "build (-j$JOBS)" "$([ $rc = 0 ] && echo ok || echo FAILED) in $(secs "$t0" "$(now)") s"
+if [ $rc != 0 ]; then tail -n 40 "$OUT_DIR/build.log"; exit 1; fi
+BIN=$BUILD_DIR
+
+echo "== CUDA op and model tests =="
+timeout 300 $BIN/pagoda_cuda_tests > "$OUT_DIR/cuda_tests.log" 2>&1
+rc=$?
+grep -E "FAIL|tests," "$OUT_DIR/cuda_tests.log" | tail -n 30
+row "op + model tests vs CPU" "$([ $rc = 0 ] && echo pass || echo FAIL) ($(tail -n 1 "$OUT_DIR/cuda_tests.log"))"
+[ $rc = 0 ] || FAILED=1
+
+echo "== greedy generation: CUDA against CPU =="
+python3 - "$OUT_DIR" <<'PY'
+import json, sys
+out = sys.argv[1]
+for name in ("stories260K", "SmolLM2-F16"):
+    cases = json.load(open(f"tests/fixtures/llamacpp_{name}.json"))["cases"]
+    with open(f"{out}/{name}.tokens", "w") as f:
+        for c in cases:
+            f.write(" ".join(map(str, c["tokens"])) + "\n")
+PY
+$BIN/pagoda cuda-check -m "$DATA/models/stories260K.gguf" --tokens-file "$OUT_DIR/stories260K.tokens" \
+  -n 64 > "$OUT_DIR/e2e_stories.log" 2>&1
+rc=$?
+cat "$OUT_DIR/e2e_stories.log"
+row "greedy 64 stories260K F32" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_stories.log" | sed 's/cuda-check: //')"
+[ $rc = 0 ] || FAILED=1
+SMOL="$MODEL_DIR/smollm2-shape-random-F16.gguf"
+$BIN/pagoda mkmodel --preset smollm2-135m --vocab "$DATA/testdata/tokenizer/ggml-vocab-gpt-2.gguf" \
+  --type F16 -o "$SMOL" > "$OUT_DIR/mk_smol.log" 2>&1
+$BIN/pagoda cuda-check -m "$SMOL" --tokens-file "$OUT_DIR/SmolLM2-F16.tokens" -n 64 \
+  > "$OUT_DIR/e2e_smol.log" 2>&1
+rc=$?
+cat "$OUT_DIR/e2e_smol.log"
+row "greedy 64 SmolLM2-shape random F16" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_smol.log" | sed 's/cuda-check: //')"
+[ $rc = 0 ] || FAILED=1
+rm -f "$SMOL"
+
+if [ $SKIP_BENCH = 0 ]; then
+  if [ $QUICK = 0 ]; then
+    echo "== kernel timings (Llama-3.1-8B shapes) =="
+    timeout 240 $BIN/pagoda_cuda_tests perf > "$OUT_DIR/perf.log" 2>&1
+    grep "perf " "$OUT_DIR/perf.log"
+  fi
+  for TYPE in $TYPES; do
+    echo "== benchmarks: Llama-3.1-8B shapes, random $TYPE =="
+    M="$MODEL_DIR/llama3.1-8b-random-$TYPE.gguf"
+    t0=$(now)
+    $BIN/pagoda mkmodel --preset llama3.1-8b --vocab "$DATA/testdata/tokenizer/ggml-vocab-llama-bpe.gguf" \
+      --type "$TYPE" -o "$M" > "$OUT_DIR/mk_8b_$TYPE.log" 2>&1 || { row "mkmodel 8B $TYPE" FAILED; continue; }
+    row "mkmodel llama3.1-8b $TYPE" "$(secs "$t0" "$(now)") s, $(du -h "$M" | cut -f1)"
+    B="$BIN/pagoda bench -m $M --device cuda --json"
+    $B -p 512 -n 128 -r 5 > "$OUT_DIR/bench_${TYPE}_pp512_tg128.json" 2>&1
+    $B -p 2048 -b 2048 -n 0 -r 5 > "$OUT_DIR/bench_${TYPE}_pp2048.json" 2>&1
+    $B -p 0 -n 64 --depth 4096 -r 3 > "$OUT_DIR/bench_${TYPE}_tg64_d4096.json" 2>&1
+    $B -p 0 -n 32 --depth 512 --parallel 32 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b32.json" 2>&1
+    $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b128.json" 2>&1
+    PAGODA_CUDA_PDL=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nopdl.json" 2>&1
+    if [ $PROFILE = 1 ]; then
+      PAGODA_CUDA_GRAPHS=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nographs.json" 2>&1
+      for args in "-p 0 -n 32 -r 1" "-p 2048 -b 2048 -n 0 -r 1" "-p 0 -n 16 --depth 512 --parallel 128 -r 1 -b 4096"; do
+        echo "-- profile: bench $args" >> "$OUT_DIR/profile_$TYPE.log"
+        PAGODA_CUDA_PROFILE=1 $B $args >> "$OUT_DIR/profile_$TYPE.log" 2>&1
+      done
+      cat "$OUT_DIR/profile_$TYPE.log"
+      echo "decode tg128 without graphs: $(cat "$OUT_DIR/bench_${TYPE}_tg128_nographs.json")"
+    fi
+    python3 - "$OUT_DIR" "$TYPE" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+out, t = sys.argv[1], sys.argv[2]
+def load(name):
+    try:
+        return json.loads(open(f"{out}/bench_{t}_{name}.json").read().strip().splitlines()[-1])
+    except Exception as e:
+        return {"error": str(e)}
+rows = [("pp512_tg128", "prefill 512", "prefill_tok_s"), ("pp512_tg128", "decode tg128 batch 1", "decode_tok_s"),
+        ("pp2048", "prefill 2048", "prefill_tok_s"), ("tg64_d4096", "decode batch 1 @ depth 4096", "decode_tok_s"),
+        ("b32", "decode 32 seqs @ depth 512", "decode_tok_s"), ("b128", "decode 128 seqs @ depth 512", "decode_tok_s"),
+        ("tg128_nopdl", "decode tg128 batch 1, no PDL", "decode_tok_s")]
+for name, label, key in rows:
+    d = load(name)
+    if "error" in d:
+        print(f"{'8B ' + t + ' ' + label:44s} ERROR {d['error'][:60]}")
+        continue
+    extra = f" ({d['decode_gb_s']:.0f} GB/s)" if key == "decode_tok_s" else ""
+    load_s = f", load {d['load_s']:.1f} s" if name == "pp512_tg128" and key == "prefill_tok_s" else ""
+    print(f"{'8B ' + t + ' ' + label:44s} {d[key]:10.1f} tok/s{extra}{load_s}")
+PY
+    rm -f "$M"
+  done
+fi
+
+echo "== compute-sanitizer (memcheck) over the op tests =="
+if [ $QUICK = 1 ]; then
+  row "compute-sanitizer memcheck" "skipped (--quick)"
+elif command -v compute-sanitizer > /dev/null; then
+  timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/pagoda_cuda_tests \
+    rms_norm,silu,embed,weight,rope,attention > "$OUT_DIR/memcheck.log" 2>&1
+  rc=$?
+  tail -n 3 "$OUT_DIR/memcheck.log"
+  row "compute-sanitizer memcheck" "$([ $rc = 0 ] && echo clean || echo "rc $rc") ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT_DIR/memcheck.log") error lines)"
+  [ $rc = 0 ] || FAILED=1
+else
+  row "compute-sanitizer memcheck" "not installed"
+fi
+
+echo
+echo "================ summary ================"
+cat "$SUMMARY"
+exit $FAILED

@@ -1,0 +1,261 @@
+// Prefill attention on tensor cores, FlashAttention-2 style: a block takes 64 queries of
+// one head of one sequence (16 per warp) and walks the sequence's keys in tiles of 64
+// up to its last query's position. Scores and the output stay in registers in the
+// mma.m16n8k16 fragment layout; the probabilities are repacked from the score
+// fragments into operand fragments without leaving registers. K and V tiles are
+// gathered from the paged cache through the block table with cp.async; keys past the
+// context are zero-filled so no stale cache content reaches the sums.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with f16 operands; g = lane / 4, c = lane % 4):
+// A (16x16): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..)
+// B (16x8):  b0 = (k 2c..2c+1, n g), b1 = (k 2c+8.., n g)
+// C (16x8):  c0,c1 = (g, 2c..2c+1), c2,c3 = (g+8, 2c..2c+1)
+#include "backend/cuda/attention_impl.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kBQ = 64;  // queries per block
+constexpr int kBK = 64;  // keys per tile
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  // src-size 0 writes zeros: rows outside the context are zero-filled.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    prefill_kernel(const __half* __restrict__ q, KvLayerView kv, DeviceBatch b,
+                   const int32_t* __restrict__ seqs, int n_heads, float scale_log2,
+                   void* __restrict__ out, ActType out_type) {
+  pdl_trigger();
+  constexpr int kStride = HD + 8;  // padded rows: ldmatrix rows fall in distinct banks
+  constexpr int kChunks = HD / 8;  // 16-byte pieces per row
+  extern __shared__ __align__(16) __half smem[];
+  __half* q_s = smem;
+  __half* k_s = q_s + kBQ * kStride;
+  __half* v_s = k_s + kBK * kStride;
+
+  const int seq = seqs[blockIdx.z];
+  const int h = blockIdx.y;
+  const int qt = gridDim.x - 1 - blockIdx.x;  // the longest tiles start first
+  const int n_q = b.seq_n_q[seq];
+  if (qt * kBQ >= n_q) return;
+  const int q_row0 = b.seq_q_row[seq] + qt * kBQ;
+  const int pos0 = b.seq_pos0[seq] + qt * kBQ;  // position of the tile's first query
+  const int n_rows = min(kBQ, n_q - qt * kBQ);
+  const int k_end = pos0 + n_rows;  // keys visible to the tile's last query
+  const int g = h / (n_heads / kv.n_kv_heads);
+  const int bs = kv.block_size;
+  const int32_t* table = b.blocks + b.seq_blocks_off[seq];
+  const int64_t qd = static_cast<int64_t>(n_heads) * HD;
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int gr = lane / 4, gc = lane % 4;
+
+  for (int i = tid; i < kBQ * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = r < n_rows;
+    const __half* src = q + (static_cast<int64_t>(q_row0) + (valid ? r : 0)) * qd + h * HD + c * 8;
+    cp_async16(q_s + r * kStride + c * 8, src, valid);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks) {
+    const int mi = lane / 8;
+    const int r = warp * 16 + (mi & 1) * 8 + lane % 8;
+    ldmatrix_x4(qf[ks], q_s + r * kStride + ks * 16 + (mi >> 1) * 8);
+  }
+  // Positions of this thread's two rows; padding rows act as the last real one.
+  const int qp0 = pos0 + min(warp * 16 + gr, n_rows - 1);
+  const int qp1 = pos0 + min(warp * 16 + gr + 8, n_rows - 1);
+
+  float o[HD / 8][4];
+#pragma unroll
+  for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+  for (int kv0 = 0; kv0 < k_end; kv0 += kBK) {
+    for (int i = tid; i < kBK * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int pos = kv0 + r;
+      const bool valid = pos < k_end;
+      const int p = valid ? pos : 0;
+      const size_t base =
+          ((static_cast<size_t>(table[p / bs]) * kv.n_kv_heads + g) * bs + p % bs) * HD + c * 8;
+      cp_async16(k_s + r * kStride + c * 8, kv.k + base, valid);
+      cp_async16(v_s + r * kStride + c * 8, kv.v + base, valid);
+    }
+    cp_async_wait_all();
+    __syncthreads();
+
+    // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
+    float s[kBK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kBK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks) {
+#pragma unroll
+      for (int nt = 0; nt < kBK / 8; nt += 2) {
+        const int mi = lane / 8;
+        const int key = (nt + (mi >> 1)) * 8 + lane % 8;
+        uint32_t bf[4];
+        ldmatrix_x4(bf, k_s + key * kStride + ks * 16 + (mi & 1) * 8);
+        mma16816(s[nt], qf[ks], bf[0], bf[1]);
+        mma16816(s[nt + 1], qf[ks], bf[2], bf[3]);
+      }
+    }
+    // Scale into log2 units, mask the future, update the running max and sum.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kBK / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = kv0 + nt * 8 + 2 * gc + e;
+        s[nt][e] = key <= qp0 ? s[nt][e] * scale_log2 : -INFINITY;
+        s[nt][2 + e] = key <= qp1 ? s[nt][2 + e] * scale_log2 : -INFINITY;
+        mx0 = fmaxf(mx0, s[nt][e]);
+        mx1 = fmaxf(mx1, s[nt][2 + e]);
+      }
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // Every row sees key 0 in the first tile, so the maxima are finite from then on.
+    const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kBK / 8; ++nt) {
+      s[nt][0] = exp2f(s[nt][0] - mn0);
+      s[nt][1] = exp2f(s[nt][1] - mn0);
+      s[nt][2] = exp2f(s[nt][2] - mn1);
+      s[nt][3] = exp2f(s[nt][3] - mn1);
+      sum0 += s[nt][0] + s[nt][1];
+      sum1 += s[nt][2] + s[nt][3];
+    }
+    l0 = l0 * a0 + sum0;
+    l1 = l1 * a1 + sum1;
+#pragma unroll
+    for (int i = 0; i < HD / 8; ++i) {
+      o[i][0] *= a0;
+      o[i][1] *= a0;
+      o[i][2] *= a1;
+      o[i][3] *= a1;
+    }
+    // O += P V: the score fragments of key groups 2kk and 2kk+1 form P's A fragment.
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t pf[4];
+      pf[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
+      pf[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
+      pf[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pf[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dt = 0; dt < HD / 8; dt += 2) {
+        const int mi = lane / 8;
+        const int key = kk * 16 + (mi & 1) * 8 + lane % 8;
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, v_s + key * kStride + (dt + (mi >> 1)) * 8);
+        mma16816(o[dt], pf, vf[0], vf[1]);
+        mma16816(o[dt + 1], pf, vf[2], vf[3]);
+      }
+    }
+    __syncthreads();  // k_s and v_s are refilled next
+  }
+
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  const int r0 = warp * 16 + gr, r1 = r0 + 8;
+#pragma unroll
+  for (int dt = 0; dt < HD / 8; ++dt) {
+    const int d = h * HD + dt * 8 + 2 * gc;
+    if (r0 < n_rows) {
+      const int64_t i = (static_cast<int64_t>(q_row0) + r0) * qd + d;
+      store_act(out, out_type, i, o[dt][0] * inv0);
+      store_act(out, out_type, i + 1, o[dt][1] * inv0);
+    }
+    if (r1 < n_rows) {
+      const int64_t i = (static_cast<int64_t>(q_row0) + r1) * qd + d;
+      store_act(out, out_type, i, o[dt][2] * inv1);
+      store_act(out, out_type, i + 1, o[dt][3] * inv1);
+    }
+  }
+}
+
+template <int HD>
+Status launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
+              const AttentionPlan& plan, int n_heads, float scale, void* out, ActType out_type,
+              cudaStream_t stream) {
+  constexpr size_t kSmem = static_cast<size_t>(kBQ + 2 * kBK) * (HD + 8) * sizeof(__half);
+  static bool configured = false;  // the attribute is per function, set once per process
+  if (!configured) {
+    PAGODA_CUDA_TRY(cudaFuncSetAttribute(
+        prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+    configured = true;
+  }
+  const dim3 grid(static_cast<unsigned>((plan.max_prefill_q + kBQ - 1) / kBQ),
+                  static_cast<unsigned>(n_heads), static_cast<unsigned>(plan.n_prefill_seqs));
+  prefill_kernel<HD><<<grid, kThreads, kSmem, stream>>>(reinterpret_cast<const __half*>(q), kv, b,
+                                                        plan.prefill_seqs, n_heads, scale * kLog2e,
+                                                        out, out_type);
+  return launch_status("prefill_attention");
+}
+
+}  // namespace
+
+Status prefill_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
+                         const AttentionPlan& plan, int n_heads, float scale, void* out,
+                         ActType out_type, cudaStream_t stream) {
+  if (kv.head_dim == 64) return launch<64>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
+  if (kv.head_dim == 128) return launch<128>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
+  return unsupported("prefill attention: head size");
+}
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,84 @@
+// Device helpers shared by the kernels: activation loads/stores by type, warp reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "backend/cuda/kernels.h"
+
+namespace pagoda::cuda {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ void store_act(void* out, ActType t, int64_t i, float v) {
+  switch (t) {
+    case ActType::kF32:
+      static_cast<float*>(out)[i] = v;
+      break;
+    case ActType::kF16:
+      static_cast<__half*>(out)[i] = __float2half_rn(v);
+      break;
+    case ActType::kBF16:
+      static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+      break;
+  }
+}
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+// Programmatic dependent launch (Hopper): a kernel that feeds a weight product lets it
+// launch early (pdl_trigger at its start); the product streams its first weights while
+// the producer finishes and waits (pdl_wait) only before it reads the producer's output.
+// The wait returns at once for kernels launched the ordinary way.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Whether weight products launch as dependents (PAGODA_CUDA_PDL=0 turns it off).
+bool pdl_enabled();
+
+// Launches `kernel` on `stream`, as a programmatic dependent of the previous kernel when
+// pdl_enabled().
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                             Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// Launch grid size for n items of `per` each.
+inline unsigned blocks_for(int64_t n, int64_t per) {
+  return static_cast<unsigned>((n + per - 1) / per);
+}
+
+}  // namespace pagoda::cuda

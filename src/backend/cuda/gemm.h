@@ -1,0 +1,49 @@
+// Weight-times-activation products on the GPU. A few tokens go to the matrix-vector
+// kernel (gemv.cu), which streams the weights at close to memory bandwidth; larger
+// batches to cuBLASLt with f32 accumulation and an f32 output (the residual stream's
+// type; with accumulate the product is added to it in the same pass, beta = 1).
+// Quantized weights: a few tokens go to gemv_q8 (8-bit activations, integer dot
+// products); larger batches are dequantized to fp16 into scratch for cuBLASLt.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "backend/cuda/kernels.h"
+
+namespace pagoda::cuda {
+
+class Gemm {
+ public:
+  static Result<std::unique_ptr<Gemm>> create();
+  ~Gemm();
+
+  // y[t][r] (+)= sum_c W[r][c] x[t][c], t < n; x is in act_type_for(w.type).
+  Status matmul(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+                int64_t y_stride, bool accumulate, cudaStream_t stream);
+  // The same, always through cuBLASLt (tests and benchmarks compare the two paths).
+  Status matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+                   int64_t y_stride, bool accumulate, cudaStream_t stream);
+
+ private:
+  Gemm() = default;
+  struct Plan;
+  // (type, m, n, k, ldb, ldc, accumulate)
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+  Result<const Plan*> plan(const Key& key);
+
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  void* dequant_ = nullptr;  // fp16 copy of the quantized matrix being multiplied
+  size_t dequant_bytes_ = 0;
+  void* q8_ = nullptr;  // 8-bit activations for the quantized matrix-vector kernel
+  size_t q8_bytes_ = 0;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace pagoda::cuda

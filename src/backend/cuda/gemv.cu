@@ -1,0 +1,258 @@
+// Matrix-vector products for a few tokens (decode steps): one warp per weight row, each
+// lane reading 8 consecutive columns per step as one wide load, several steps in flight,
+// so the weights stream from memory once at close to full bandwidth. cuBLASLt takes
+// larger batches (gemm.cpp).
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 4;  // one warp each
+constexpr int kUnroll = 4;        // column steps in flight per lane (8 measured slower on H200)
+int g_split_override = 0;
+
+// Weights are read once per product: stream them past L1.
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void unpack_h2(uint32_t u, float* f) {
+  const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&u));
+  f[0] = v.x;
+  f[1] = v.y;
+}
+__device__ __forceinline__ void unpack_b2(uint32_t u, float* f) {
+  f[0] = __uint_as_float(u << 16);
+  f[1] = __uint_as_float(u & 0xffff0000u);
+}
+
+// 8 consecutive weights of row r starting at column c (a multiple of 8), as raw bits
+// (loaded first, so all steps' loads are in flight before any arithmetic).
+struct Raw8 {
+  uint4 a, b;  // b: second half of f32 rows
+};
+
+template <DType T>
+__device__ __forceinline__ Raw8 load_w8(const DeviceMatrix& w, int64_t r, int64_t c) {
+  Raw8 v{};
+  const int64_t i = r * w.cols + c;
+  if constexpr (T == DType::kF32) {
+    const float* p = static_cast<const float*>(w.data) + i;
+    v.a = load_stream16(p);
+    v.b = load_stream16(p + 4);
+  } else if constexpr (T == DType::kF16 || T == DType::kBF16) {
+    v.a = load_stream16(static_cast<const uint16_t*>(w.data) + i);
+  }
+  return v;
+}
+
+template <DType T>
+__device__ __forceinline__ void decode_w8(const Raw8& v, float* f) {
+  if constexpr (T == DType::kF32) {
+    f[0] = __uint_as_float(v.a.x), f[1] = __uint_as_float(v.a.y);
+    f[2] = __uint_as_float(v.a.z), f[3] = __uint_as_float(v.a.w);
+    f[4] = __uint_as_float(v.b.x), f[5] = __uint_as_float(v.b.y);
+    f[6] = __uint_as_float(v.b.z), f[7] = __uint_as_float(v.b.w);
+  } else if constexpr (T == DType::kF16) {
+    unpack_h2(v.a.x, f), unpack_h2(v.a.y, f + 2), unpack_h2(v.a.z, f + 4), unpack_h2(v.a.w, f + 6);
+  } else if constexpr (T == DType::kBF16) {
+    unpack_b2(v.a.x, f), unpack_b2(v.a.y, f + 2), unpack_b2(v.a.z, f + 4), unpack_b2(v.a.w, f + 6);
+  }
+}
+
+// 8 activations of token row x starting at column c.
+template <ActType A>
+__device__ __forceinline__ void load_x8(const void* x, int64_t i, float* f) {
+  if constexpr (A == ActType::kF32) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i + 4));
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
+    if constexpr (A == ActType::kF16) {
+      unpack_h2(u.x, f), unpack_h2(u.y, f + 2), unpack_h2(u.z, f + 4), unpack_h2(u.w, f + 6);
+    } else {
+      unpack_b2(u.x, f), unpack_b2(u.y, f + 2), unpack_b2(u.z, f + 4), unpack_b2(u.w, f + 6);
+    }
+  }
+}
+
+template <ActType A>
+__device__ __forceinline__ float load_x1(const void* x, int64_t i) {
+  if constexpr (A == ActType::kF32) return static_cast<const float*>(x)[i];
+  if constexpr (A == ActType::kF16) return __half2float(static_cast<const __half*>(x)[i]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+}
+
+template <DType T>
+__device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64_t c) {
+  const int64_t i = r * w.cols + c;
+  if constexpr (T == DType::kF32) return static_cast<const float*>(w.data)[i];
+  if constexpr (T == DType::kF16) return __half2float(static_cast<const __half*>(w.data)[i]);
+  if constexpr (T == DType::kBF16)
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(w.data)[i]);
+  return 0.0f;
+}
+
+// NT: tokens handled (n <= NT; the rest predicated off). SPLIT: warps sharing a row
+// (each takes every SPLIT-th column step; partial sums meet in shared memory), so
+// matrices with few rows still put enough warps on every SM. `vec`: rows and x rows are
+// 16-byte aligned so the 8-wide path applies; otherwise one element at a time.
+template <DType T, ActType A, int NT, int SPLIT>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+    gemv_kernel(DeviceMatrix w, const void* __restrict__ x, int64_t x_stride, int n,
+                float* __restrict__ y, int64_t y_stride, bool accumulate, bool vec) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int part = warp % SPLIT;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / SPLIT) + warp / SPLIT;
+  __shared__ float red[kRowsPerBlock][NT];
+  if (r >= w.rows) {
+    pdl_wait();
+    if constexpr (SPLIT > 1) __syncthreads();  // the block's other rows still meet below
+    return;
+  }
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  const int64_t cols = w.cols;
+  const int64_t cols8 = vec ? cols / 8 * 8 : 0;
+  constexpr int64_t kStep = 8 * kWarp * SPLIT;  // columns between a lane's steps
+  int64_t c = 8 * lane + 8 * kWarp * part;
+  // The first weights are requested before waiting for the activations (pdl_wait).
+  Raw8 raw[kUnroll];
+  bool full = c + (kUnroll - 1) * kStep < cols8;
+  if (full)
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T>(w, r, c + u * kStep);
+  pdl_wait();
+  for (; full;) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float wf[8];
+      decode_w8<T>(raw[u], wf);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t < n) {
+          float xf[8];
+          load_x8<A>(x, t * x_stride + c + u * kStep, xf);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) acc[t] = fmaf(wf[k], xf[k], acc[t]);
+        }
+      }
+    }
+    c += kUnroll * kStep;
+    full = c + (kUnroll - 1) * kStep < cols8;
+    if (full)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T>(w, r, c + u * kStep);
+  }
+  for (; c < cols8; c += kStep) {
+    float wf[8];
+    decode_w8<T>(load_w8<T>(w, r, c), wf);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < n) {
+        float xf[8];
+        load_x8<A>(x, t * x_stride + c, xf);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[t] = fmaf(wf[k], xf[k], acc[t]);
+      }
+    }
+  }
+  for (int64_t cc = cols8 + lane + kWarp * part; cc < cols; cc += kWarp * SPLIT) {
+    const float wv = load_w1<T>(w, r, cc);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      if (t < n) acc[t] = fmaf(wv, load_x1<A>(x, t * x_stride + cc), acc[t]);
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
+  if constexpr (SPLIT > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) red[warp][t] = acc[t];
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < SPLIT; ++p) acc[t] += red[warp + p][t];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t < n && lane == 0) {
+      float* dst = y + t * y_stride + r;
+      *dst = accumulate ? *dst + acc[t] : acc[t];
+    }
+  }
+}
+
+template <DType T, ActType A, int NT>
+void launch_nt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+               int64_t y_stride, bool accumulate, bool vec, int split, cudaStream_t stream) {
+  const unsigned threads = kRowsPerBlock * kWarp;
+  const unsigned grid = blocks_for(w.rows, kRowsPerBlock / split);
+  if (split == 1)
+    launch_dependent(gemv_kernel<T, A, NT, 1>, grid, threads, stream, w, x, x_stride, n, y,
+                     y_stride, accumulate, vec);
+  else
+    launch_dependent(gemv_kernel<T, A, NT, 2>, grid, threads, stream, w, x, x_stride, n, y,
+                     y_stride, accumulate, vec);
+}
+
+template <DType T, ActType A>
+Status launch(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+              int64_t y_stride, bool accumulate, bool vec, cudaStream_t stream) {
+  // Two warps per row while one warp per row would not fill the GPU twice over.
+  int split = w.rows < 16384 ? 2 : 1;
+  if (g_split_override > 0) split = g_split_override;
+  if (n == 1)
+    launch_nt<T, A, 1>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+  else if (n <= 4)
+    launch_nt<T, A, 4>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+  else
+    launch_nt<T, A, 8>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+  return launch_status("gemv");
+}
+
+}  // namespace
+
+void set_gemv_split_override(int split) {
+  g_split_override = split == 1 || split == 2 ? split : 0;
+}
+
+Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+            int64_t y_stride, bool accumulate, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  if (n > kGemvMaxTokens) return invalid_argument("gemv takes at most 8 tokens");
+  const ActType at = act_type_for(w.type);
+  const size_t xb = act_bytes(at);
+  const size_t wb = w.type == DType::kF32 ? 4 : 2;
+  const bool vec = (static_cast<size_t>(w.cols) * wb) % 16 == 0 &&
+                   (static_cast<size_t>(x_stride) * xb) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  switch (w.type) {
+    case DType::kF32:
+      return launch<DType::kF32, ActType::kF32>(w, x, x_stride, n, y, y_stride, accumulate, vec,
+                                                stream);
+    case DType::kF16:
+      return launch<DType::kF16, ActType::kF16>(w, x, x_stride, n, y, y_stride, accumulate, vec,
+                                                stream);
+    case DType::kBF16:
+      return launch<DType::kBF16, ActType::kBF16>(w, x, x_stride, n, y, y_stride, accumulate, vec,
+                                                  stream);
+    default:
+      return unsupported("gemv takes F32, F16 and BF16 weights (quantized ones: gemv_q8), not " +
+                         std::string(dtype_name(w.type)));
+  }
+}
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,162 @@
+// Launchers of the CUDA kernels of one transformer layer. Plain C++ (no device code), so
+// host code and tests call them from .cpp files. Every launcher enqueues on `stream` and
+// returns the launch's Status; pointers are device pointers unless the name says host.
+//
+// Activations between ops: the residual stream and every GEMM output are f32; the
+// inputs of a GEMM are in its "activation type" (ActType), which follows the weights
+// (f32 for F32, f16 for F16 and the quantized types, bf16 for BF16), so cuBLASLt gets
+// operands of one type and the producer of the activations writes them converted.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace pagoda::cuda {
+
+enum class ActType : uint8_t { kF32, kF16, kBF16 };
+inline size_t act_bytes(ActType t) {
+  return t == ActType::kF32 ? 4 : 2;
+}
+
+// A weight matrix W[rows][cols] on the device. Float types are row-major as in GGUF.
+// Quantized types are split into aligned arrays so loads are 16-byte wide: `data` holds
+// the quants (Q8_0: int8 [rows][cols]; Q4_0/Q4_1: [rows][cols/2] bytes, each 32-element
+// block's 16 bytes in GGUF nibble order), `scales` the fp16 d per 32-element block
+// ([rows][cols/32]) and `mins` Q4_1's fp16 m.
+struct DeviceMatrix {
+  DType type = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  void* data = nullptr;
+  uint16_t* scales = nullptr;
+  uint16_t* mins = nullptr;
+};
+bool is_supported_device_type(DType t);
+// The activation type a product with weights of type `t` consumes.
+ActType act_type_for(DType t);
+// Device bytes of a rows x cols matrix of `t` in the layout above.
+size_t device_matrix_bytes(DType t, int64_t rows, int64_t cols);
+// Points m.data/scales/mins into `base` (device_matrix_bytes bytes).
+void assign_matrix_storage(DeviceMatrix* m, void* base);
+// Converts `n_rows` GGUF rows (already copied to the device at `raw`) into rows
+// [row0, row0 + n_rows) of `m`. Float types are copied as is.
+Status repack_rows(const void* raw, int64_t row0, int64_t n_rows, const DeviceMatrix& m,
+                   cudaStream_t stream);
+
+// out[i][:] = row tokens[i] of `table` as f32, i < n.
+Status embed_rows(const DeviceMatrix& table, const int32_t* tokens, int n, float* out,
+                  cudaStream_t stream);
+
+// out[i] = x[r] / sqrt(mean(x[r]^2) + eps) * w, r = rows ? rows[i] : i, converted to
+// out_type; rows of x have stride x_stride floats, rows of out are dim wide.
+Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const float* w, void* out,
+                ActType out_type, int n, int dim, float eps, cudaStream_t stream);
+
+// out[i][j] = silu(gu[i][j]) * gu[i][ff + j], converted to out_type ([n][ff]).
+Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cudaStream_t stream);
+
+// The paged KV pool of one layer: K and V both [block][kv_head][slot][head_dim] fp16
+// (the CPU keeps K transposed; on the GPU rows of head_dim suit 16-byte loads and the
+// tensor-core fragments of the prefill kernel).
+struct KvLayerView {
+  uint16_t* k = nullptr;
+  uint16_t* v = nullptr;
+  int block_size = 16;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// A batch as index arrays on the device (FlashInfer's style): sequence s owns rows
+// [seq_q_row[s], seq_q_row[s] + seq_n_q[s]) at positions seq_pos0[s].., and its block
+// table is blocks[seq_blocks_off[s] ..]. row_seq / row_pos give each row's sequence and
+// position.
+struct DeviceBatch {
+  int n_rows = 0;
+  int n_seqs = 0;
+  const int32_t* row_seq = nullptr;
+  const int32_t* row_pos = nullptr;
+  const int32_t* seq_q_row = nullptr;
+  const int32_t* seq_n_q = nullptr;
+  const int32_t* seq_pos0 = nullptr;
+  const int32_t* seq_blocks_off = nullptr;
+  const int32_t* blocks = nullptr;
+};
+
+struct RopeParams {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int n_pairs = 0;  // rope_dims / 2
+  bool neox = false;
+  float theta_scale = 1;                // rope_theta^(-2/rope_dims)
+  float freq_scale = 1;                 // linear scaling
+  const float* freq_factors = nullptr;  // llama3 per-pair divisors (device), or null
+};
+
+// cos/sin of every (row, pair) angle of the batch, computed once per forward pass as
+// the CPU computes them: cs[row][pair] = {cos, sin} ([n_rows][n_pairs][2] floats).
+Status rope_tables(const RopeParams& p, const DeviceBatch& b, float* cs, cudaStream_t stream);
+
+// For each row of qkv ([n_rows][q_dim + 2 kv_dim], f32): adds `bias` (or not), rotates q
+// and k by the angles in `cs` (rope_tables), writes q rounded to fp16 into q_out
+// ([n_rows][q_dim]) and k, v as fp16 into the row's cache slot.
+Status rope_qkv_store(const float* qkv, const float* bias, const RopeParams& p, const float* cs,
+                      const DeviceBatch& b, uint16_t* q_out, const KvLayerView& kv,
+                      cudaStream_t stream);
+
+// out[i] = index of the largest of logits[i][0 .. n_vocab) (the first on ties), i < n.
+Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaStream_t stream);
+
+// The work of one attention call. Rows listed in decode_rows go to the row kernel
+// (split-KV flash-decoding: one query row, all query heads of a KV head, the context cut
+// into splits merged afterwards); sequences in prefill_seqs go to the tiled tensor-core
+// kernel (64 queries of one head per block; head sizes 64 and 128). The caller sends
+// decodes and short chunks to the first, prefill chunks to the second, and every row
+// to the first when the head size has no tensor-core kernel.
+struct AttentionPlan {
+  const int32_t* decode_rows = nullptr;
+  int n_decode_rows = 0;
+  // KV splits per decode row; 0 picks decode_splits(). Each row cuts its own context
+  // into that many chunks of at least 64 keys (later splits of a short context are empty),
+  // so launches do not depend on context lengths and replay from a CUDA graph.
+  int n_splits = 0;
+  const int32_t* prefill_seqs = nullptr;
+  int n_prefill_seqs = 0;
+  int max_prefill_q = 0;  // largest n_q among prefill sequences
+  // Scratch for split-KV partial results (attention_workspace_bytes).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+// A sequence with at most this many queries runs through the row kernel.
+constexpr int kDecodeMaxQueries = 4;
+bool has_prefill_kernel(int head_dim);
+// Splits for n_rows decode rows: enough blocks to fill the GPU twice.
+int decode_splits(int n_rows, int n_kv_heads);
+// Workspace for up to max_rows decode rows with any context.
+size_t attention_workspace_bytes(int max_rows, int n_heads, int head_dim);
+
+// out[row][h*head_dim + d] = softmax(q_h . K^T * scale, causal) . V, in out_type. q is
+// fp16 [rows][n_heads * head_dim].
+Status attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
+                 const AttentionPlan& plan, int n_heads, float scale, void* out, ActType out_type,
+                 cudaStream_t stream);
+
+// y[t][r] (+)= sum_c W[r][c] x[t][c] for t < n, by the matrix-vector kernel (n <= 8;
+// F32/F16/BF16 weights: quantized ones go through gemv_q8.h).
+constexpr int kGemvMaxTokens = 8;
+Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+            int64_t y_stride, bool accumulate, cudaStream_t stream);
+// Tests and benchmarks: force 1 or 2 warps per row in gemv (0: the size heuristic).
+void set_gemv_split_override(int split);
+// Dequantizes a quantized matrix into fp16 rows ([rows][cols]) for the GEMM path.
+Status dequantize_to_f16(const DeviceMatrix& w, uint16_t* out, cudaStream_t stream);
+
+// Fills n floats with NaN (tests poison outputs with it).
+Status fill_nan(void* p, size_t bytes, cudaStream_t stream);
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,125 @@
+// Row-wise and elementwise ops: RMSNorm (optionally over a gathered subset of rows) and
+// SiLU-and-multiply, each writing the next GEMM's activation type directly.
+#include <cstdlib>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kNormMaxThreads = 1024;
+
+// One block per row. Squares summed in double as the CPU (and llama.cpp) do, so the
+// scale agrees to the last bit in most rows.
+__global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
+                                const int32_t* __restrict__ rows, const float* __restrict__ w,
+                                void* __restrict__ out, ActType out_type, int dim, float eps) {
+  pdl_trigger();
+  const int i = blockIdx.x;
+  const int64_t r = rows ? rows[i] : i;
+  const float* xr = x + r * x_stride;
+  double ss = 0;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    const float v = xr[j];
+    ss += static_cast<double>(v * v);
+  }
+  __shared__ double part[kNormMaxThreads / kWarp];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
+  __syncthreads();
+  double total = 0;
+  for (int k = 0; k < static_cast<int>(blockDim.x) / kWarp; ++k) total += part[k];
+  const float scale = 1.0f / sqrtf(static_cast<float>(total / dim) + eps);
+  const int64_t o = static_cast<int64_t>(i) * dim;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x)
+    store_act(out, out_type, o + j, xr[j] * scale * w[j]);
+}
+
+__global__ void silu_mul_kernel(const float* __restrict__ gu, int64_t n_total, int ff,
+                                void* __restrict__ out, ActType out_type) {
+  pdl_trigger();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_total) return;
+  const int64_t t = i / ff, j = i % ff;
+  const float g = gu[t * 2 * ff + j], u = gu[t * 2 * ff + ff + j];
+  // expf, not __expf: the CPU's exp is accurate to an ulp and so is this.
+  store_act(out, out_type, i, g / (1.0f + expf(-g)) * u);
+}
+
+// One block per row; ties go to the lowest index, as the CPU's argmax.
+__global__ void argmax_kernel(const float* __restrict__ logits, int n_vocab,
+                              int32_t* __restrict__ out) {
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
+  float best = -INFINITY;
+  int idx = n_vocab;
+  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    const float v = row[i];
+    if (v > best) best = v, idx = i;  // ascending i: the first maximum of this thread
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ob > best || (ob == best && oi < idx)) best = ob, idx = oi;
+  }
+  __shared__ float sb[32];
+  __shared__ int si[32];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) sb[warp] = best, si[warp] = idx;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w)
+      if (sb[w] > best || (sb[w] == best && si[w] < idx)) best = sb[w], idx = si[w];
+    // All NaN: the CPU's argmax returns 0 then.
+    out[blockIdx.x] = idx < n_vocab ? idx : 0;
+  }
+}
+
+__global__ void fill_nan_kernel(uint32_t* p, size_t n) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = 0x7fc07fc0u;  // a NaN as f32, and two NaNs as f16 or bf16
+}
+
+}  // namespace
+
+Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const float* w, void* out,
+                ActType out_type, int n, int dim, float eps, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  // A decode step normalises one row or a few: a whole SM's worth of threads each.
+  const int threads = n < 64 ? 1024 : 256;
+  rms_norm_kernel<<<n, threads, 0, stream>>>(x, x_stride, rows, w, out, out_type, dim, eps);
+  return launch_status("rms_norm");
+}
+
+Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(n) * ff;
+  if (total <= 0) return Status::ok();
+  silu_mul_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(gu, total, ff, out, out_type);
+  return launch_status("silu_mul");
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("PAGODA_CUDA_PDL");
+    return !(e && *e == '0');
+  }();
+  return on;
+}
+
+Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaStream_t stream) {
+  if (n <= 0) return Status::ok();
+  argmax_kernel<<<n, 1024, 0, stream>>>(logits, n_vocab, out);
+  return launch_status("argmax_rows");
+}
+
+Status fill_nan(void* p, size_t bytes, cudaStream_t stream) {
+  const size_t n = bytes / 4;
+  if (n == 0) return Status::ok();
+  fill_nan_kernel<<<blocks_for(static_cast<int64_t>(n), 256), 256, 0, stream>>>(
+      static_cast<uint32_t*>(p), n);
+  return launch_status("fill_nan");
+}
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,33 @@
+// The engine's Executor over any ModelRunner (model/runner.h), so the engine can drive
+// the CUDA backend: `RunnerExecutor(make_cuda_runner(file, options))`.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "engine/executor.h"
+#include "model/runner.h"
+
+namespace pagoda {
+
+class RunnerExecutor : public Executor {
+ public:
+  explicit RunnerExecutor(std::unique_ptr<ModelRunner> runner) : runner_(std::move(runner)) {}
+  int32_t n_vocab() const override { return runner_->config().n_vocab; }
+  Status execute(const Batch& batch, float* logits) override {
+    if (!last_) return std::exchange(last_, Status::ok());
+    return runner_->forward(batch, logits);
+  }
+  void copy_blocks(const std::vector<kv::BlockCopy>& copies) override {
+    // The interface returns nothing here: a failed copy is reported by the next execute().
+    for (const kv::BlockCopy& c : copies)
+      if (Status s = runner_->copy_block(c.src, c.dst); !s && last_) last_ = s;
+  }
+  ModelRunner& runner() { return *runner_; }
+
+ private:
+  std::unique_ptr<ModelRunner> runner_;
+  Status last_;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,303 @@
+// The forward pass on the GPU: the layer of model/forward.cpp with the same operations
+// in the same order, each a kernel (or cuBLASLt call) on the model's stream:
+//   xn = norm(x); qkv = Wqkv xn; q, K, V = rope(qkv + b) -> cache; a = attention(q, K, V)
+//   x += Wo a (accumulated by the product); xn = norm(x); gu = Wgu xn;
+//   h = silu(g) * u; x += Wdown h
+// Per call the host builds the batch's index arrays and sends them in one copy. Decode
+// steps (one token per sequence) replay a CUDA graph per batch size: the ~300 launches
+// of a step cost one, and no kernel waits on the host.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/check.h"
+#include "model/cuda/cuda_model.h"
+#include "model/cuda/op_profiler.h"
+
+namespace pagoda {
+namespace {
+
+constexpr int kMaxGraphRows = 512;          // larger decode batches run eagerly
+constexpr int kEagerRunsBeforeCapture = 1;  // the first run allocates and plans
+
+// Packs int32 arrays one after another (64-element aligned) into a host buffer, so they
+// go to the device in one copy. Offsets depend only on the sizes of earlier arrays:
+// the variable-length block tables go last, so a decode batch of a given size keeps
+// every other array where a captured graph expects it.
+class MetaPacker {
+ public:
+  explicit MetaPacker(std::vector<int32_t>& buf) : buf_(buf) { buf_.clear(); }
+  size_t add(const int32_t* p, size_t n) {
+    const size_t off = (buf_.size() + 63) / 64 * 64;
+    buf_.resize(off + n);
+    if (n) std::memcpy(buf_.data() + off, p, n * sizeof(int32_t));
+    return off;
+  }
+  size_t add(const std::vector<int32_t>& v) { return add(v.data(), v.size()); }
+
+ private:
+  std::vector<int32_t>& buf_;
+};
+
+}  // namespace
+
+CudaModel::Graph::~Graph() {
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+}
+
+void CudaModel::drop_graphs() {
+  graphs_.clear();
+  graph_seen_.clear();
+}
+
+Status CudaModel::reserve(int n_tokens, int n_logit_rows) {
+  const ModelConfig& c = config_;
+  if (n_tokens > capacity_) {
+    drop_graphs();  // they point into the buffers replaced here
+    const size_t n = static_cast<size_t>(n_tokens);
+    const size_t qkv_w = static_cast<size_t>(c.q_dim() + 2 * c.kv_dim());
+    PAGODA_ASSIGN_OR_RETURN(x_, cuda::DeviceBuffer::alloc(n * c.dim * 4));
+    PAGODA_ASSIGN_OR_RETURN(xn_, cuda::DeviceBuffer::alloc(n * c.dim * 4));
+    PAGODA_ASSIGN_OR_RETURN(qkv_, cuda::DeviceBuffer::alloc(n * qkv_w * 4));
+    PAGODA_ASSIGN_OR_RETURN(q16_, cuda::DeviceBuffer::alloc(n * c.q_dim() * 2));
+    PAGODA_ASSIGN_OR_RETURN(attn_, cuda::DeviceBuffer::alloc(n * c.q_dim() * 4));
+    PAGODA_ASSIGN_OR_RETURN(gu_, cuda::DeviceBuffer::alloc(n * 2 * c.ffn_dim * 4));
+    PAGODA_ASSIGN_OR_RETURN(hidden_, cuda::DeviceBuffer::alloc(n * c.ffn_dim * 4));
+    PAGODA_ASSIGN_OR_RETURN(rope_cs_, cuda::DeviceBuffer::alloc(n * c.rope_dims * 4));
+    PAGODA_ASSIGN_OR_RETURN(attn_ws_, cuda::DeviceBuffer::alloc(cuda::attention_workspace_bytes(
+                                          n_tokens, c.n_heads, c.head_dim)));
+    capacity_ = n_tokens;
+  }
+  if (n_logit_rows > logit_capacity_) {
+    drop_graphs();
+    const size_t bytes = static_cast<size_t>(n_logit_rows) * c.n_vocab * 4;
+    PAGODA_ASSIGN_OR_RETURN(logits_, cuda::DeviceBuffer::alloc(bytes));
+    PAGODA_ASSIGN_OR_RETURN(tokens_out_, cuda::DeviceBuffer::alloc(n_logit_rows * 4));
+    PAGODA_RETURN_IF_ERROR(logits_host_.reserve(bytes));
+    logit_capacity_ = n_logit_rows;
+  }
+  return Status::ok();
+}
+
+Status CudaModel::build_batch(const Batch& batch, Step* st) {
+  const ModelConfig& c = config_;
+  const int n = static_cast<int>(batch.tokens.size());
+  const int bs = options_.kv_block_size;
+  std::vector<int32_t> row_seq(static_cast<size_t>(n), -1), row_pos(static_cast<size_t>(n));
+  std::vector<int32_t> q_row, n_q, pos0, blocks_off, blocks, decode_rows, prefill_seqs;
+  int max_prefill_q = 0;
+  const bool tc = cuda::has_prefill_kernel(c.head_dim);
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const cpu::AttentionSeq& q = batch.seqs[s];
+    if (q.n_q <= 0 || q.q_row < 0 || q.q_row + q.n_q > n || q.pos0 < 0)
+      return invalid_argument(str_format("sequence %zu has rows outside the batch", s));
+    if (q.blocks == nullptr) return invalid_argument("sequence without a block table");
+    q_row.push_back(q.q_row);
+    n_q.push_back(q.n_q);
+    pos0.push_back(q.pos0);
+    blocks_off.push_back(static_cast<int32_t>(blocks.size()));
+    const int n_blocks = (q.pos0 + q.n_q + bs - 1) / bs;
+    for (int i = 0; i < n_blocks; ++i) {
+      const int32_t id = q.blocks[i];
+      if (id < 0 || id >= options_.n_kv_blocks)
+        return invalid_argument(
+            str_format("KV block id %d is outside the pool of %d", id, options_.n_kv_blocks));
+      blocks.push_back(id);
+    }
+    for (int t = 0; t < q.n_q; ++t) {
+      const size_t r = static_cast<size_t>(q.q_row + t);
+      if (row_seq[r] >= 0) return invalid_argument("two sequences claim the same batch row");
+      row_seq[r] = static_cast<int32_t>(s);
+      row_pos[r] = q.pos0 + t;
+    }
+    if (q.n_q <= cuda::kDecodeMaxQueries || !tc) {
+      for (int t = 0; t < q.n_q; ++t) decode_rows.push_back(q.q_row + t);
+    } else {
+      prefill_seqs.push_back(static_cast<int32_t>(s));
+      max_prefill_q = std::max(max_prefill_q, q.n_q);
+    }
+  }
+  for (int r = 0; r < n; ++r)
+    if (row_seq[static_cast<size_t>(r)] < 0)
+      return invalid_argument(str_format("batch row %d belongs to no sequence", r));
+
+  static thread_local std::vector<int32_t> host;
+  MetaPacker pk(host);
+  const size_t o_tok = pk.add(batch.tokens);
+  const size_t o_rs = pk.add(row_seq), o_rp = pk.add(row_pos);
+  const size_t o_qr = pk.add(q_row), o_nq = pk.add(n_q), o_p0 = pk.add(pos0);
+  const size_t o_bo = pk.add(blocks_off);
+  const size_t o_lr = pk.add(batch.logit_rows.data(), batch.logit_rows.size());
+  const size_t o_dr = pk.add(decode_rows), o_ps = pk.add(prefill_seqs);
+  const size_t o_bl = pk.add(blocks);
+  const size_t bytes = host.size() * sizeof(int32_t);
+  if (bytes > meta_.bytes() || bytes > meta_host_.bytes()) {
+    PAGODA_RETURN_IF_ERROR(dev_->sync());  // the old buffers may still be in use
+    drop_graphs();
+    // Room for long block tables, so the buffer (which graphs point into) rarely moves.
+    const size_t want = std::max<size_t>(bytes * 2, 1u << 20);
+    PAGODA_ASSIGN_OR_RETURN(meta_, cuda::DeviceBuffer::alloc(want));
+    PAGODA_RETURN_IF_ERROR(meta_host_.reserve(want));
+  }
+  std::memcpy(meta_host_.get(), host.data(), bytes);
+  PAGODA_CUDA_TRY(cudaMemcpyAsync(meta_.get(), meta_host_.get(), bytes, cudaMemcpyHostToDevice,
+                                  dev_->stream()));
+  const int32_t* d = meta_.as<int32_t>();
+  st->n = n;
+  st->tokens = d + o_tok;
+  st->logit_rows = d + o_lr;
+  st->db.n_rows = n;
+  st->db.n_seqs = static_cast<int>(batch.seqs.size());
+  st->db.row_seq = d + o_rs;
+  st->db.row_pos = d + o_rp;
+  st->db.seq_q_row = d + o_qr;
+  st->db.seq_n_q = d + o_nq;
+  st->db.seq_pos0 = d + o_p0;
+  st->db.seq_blocks_off = d + o_bo;
+  st->db.blocks = d + o_bl;
+  st->plan.decode_rows = d + o_dr;
+  st->plan.n_decode_rows = static_cast<int>(decode_rows.size());
+  st->plan.prefill_seqs = d + o_ps;
+  st->plan.n_prefill_seqs = static_cast<int>(prefill_seqs.size());
+  st->plan.max_prefill_q = max_prefill_q;
+  st->plan.workspace = attn_ws_.get();
+  st->plan.workspace_bytes = attn_ws_.bytes();
+  return Status::ok();
+}
+
+Status CudaModel::enqueue(const Step& s) {
+  const ModelConfig& c = config_;
+  cudaStream_t st = dev_->stream();
+  cuda::Gemm& gemm = dev_->gemm();
+  const int n = s.n;
+  const int64_t dim = c.dim, qd = c.q_dim(), qkv_w = qd + 2 * c.kv_dim(), ff = c.ffn_dim;
+  cuda::RopeParams rp;
+  rp.n_heads = c.n_heads;
+  rp.n_kv_heads = c.n_kv_heads;
+  rp.head_dim = c.head_dim;
+  rp.n_pairs = c.rope_dims / 2;
+  rp.neox = c.rope_style == RopeStyle::kNeox;
+  rp.theta_scale = std::pow(c.rope_theta, -2.0f / static_cast<float>(c.rope_dims));
+  rp.freq_scale = c.rope_freq_scale;
+  rp.freq_factors = c.rope_has_freq_factors ? rope_factors_ : nullptr;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  OpProfiler* prof = profiler_.get();
+  auto mark = [prof](const char* op) {
+    if (prof) prof->mark(op);
+  };
+
+  float* x = x_.as<float>();
+  PAGODA_RETURN_IF_ERROR(cuda::embed_rows(tok_embd_, s.tokens, n, x, st));
+  PAGODA_RETURN_IF_ERROR(cuda::rope_tables(rp, s.db, rope_cs_.as<float>(), st));
+  mark("embed+rope");
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    const cuda::KvLayerView kv = kv_layer(l);
+    PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
+                                          cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps, st));
+    mark("rms_norm");
+    PAGODA_RETURN_IF_ERROR(
+        gemm.matmul(L.qkv, xn_.get(), dim, n, qkv_.as<float>(), qkv_w, false, st));
+    mark("qkv");
+    PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(
+        qkv_.as<float>(), L.qkv_bias, rp, rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(), kv, st));
+    mark("rope+kv");
+    PAGODA_RETURN_IF_ERROR(cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads, scale,
+                                           attn_.get(), cuda::act_type_for(L.wo.type), st));
+    mark("attention");
+    PAGODA_RETURN_IF_ERROR(gemm.matmul(L.wo, attn_.get(), qd, n, x, dim, true, st));
+    mark("wo");
+    PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.ffn_norm, xn_.get(),
+                                          cuda::act_type_for(L.gate_up.type), n, c.dim, c.rms_eps,
+                                          st));
+    mark("rms_norm");
+    PAGODA_RETURN_IF_ERROR(
+        gemm.matmul(L.gate_up, xn_.get(), dim, n, gu_.as<float>(), 2 * ff, false, st));
+    mark("gate_up");
+    PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
+                                          cuda::act_type_for(L.down.type), st));
+    mark("silu_mul");
+    PAGODA_RETURN_IF_ERROR(gemm.matmul(L.down, hidden_.get(), ff, n, x, dim, true, st));
+    mark("down");
+  }
+  if (s.n_out == 0) return Status::ok();
+  PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, s.logit_rows, output_norm_, xn_.get(),
+                                        cuda::act_type_for(output_.type), s.n_out, c.dim, c.rms_eps,
+                                        st));
+  PAGODA_RETURN_IF_ERROR(
+      gemm.matmul(output_, xn_.get(), dim, s.n_out, logits_.as<float>(), c.n_vocab, false, st));
+  if (s.greedy)
+    PAGODA_RETURN_IF_ERROR(
+        cuda::argmax_rows(logits_.as<float>(), s.n_out, c.n_vocab, tokens_out_.as<int32_t>(), st));
+  mark("output");
+  return Status::ok();
+}
+
+Status CudaModel::launch_graph(const Step& s) {
+  const GraphKey key{s.n, s.n_out, s.greedy};
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (graph_seen_[key]++ < kEagerRunsBeforeCapture) return enqueue(s);
+    cudaStream_t st = dev_->stream();
+    auto g = std::make_unique<Graph>();
+    PAGODA_CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    const Status queued = enqueue(s);
+    const cudaError_t ended = cudaStreamEndCapture(st, &g->graph);
+    PAGODA_RETURN_IF_ERROR(queued);
+    PAGODA_RETURN_IF_ERROR(cuda::cuda_status(ended, "capturing the decode step"));
+    PAGODA_CUDA_TRY(cudaGraphInstantiate(&g->exec, g->graph, 0));
+    it = graphs_.emplace(key, std::move(g)).first;
+  }
+  return cuda::cuda_status(cudaGraphLaunch(it->second->exec, dev_->stream()), "cudaGraphLaunch");
+}
+
+Status CudaModel::run(const Batch& batch, bool greedy, void* out) {
+  const ModelConfig& c = config_;
+  const int n = static_cast<int>(batch.tokens.size());
+  if (n == 0) return invalid_argument("empty batch");
+  for (int32_t t : batch.tokens)
+    if (t < 0 || t >= c.n_vocab)
+      return invalid_argument(str_format("token id %d is out of range", t));
+  for (int r : batch.logit_rows)
+    if (r < 0 || r >= n) return invalid_argument("logit row out of range");
+  const int n_out = out ? static_cast<int>(batch.logit_rows.size()) : 0;
+  PAGODA_CUDA_TRY(cudaSetDevice(dev_->index()));
+  PAGODA_RETURN_IF_ERROR(reserve(std::max(n, n_out), n_out));
+  Step s;
+  s.n_out = n_out;
+  s.greedy = greedy;
+  PAGODA_RETURN_IF_ERROR(build_batch(batch, &s));
+
+  bool decode_only = n <= kMaxGraphRows;
+  for (const cpu::AttentionSeq& q : batch.seqs) decode_only = decode_only && q.n_q == 1;
+  if (profiler_) {
+    profiler_->begin();
+    PAGODA_RETURN_IF_ERROR(enqueue(s));
+    profiler_->end();
+  } else if (decode_only && use_graphs_) {
+    PAGODA_RETURN_IF_ERROR(launch_graph(s));
+  } else {
+    PAGODA_RETURN_IF_ERROR(enqueue(s));
+  }
+  cudaStream_t st = dev_->stream();
+  if (n_out == 0) return dev_->sync();
+  const size_t bytes =
+      static_cast<size_t>(n_out) * (greedy ? sizeof(int32_t) : c.n_vocab * sizeof(float));
+  PAGODA_CUDA_TRY(cudaMemcpyAsync(logits_host_.get(), greedy ? tokens_out_.get() : logits_.get(),
+                                  bytes, cudaMemcpyDeviceToHost, st));
+  PAGODA_RETURN_IF_ERROR(dev_->sync());
+  std::memcpy(out, logits_host_.get(), bytes);
+  return Status::ok();
+}
+
+Status CudaModel::forward(const Batch& batch, float* logits) {
+  return run(batch, false, logits);
+}
+
+Status CudaModel::forward_greedy(const Batch& batch, int32_t* tokens) {
+  return run(batch, true, tokens);
+}
+
+}  // namespace pagoda

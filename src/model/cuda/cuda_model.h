@@ -1,0 +1,96 @@
+// The CUDA backend's model: weights in GPU memory in the layouts of backend/cuda, the
+// paged fp16 KV pool, and the forward pass of the llama-like architectures (the same
+// layer as model/forward.cpp, op for op, on the GPU).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/device.h"
+#include "backend/cuda/kernels.h"
+#include "model/runner.h"
+
+namespace pagoda {
+
+class OpProfiler;
+
+class CudaModel : public ModelRunner {
+ public:
+  static Result<std::unique_ptr<CudaModel>> load(const GgufFile& file,
+                                                 const RunnerOptions& options);
+  ~CudaModel() override;
+
+  const ModelConfig& config() const override { return config_; }
+  DeviceKind device_kind() const override { return DeviceKind::kCuda; }
+  std::string describe() const override;
+  size_t decode_weight_bytes() const override;
+  Status forward(const Batch& batch, float* logits) override;
+  Status forward_greedy(const Batch& batch, int32_t* tokens) override;
+  Status copy_block(int src, int dst) override;
+
+  cuda::DeviceContext& device() { return *dev_; }
+
+ private:
+  struct Layer {
+    cuda::DeviceMatrix qkv, wo, gate_up, down;
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    const float* qkv_bias = nullptr;  // null without biases
+  };
+  // One forward pass as the kernels see it: device index arrays and sizes.
+  struct Step {
+    cuda::DeviceBatch db;
+    cuda::AttentionPlan plan;
+    const int32_t* tokens = nullptr;
+    const int32_t* logit_rows = nullptr;
+    int n = 0, n_out = 0;
+    bool greedy = false;  // argmax on the device instead of logits to the host
+  };
+  // Decode steps replay CUDA graphs captured per (rows, logit rows, greedy).
+  using GraphKey = std::tuple<int, int, bool>;
+  struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ~Graph();
+  };
+
+  CudaModel() = default;
+  Status load_weights(const GgufFile& f);
+  Status allocate_kv();
+  Status reserve(int n_tokens, int n_logit_rows);
+  Status build_batch(const Batch& batch, Step* step);
+  Status run(const Batch& batch, bool greedy, void* out);
+  // Queues every kernel of the step on the stream.
+  Status enqueue(const Step& step);
+  Status launch_graph(const Step& step);
+  void drop_graphs();
+  cuda::KvLayerView kv_layer(int l) const;
+
+  RunnerOptions options_;
+  ModelConfig config_;
+  std::unique_ptr<cuda::DeviceContext> dev_;
+  std::vector<cuda::DeviceBuffer> weights_;  // owns every weight allocation
+  cuda::DeviceMatrix tok_embd_, output_;     // output_ aliases tok_embd_ when tied
+  const float* output_norm_ = nullptr;
+  const float* rope_factors_ = nullptr;
+  std::vector<Layer> layers_;
+  size_t weight_bytes_ = 0;
+
+  cuda::DeviceBuffer kv_k_, kv_v_;  // [layer][block][kv_head][slot][head_dim] fp16
+  size_t kv_layer_elems_ = 0;
+
+  // Scratch sized for capacity_ tokens / logit_capacity_ logit rows.
+  int capacity_ = 0, logit_capacity_ = 0;
+  cuda::DeviceBuffer x_, xn_, qkv_, q16_, attn_, gu_, hidden_, rope_cs_, logits_, tokens_out_,
+      attn_ws_, meta_;
+  cuda::PinnedBuffer meta_host_, logits_host_;
+
+  std::map<GraphKey, std::unique_ptr<Graph>> graphs_;
+  std::map<GraphKey, int> graph_seen_;  // eager runs per key before capture
+  bool use_graphs_ = true;
+  std::unique_ptr<OpProfiler> profiler_;  // PAGODA_CUDA_PROFILE=1: time per op kind
+};
+
+}  // namespace pagoda

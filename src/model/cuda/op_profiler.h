@@ -1,0 +1,33 @@
+// Where a forward pass spends its GPU time, by kind of op: events recorded between ops
+// (PAGODA_CUDA_PROFILE=1; graphs are off then, so every kernel is launched on its own),
+// accumulated over all steps and printed to stderr when the model is destroyed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pagoda {
+
+class OpProfiler {
+ public:
+  explicit OpProfiler(cudaStream_t stream) : stream_(stream) {}
+  ~OpProfiler();
+  void begin();
+  // The GPU time since the previous mark goes to `op`.
+  void mark(const char* op);
+  // Waits for the step and adds its times.
+  void end();
+
+ private:
+  cudaEvent_t event(size_t i);
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  std::vector<const char*> ops_;
+  std::map<std::string, double> ms_;
+  int steps_ = 0;
+};
+
+}  // namespace pagoda

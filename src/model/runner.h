@@ -1,0 +1,61 @@
+// The backend-neutral face of a loaded model, so the engine can drive either backend:
+// a runner owns the weights on its device, the paged KV pool and the scratch memory,
+// and runs one forward pass per call over a Batch (the same description the CPU Model
+// takes: token ids, per-sequence query rows, positions and block tables). Which blocks a
+// sequence owns is decided above (the block manager); block ids index this runner's pool.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/gguf.h"
+#include "model/model.h"
+
+namespace pagoda {
+
+enum class DeviceKind { kCpu, kCuda };
+// "cpu" / "cuda"; false when unknown.
+bool parse_device_kind(std::string_view s, DeviceKind* out);
+
+struct RunnerOptions {
+  int n_kv_blocks = 0;         // KV pool size in blocks
+  int kv_block_size = 16;      // tokens per block (a multiple of 16)
+  int max_batch_tokens = 512;  // largest Batch::tokens the runner sizes its scratch for
+  int max_logit_rows = 512;    // largest Batch::logit_rows
+  int device = 0;              // GPU index (CUDA)
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual DeviceKind device_kind() const = 0;
+  // One line for logs: backend, device, weight types.
+  virtual std::string describe() const = 0;
+  // Bytes a single-token decode step reads from weights (for bandwidth figures).
+  virtual size_t decode_weight_bytes() const = 0;
+  // Runs the batch, writing its K/V into the pool and logits for batch.logit_rows to
+  // `logits` (host memory, logit_rows.size() x n_vocab floats; may be null when no
+  // logits are wanted).
+  virtual Status forward(const Batch& batch, float* logits) = 0;
+  // The same, returning only the most likely token of each logit row (greedy sampling;
+  // on the GPU the logits never leave the device). tokens: logit_rows.size() ids.
+  virtual Status forward_greedy(const Batch& batch, int32_t* tokens);
+  // Copies block src's K and V to block dst in every layer (copy-on-write of shared
+  // prefixes), ordered before the next forward pass.
+  virtual Status copy_block(int src, int dst) = 0;
+};
+
+// The CPU backend over an already loaded Model (which the caller keeps alive).
+std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool,
+                                             const RunnerOptions& options);
+
+// The CUDA backend: loads the weights of `file` straight to the GPU. Unsupported when
+// Pagoda was built without CUDA or no GPU is present.
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const GgufFile& file,
+                                                      const RunnerOptions& options);
+bool cuda_built();
+
+}  // namespace pagoda

@@ -1,0 +1,168 @@
+// The whole forward pass: a small random model (llama and qwen2 layouts, every weight
+// type) run by the CPU Model and by the CUDA runner over the same batches (prefill
+// chunks through both attention kernels, then batched decode steps of two sequences);
+// logits compared by normalised error.
+#include <unistd.h>
+#include <cstdio>
+
+#include "backend/cpu/matmul.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "harness.h"
+#include "model/gguf_writer.h"
+#include "model/runner.h"
+
+namespace pagoda::cuda::testing {
+namespace {
+
+struct ModelSpec {
+  const char* arch;
+  DType type;
+  int dim, heads, kv_heads, ffn, layers, vocab;
+  bool tied, freq_factors;
+};
+
+std::string write_model(const ModelSpec& s, std::mt19937& rng) {
+  GgufWriter w;
+  const std::string a = s.arch;
+  w.set_string("general.architecture", a);
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.layers));
+  w.set_u32(a + ".context_length", 4096);
+  w.set_u32(a + ".embedding_length", static_cast<uint32_t>(s.dim));
+  w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(s.ffn));
+  w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.heads));
+  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.kv_heads));
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_f32(a + ".rope.freq_base", 500000.0f);
+  const int hd = s.dim / s.heads, q = s.dim, kv = s.kv_heads * hd;
+  auto add = [&](const std::string& name, int64_t cols, int64_t rows, float sd, float mean,
+                 DType type) {
+    std::normal_distribution<float> dist(mean, sd);
+    const size_t rb = row_bytes(type, cols);
+    std::vector<uint8_t> data(rb * static_cast<size_t>(rows));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& x : row) x = dist(rng);
+      if (!cpu::quantize_row(type, row.data(), data.data() + rb * r, cols)) fail("quantize");
+    }
+    std::vector<int64_t> ne = {cols};
+    if (rows > 1) ne.push_back(rows);
+    w.add_tensor(name, type, ne, std::move(data));
+  };
+  // Embeddings wider than the 0.02 of the matrices so logits have a clear order.
+  add("token_embd.weight", s.dim, s.vocab, 1.0f, 0, s.type);
+  add("output_norm.weight", s.dim, 1, 0.1f, 1.0f, DType::kF32);
+  if (!s.tied) add("output.weight", s.dim, s.vocab, 0.05f, 0, s.type);
+  if (s.freq_factors) add("rope_freqs.weight", hd / 2, 1, 0.5f, 2.0f, DType::kF32);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", s.dim, 1, 0.1f, 1.0f, DType::kF32);
+    add(p + "attn_q.weight", s.dim, q, 0.05f, 0, s.type);
+    add(p + "attn_k.weight", s.dim, kv, 0.05f, 0, s.type);
+    add(p + "attn_v.weight", s.dim, kv, 0.05f, 0, s.type);
+    if (a == "qwen2") {
+      add(p + "attn_q.bias", q, 1, 0.2f, 0, DType::kF32);
+      add(p + "attn_k.bias", kv, 1, 0.2f, 0, DType::kF32);
+      add(p + "attn_v.bias", kv, 1, 0.2f, 0, DType::kF32);
+    }
+    add(p + "attn_output.weight", q, s.dim, 0.05f, 0, s.type);
+    add(p + "ffn_norm.weight", s.dim, 1, 0.1f, 1.0f, DType::kF32);
+    add(p + "ffn_gate.weight", s.dim, s.ffn, 0.05f, 0, s.type);
+    add(p + "ffn_up.weight", s.dim, s.ffn, 0.05f, 0, s.type);
+    add(p + "ffn_down.weight", s.ffn, s.dim, 0.05f, 0, s.type);
+  }
+  const std::string path = str_format("/tmp/pagoda_cuda_test_%d_%s_%s.gguf", getpid(), s.arch,
+                                      std::string(dtype_name(s.type)).c_str());
+  if (!w.write(path)) fail("writing " + path);
+  return path;
+}
+
+// Two sequences: A's prompt goes through the tensor-core kernel in two chunks, B's short
+// prompt through the row kernel; then both decode together.
+void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng) {
+  const std::string path = write_model(s, rng);
+  auto file = GgufFile::open(path);
+  if (!file) return fail(file.status().message());
+  auto cpu_model = Model::load(**file);
+  if (!cpu_model) return fail(cpu_model.status().message());
+  RunnerOptions o;
+  o.n_kv_blocks = 64;
+  o.max_batch_tokens = 160;
+  ThreadPool pool(4);
+  auto cpu = make_cpu_runner(**cpu_model, pool, o);
+  auto gpu = make_cuda_runner(**file, o);
+  std::remove(path.c_str());
+  if (!gpu) return fail(gpu.status().message());
+  const int V = s.vocab;
+  std::vector<int32_t> table_a(32), table_b(32);
+  for (int i = 0; i < 32; ++i) {
+    table_a[static_cast<size_t>(i)] = 2 * i + 1;  // interleaved blocks
+    table_b[static_cast<size_t>(i)] = 2 * i;
+  }
+  std::uniform_int_distribution<int32_t> tok(0, V - 1);
+  auto step = [&](const std::vector<std::pair<int, int>>& parts, const std::string& what) {
+    // parts: (sequence, n_q) with positions continuing from each sequence's past.
+    static int past[2];
+    if (what == "reset") {
+      past[0] = past[1] = 0;
+      return;
+    }
+    Batch b;
+    for (auto [seq, n_q] : parts) {
+      cpu::AttentionSeq a;
+      a.q_row = static_cast<int>(b.tokens.size());
+      a.n_q = n_q;
+      a.pos0 = past[seq];
+      a.blocks = seq == 0 ? table_a.data() : table_b.data();
+      for (int i = 0; i < n_q; ++i) {
+        b.tokens.push_back(tok(rng));
+        b.logit_rows.push_back(a.q_row + i);
+      }
+      b.seqs.push_back(a);
+      past[seq] += n_q;
+    }
+    std::vector<float> lc(b.logit_rows.size() * static_cast<size_t>(V)), lg(lc.size(), NAN);
+    EXPECT_OK(cpu->forward(b, lc.data()));
+    EXPECT_OK((*gpu)->forward(b, lg.data()));
+    expect_nmse(
+        str_format("%s %s %s", s.arch, std::string(dtype_name(s.type)).c_str(), what.c_str()),
+        lg.data(), lc.data(), lc.size(), bound);
+  };
+  step({}, "reset");
+  step({{0, 100}, {1, 3}}, "prefill 100 + 3");
+  step({{0, 50}}, "prefill chunk 50 at 100");
+  for (int i = 0; i < 3; ++i) step({{0, 1}, {1, 1}}, str_format("decode step %d (2 seqs)", i));
+  step({{1, 70}, {0, 1}}, "chunk 70 at 5 + decode");
+  // Copy-on-write: A's first block (positions 0-15) copied to an unused block, then a
+  // new sequence continues from it at position 16.
+  EXPECT_OK(cpu->copy_block(table_a[0], 61));
+  EXPECT_OK((*gpu)->copy_block(table_a[0], 61));
+  const std::vector<int32_t> table_c = {61, 59};
+  Batch b;
+  b.tokens = {tok(rng)};
+  b.seqs.push_back({0, 1, 16, table_c.data()});
+  b.logit_rows = {0};
+  std::vector<float> lc(static_cast<size_t>(V)), lg(lc.size(), NAN);
+  EXPECT_OK(cpu->forward(b, lc.data()));
+  EXPECT_OK((*gpu)->forward(b, lg.data()));
+  expect_nmse(str_format("%s %s copied block", s.arch, std::string(dtype_name(s.type)).c_str()),
+              lg.data(), lc.data(), lc.size(), bound);
+}
+
+CUDA_TEST(model_forward_matches_cpu) {
+  std::mt19937 rng(20);
+  // Float weights: both sides multiply the same rounded operands; the differences are
+  // summation order and attention's fp16 softmax weights. Quantized weights: the CPU
+  // quantizes activations to 8 bits, the GPU keeps them in fp16.
+  const double kFloat = 1e-5, kBf16 = 1e-4, kQuant = 1e-3;
+  compare_backends({"llama", DType::kF32, 256, 4, 2, 512, 2, 1000, false, true}, kFloat, rng);
+  compare_backends({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, true, false}, kFloat, rng);
+  compare_backends({"llama", DType::kBF16, 512, 4, 1, 768, 2, 1000, false, false}, kBf16, rng);
+  compare_backends({"qwen2", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, kFloat, rng);
+  compare_backends({"llama", DType::kQ8_0, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
+  compare_backends({"qwen2", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, true, false}, kQuant, rng);
+  compare_backends({"llama", DType::kQ4_1, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
+}
+
+}  // namespace
+}  // namespace pagoda::cuda::testing

@@ -1,0 +1,191 @@
+// Kernel timings at Llama-3.1-8B shapes (run with `pagoda_cuda_tests perf`): weight
+// products per type as memory bandwidth (one token) and TFLOP/s (prefill batches), and
+// attention. Weights are tiled from one random block: the bytes moved are what counts.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/kernels.h"
+#include "harness.h"
+
+namespace pagoda::cuda::testing {
+namespace {
+
+// Median time of `fn` in ms over `reps` runs after two warm-ups.
+template <typename F>
+double time_ms(int reps, F&& fn) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 2; ++i) fn(i);
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a);
+    fn(i);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+DeviceBuffer random_device(size_t bytes, std::mt19937& rng) {
+  static std::vector<uint8_t> block;
+  if (block.empty()) {
+    block.resize(64u << 20);
+    // Small finite fp16/bf16 values in every 16-bit word (exponent bits kept low).
+    for (size_t i = 0; i < block.size(); i += 2) {
+      const uint32_t r = rng();
+      block[i] = static_cast<uint8_t>(r);
+      block[i + 1] = static_cast<uint8_t>(0x20 | ((r >> 8) & 0x8f));
+    }
+  }
+  auto b = DeviceBuffer::alloc(bytes);
+  if (!b) {
+    fail(b.status().message());
+    return {};
+  }
+  for (size_t off = 0; off < bytes; off += block.size())
+    cudaMemcpy(b->as<uint8_t>() + off, block.data(), std::min(block.size(), bytes - off),
+               cudaMemcpyHostToDevice);
+  return std::move(b).value();
+}
+
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+constexpr Shape kShapes[] = {{"qkv", 6144, 4096},
+                             {"wo", 4096, 4096},
+                             {"gate_up", 28672, 4096},
+                             {"down", 4096, 14336},
+                             {"output", 128256, 4096}};
+
+CUDA_TEST(perf_weight_products) {
+  std::mt19937 rng(7);
+  auto gemm = Gemm::create();
+  if (!gemm) return fail(gemm.status().message());
+  DeviceBuffer x = random_device(2048 * 14336 * 2, rng), y = random_device(2048 * 128256 * 4, rng);
+  for (DType type : {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
+    for (const Shape& s : kShapes) {
+      // Three copies so consecutive runs do not find the matrix in the 60 MB L2.
+      const size_t bytes = device_matrix_bytes(type, s.rows, s.cols);
+      std::vector<DeviceBuffer> bufs;
+      std::vector<DeviceMatrix> ms;
+      for (int i = 0; i < 3; ++i) {
+        bufs.push_back(random_device(bytes, rng));
+        DeviceMatrix m{type, s.rows, s.cols};
+        assign_matrix_storage(&m, bufs.back().get());
+        ms.push_back(m);
+      }
+      const bool plain = type == DType::kBF16 || type == DType::kF16;
+      for (int split : {0, 1, 2}) {  // 0: the default choice
+        if (split > 0 && !plain) continue;
+        set_gemv_split_override(split);
+        const double t1 = time_ms(30, [&](int i) {
+          (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, 1, y.as<float>(),
+                                s.rows, false, nullptr);
+        });
+        std::printf("  perf gemv %-5s %-8s %6lldx%-6lld n=1%s: %8.1f us %7.0f GB/s\n",
+                    std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.rows),
+                    static_cast<long long>(s.cols),
+                    split == 0   ? ""
+                    : split == 1 ? " split1"
+                                 : " split2",
+                    t1 * 1e3, bytes / t1 / 1e6);
+      }
+      set_gemv_split_override(0);
+      for (int n : {512, 2048}) {
+        if (s.rows > 50000) continue;  // the output product runs for one row in prefill
+        const double t = time_ms(10, [&](int i) {
+          (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, n, y.as<float>(),
+                                s.rows, false, nullptr);
+        });
+        std::printf("  perf gemm %-5s %-8s %6lldx%-6lld n=%d: %8.1f us %7.0f TFLOP/s\n",
+                    std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.rows),
+                    static_cast<long long>(s.cols), n, t * 1e3,
+                    2.0 * s.rows * s.cols * n / t / 1e9);
+      }
+    }
+  }
+}
+
+CUDA_TEST(perf_attention) {
+  std::mt19937 rng(8);
+  const int n_heads = 32, n_kv = 8, hd = 128, bs = 16;
+  for (int ctx : {512, 4096}) {
+    const int n_blocks = ctx / bs;
+    DeviceBuffer kc = random_device(static_cast<size_t>(n_blocks) * bs * n_kv * hd * 2, rng);
+    DeviceBuffer vc = random_device(kc.bytes(), rng);
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    for (int i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 7) % n_blocks;
+    KvLayerView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), bs, n_kv, hd};
+    // Decode: one row at position ctx - 1.
+    {
+      std::vector<int32_t> zero = {0}, pos = {ctx - 1}, nq = {1}, p0 = {ctx - 1};
+      DeviceBuffer d_seq = to_device(zero), d_pos = to_device(pos), d_qrow = to_device(zero),
+                   d_nq = to_device(nq), d_p0 = to_device(p0), d_off = to_device(zero),
+                   d_tab = to_device(table), d_rows = to_device(zero);
+      DeviceBatch b{1,
+                    1,
+                    d_seq.as<int32_t>(),
+                    d_pos.as<int32_t>(),
+                    d_qrow.as<int32_t>(),
+                    d_nq.as<int32_t>(),
+                    d_p0.as<int32_t>(),
+                    d_off.as<int32_t>(),
+                    d_tab.as<int32_t>()};
+      DeviceBuffer q = random_device(n_heads * hd * 2, rng), out = poisoned(n_heads * hd * 4);
+      DeviceBuffer ws = poisoned(attention_workspace_bytes(1, n_heads, hd));
+      AttentionPlan plan;
+      plan.decode_rows = d_rows.as<int32_t>();
+      plan.n_decode_rows = 1;
+      plan.workspace = ws.get();
+      plan.workspace_bytes = ws.bytes();
+      const double t = time_ms(50, [&](int) {
+        (void)attention(q.as<uint16_t>(), kv, b, plan, n_heads, 0.088f, out.get(), ActType::kF32,
+                        nullptr);
+      });
+      std::printf("  perf attention decode ctx %d: %.1f us, KV %.0f GB/s\n", ctx, t * 1e3,
+                  2.0 * ctx * n_kv * hd * 2 / t / 1e6);
+    }
+    // Prefill: the whole context as one chunk from position 0.
+    {
+      std::vector<int32_t> seq(static_cast<size_t>(ctx), 0), pos(static_cast<size_t>(ctx));
+      for (int i = 0; i < ctx; ++i) pos[static_cast<size_t>(i)] = i;
+      std::vector<int32_t> zero = {0}, nq = {ctx};
+      DeviceBuffer d_seq = to_device(seq), d_pos = to_device(pos), d_qrow = to_device(zero),
+                   d_nq = to_device(nq), d_p0 = to_device(zero), d_off = to_device(zero),
+                   d_tab = to_device(table), d_seqs = to_device(zero);
+      DeviceBatch b{ctx,
+                    1,
+                    d_seq.as<int32_t>(),
+                    d_pos.as<int32_t>(),
+                    d_qrow.as<int32_t>(),
+                    d_nq.as<int32_t>(),
+                    d_p0.as<int32_t>(),
+                    d_off.as<int32_t>(),
+                    d_tab.as<int32_t>()};
+      DeviceBuffer q = random_device(static_cast<size_t>(ctx) * n_heads * hd * 2, rng);
+      DeviceBuffer out = poisoned(static_cast<size_t>(ctx) * n_heads * hd * 2);
+      AttentionPlan plan;
+      plan.prefill_seqs = d_seqs.as<int32_t>();
+      plan.n_prefill_seqs = 1;
+      plan.max_prefill_q = ctx;
+      const double t = time_ms(10, [&](int) {
+        (void)attention(q.as<uint16_t>(), kv, b, plan, n_heads, 0.088f, out.get(), ActType::kBF16,
+                        nullptr);
+      });
+      const double flops = 4.0 * n_heads * hd * (static_cast<double>(ctx) * ctx / 2);
+      std::printf("  perf attention prefill %d (causal): %.1f us, %.0f TFLOP/s\n", ctx, t * 1e3,
+                  flops / t / 1e9);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::cuda::testing

@@ -1,0 +1,22 @@
+// Benchmarks on a backend other than the CPU Model (see bench_runner.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pagoda::cli {
+
+struct RunnerBenchConfig {
+  int prompt_len = 512;
+  int gen_len = 128;
+  int depth = 0;     // context already in the KV cache before the decode test
+  int parallel = 1;  // sequences decoded together
+  int n_batch = 512;
+  int64_t repeats = 5;
+  int device = 0;
+  bool json = false;
+};
+
+int bench_runner(const std::string& model_path, const RunnerBenchConfig& config);
+
+}  // namespace pagoda::cli

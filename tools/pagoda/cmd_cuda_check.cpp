@@ -1,0 +1,157 @@
+// pagoda cuda-check: runs greedy generation on the CPU backend and on the CUDA backend
+// from the same prompts and compares them token by token. A divergence is accepted only
+// at a near tie: where the CPU's logit for the token the GPU chose is within
+// --tie-margin of the CPU's best (the two backends round differently, so exact ties can
+// go either way; anything else is a bug). Exit status 0 when every prompt passes.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+#include "engine/runner_session.h"
+#include "engine/sampler.h"
+
+namespace pagoda::cli {
+namespace {
+
+struct Greedy {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;  // before each generated token
+};
+
+Result<Greedy> greedy(ModelRunner& r, int n_ctx, const std::vector<int32_t>& prompt, int n) {
+  RunnerSession s(r, n_ctx, 16);
+  Greedy g;
+  std::vector<float> logits;
+  PAGODA_RETURN_IF_ERROR(s.eval(prompt, false, &logits));
+  const int V = r.config().n_vocab;
+  for (int i = 0; i < n; ++i) {
+    g.logits.push_back(logits);
+    const int32_t t = argmax(logits.data(), V);
+    g.tokens.push_back(t);
+    if (i + 1 < n) PAGODA_RETURN_IF_ERROR(s.eval({t}, false, &logits));
+  }
+  return g;
+}
+
+double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+}  // namespace
+
+int cmd_cuda_check(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = {
+      {"--model", "-m", true, "GGUF model file"},
+      {"--tokens", "", true, "one prompt as token ids: \"1 2 3\""},
+      {"--tokens-file", "", true, "prompts as token ids, one prompt per line"},
+      {"--n-predict", "-n", true, "tokens to generate per prompt (default 64)"},
+      {"--tie-margin", "", true, "logit gap below which a divergence is a tie (default 0.05)"},
+      {"--device", "", true, "GPU index (default 0)"},
+      {"--threads", "-t", true, "CPU threads (default: all cores)"},
+      {"--help", "-h", false, "show this help"},
+  };
+  auto args = Args::parse(argc, argv, 1, specs);
+  if (!args) return fail("cuda-check", args.status());
+  if (args->has("--help")) {
+    std::printf("%s",
+                usage("cuda-check", "-m MODEL (--tokens IDS | --tokens-file FILE)", specs).c_str());
+    return 0;
+  }
+  if (!args->has("--model")) return fail("cuda-check", invalid_argument("missing -m MODEL"));
+  FlagReader flags(*args);
+  const int n_gen = static_cast<int>(flags.integer("--n-predict", 64, 1, 4096));
+  const double margin = flags.number("--tie-margin", 0.05, 0, 100);
+  const int device = static_cast<int>(flags.integer("--device", 0, 0, 64));
+  const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
+  if (!flags.status()) return fail("cuda-check", flags.status());
+
+  std::vector<std::vector<int32_t>> prompts;
+  if (args->has("--tokens")) {
+    auto t = parse_token_list(*args->get("--tokens"));
+    if (!t) return fail("cuda-check", t.status());
+    prompts.push_back(*t);
+  }
+  if (args->has("--tokens-file")) {
+    std::ifstream in(*args->get("--tokens-file"));
+    if (!in) return fail("cuda-check", io_error("cannot read " + *args->get("--tokens-file")));
+    std::string line;
+    while (std::getline(in, line)) {
+      auto t = parse_token_list(line);
+      if (!t) return fail("cuda-check", t.status());
+      if (!t->empty()) prompts.push_back(*t);
+    }
+  }
+  if (prompts.empty()) return fail("cuda-check", invalid_argument("no prompts given"));
+
+  auto loaded = load(*args->get("--model"), true, false);
+  if (!loaded) return fail("cuda-check", loaded.status());
+  const ModelConfig& c = loaded->model->config();
+  size_t longest = 0;
+  for (const auto& p : prompts) {
+    longest = std::max(longest, p.size());
+    for (int32_t id : p)
+      if (id < 0 || id >= c.n_vocab)
+        return fail("cuda-check",
+                    invalid_argument(str_format("token id %d is outside the vocabulary", id)));
+  }
+  const int n_ctx = static_cast<int>(longest) + n_gen;
+  RunnerOptions o;
+  o.n_kv_blocks = (n_ctx + 15) / 16;
+  o.device = device;
+  ThreadPool pool(threads);
+  auto cpu = make_cpu_runner(*loaded->model, pool, o);
+  auto gpu = make_cuda_runner(*loaded->file, o);
+  if (!gpu) return fail("cuda-check", gpu.status());
+  std::printf("model %s (%s)\n  cpu:  %s\n  cuda: %s\n", args->get("--model")->c_str(),
+              c.name.c_str(), cpu->describe().c_str(), (*gpu)->describe().c_str());
+
+  int identical = 0, ties = 0, failures = 0;
+  double worst_nmse = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto a = greedy(*cpu, n_ctx, prompts[i], n_gen);
+    auto b = greedy(**gpu, n_ctx, prompts[i], n_gen);
+    if (!a) return fail("cuda-check", a.status());
+    if (!b) return fail("cuda-check", b.status());
+    // Logits after the prompt: the same input on both sides.
+    const double e = nmse(b->logits[0], a->logits[0]);
+    worst_nmse = std::max(worst_nmse, e);
+    int k = 0;
+    while (k < n_gen && a->tokens[static_cast<size_t>(k)] == b->tokens[static_cast<size_t>(k)]) ++k;
+    if (k == n_gen) {
+      ++identical;
+      std::printf("prompt %zu (%zu tokens): %d/%d identical, prompt logits nmse %.2e\n", i,
+                  prompts[i].size(), n_gen, n_gen, e);
+      continue;
+    }
+    // At the first divergence both sides saw the same tokens: compare the CPU's logits
+    // of the two choices.
+    const auto& la = a->logits[static_cast<size_t>(k)];
+    const int32_t ta = a->tokens[static_cast<size_t>(k)], tb = b->tokens[static_cast<size_t>(k)];
+    const double gap =
+        static_cast<double>(la[static_cast<size_t>(ta)]) - la[static_cast<size_t>(tb)];
+    const bool tie = gap <= margin;
+    (tie ? ties : failures)++;
+    std::printf(
+        "prompt %zu (%zu tokens): diverged at step %d (cpu %d, cuda %d; cpu logit gap %.4f: %s), "
+        "prompt logits nmse %.2e\n",
+        i, prompts[i].size(), k, ta, tb, gap, tie ? "near tie" : "MISMATCH", e);
+  }
+  std::printf(
+      "cuda-check: %zu prompts, %d identical over %d tokens, %d diverged at near ties, "
+      "%d mismatches; worst prompt-logit nmse %.2e\n",
+      prompts.size(), identical, n_gen, ties, failures, worst_nmse);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace pagoda::cli
