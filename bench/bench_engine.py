@@ -56,42 +56,21 @@ def pagoda_generate(model, reqs, threads, extra):
 
 
 class LlamaCppSequential:
-    def __init__(self, path, threads, n_ctx):
-        import llama_cpp as L
-        import numpy as np
-        self.L, self.np = L, np
-        L.llama_backend_init()
-        self.model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
-        cp = L.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, 512, 512
-        cp.n_threads = cp.n_threads_batch = threads
-        cp.no_perf = True
-        self.ctx = L.llama_init_from_model(self.model, cp)
-        self.batch = L.llama_batch_init(512, 0, 1)
-        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+    """llama.cpp through llama-cpp-python's Llama object: one prompt evaluation, then
+    greedy single-token decodes (temp 0 = argmax), no stop at EOS. (Its raw llama_batch
+    bindings crash in llama_decode in 0.3.36, so the high-level generator is used.)"""
 
-    def _decode(self, tokens, pos0):
-        b = self.batch
-        for s in range(0, len(tokens), 512):
-            chunk = tokens[s:s + 512]
-            b.n_tokens = len(chunk)
-            for i, t in enumerate(chunk):
-                b.token[i], b.pos[i], b.n_seq_id[i] = t, pos0 + s + i, 1
-                b.seq_id[i][0] = 0
-                b.logits[i] = 1 if i == len(chunk) - 1 else 0
-            if self.L.llama_decode(self.ctx, b) != 0:
-                raise RuntimeError("llama_decode failed")
+    def __init__(self, path, threads, n_ctx):
+        from llama_cpp import Llama
+        self.llm = Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_threads=threads,
+                         n_threads_batch=threads, verbose=False)
 
     def generate(self, prompt, n):
-        L, np = self.L, self.np
-        L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
-        self._decode(prompt, 0)
         out = []
-        for i in range(n):
-            logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,))
-            out.append(int(logits.argmax()))
-            if i + 1 < n:
-                self._decode([out[-1]], len(prompt) + i)
+        for t in self.llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+            out.append(int(t))
+            if len(out) == n:
+                break
         return out
 
 

@@ -33,9 +33,25 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # jinja2 is the reference the chat-template tests compare Pagoda's renderer with; openai,
 # prometheus_client and aiohttp are the server tests' and bench_serve's clients.
-if ! .venv/bin/python -c "import pytest, numpy, gguf, llama_cpp, jinja2, openai, prometheus_client, aiohttp" 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 "llama-cpp-python[server]==0.3.36" \
+if ! .venv/bin/python -c "import pytest, numpy, gguf, jinja2, openai, prometheus_client, aiohttp" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 \
     jinja2==3.1.6 openai==3.57.0 prometheus_client==0.26.0 aiohttp==3.14.5
+fi
+# llama.cpp is built for this CPU's AVX-512 features but without AMX: with its default
+# -march=native it compiles AMX tile kernels whenever CPUID reports AMX, and these VMs
+# report AMX without granting the tile state, so every quantized matmul crashes
+# (SIGSEGV in ldtilecfg). The flags are recorded; a build with other flags (or a wheel
+# from pip's cache, which ignores CMAKE_ARGS) is rebuilt.
+LLAMA_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+LLAMA_ARGS+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+for f in avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+  grep -qw "${f%%:*}" /proc/cpuinfo && LLAMA_ARGS+=" -DGGML_${f##*:}=ON"
+done
+if [ "$(cat .venv/.llama-cpp-args 2>/dev/null)" != "$LLAMA_ARGS" ] ||
+   ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+  CMAKE_ARGS="$LLAMA_ARGS" .venv/bin/pip install -q --disable-pip-version-check --force-reinstall \
+    --no-cache-dir "llama-cpp-python[server]==0.3.36"
+  echo "$LLAMA_ARGS" > .venv/.llama-cpp-args
 fi
 
 # --- build ---------------------------------------------------------------------------------
