@@ -15,9 +15,28 @@ option(PAGODA_CUDA_TESTS "Build the CUDA op and model tests (tests/cuda)" ON)
 
 file(GLOB PAGODA_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu)
 add_library(pagoda_cuda_kernels STATIC ${PAGODA_CUDA_SOURCES})
+set_target_properties(pagoda_cuda_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_include_directories(pagoda_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/src)
 # Warnings as errors for device code (nvcc's own) and for the host half of .cu files.
 target_compile_options(pagoda_cuda_kernels PRIVATE
   --Werror all-warnings -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-Werror -lineinfo)
 target_link_libraries(pagoda_cuda_kernels PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)
-target_link_libraries(pagoda_lib PUBLIC pagoda_cuda_kernels)
+
+# The host half (ordinary C++), compiled once for the plugin and the CUDA tests. It uses
+# pagoda_lib's headers but must not link it: the plugin takes those symbols from the
+# executable that opens it.
+file(GLOB PAGODA_CUDA_HOST_SOURCES CONFIGURE_DEPENDS
+     ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cpp ${CMAKE_SOURCE_DIR}/src/model/cuda/*.cpp)
+add_library(pagoda_cuda_host OBJECT ${PAGODA_CUDA_HOST_SOURCES})
+set_target_properties(pagoda_cuda_host PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_include_directories(pagoda_cuda_host PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
+target_compile_options(pagoda_cuda_host PRIVATE ${PAGODA_WARNINGS})
+target_link_libraries(pagoda_cuda_host PRIVATE nlohmann_json::nlohmann_json CUDA::cudart CUDA::cublasLt)
+
+# libpagoda_cuda.so beside the pagoda executable; only a process that asks for the GPU
+# loads it (and cuBLASLt with it).
+add_library(pagoda_cuda MODULE $<TARGET_OBJECTS:pagoda_cuda_host>)
+target_link_libraries(pagoda_cuda PRIVATE pagoda_cuda_kernels)
+set_target_properties(pagoda_cuda PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+set_source_files_properties(${CMAKE_SOURCE_DIR}/src/model/runner_cuda_loader.cpp
+                            PROPERTIES COMPILE_DEFINITIONS PAGODA_CUDA_PLUGIN_BUILT)

@@ -12,7 +12,10 @@
 # Environment: PAGODA_DATA (folder with models/stories260K.gguf and
 # testdata/tokenizer/*.gguf; default ../shared), OUT_DIR (logs; default build-gpu/check),
 # MODEL_DIR (random models; default /dev/shm), JOBS (default: all cores),
-# MEMCHECK_TIMEOUT (seconds; default 240), BUILD_DIR (default build-gpu).
+# MEMCHECK_TIMEOUT (seconds; default 240), BUILD_DIR (default build-gpu), BENCH_RUNNER=0
+# (skip the `pagoda bench` runs), THROUGHPUT_REQUESTS (offline throughput run; default
+# 1000, 0 skips), THROUGHPUT_SEQS / THROUGHPUT_TOKENS (its --max-num-seqs and
+# --max-num-batched-tokens), THROUGHPUT_TIMEOUT (seconds; default 400).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DATA=${PAGODA_DATA:-../shared}
@@ -87,6 +90,42 @@ rc=$?
 cat "$OUT_DIR/e2e_smol.log"
 row "greedy 64 SmolLM2-shape random F16" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_smol.log" | sed 's/cuda-check: //')"
 [ $rc = 0 ] || FAILED=1
+
+echo "== the engine on CUDA: pagoda generate --device cuda against --device cpu =="
+# The same 10 fixture prompts through the batching engine (scheduler, paged KV, greedy
+# picked on the GPU) on both backends, all at once.
+python3 - "$OUT_DIR" <<'PY'
+import json, sys
+out = sys.argv[1]
+with open(f"{out}/engine_in.jsonl", "w") as f:
+    for i, line in enumerate(open(f"{out}/SmolLM2-F16.tokens")):
+        f.write(json.dumps({"id": i, "prompt": [int(t) for t in line.split()], "max_tokens": 64,
+                            "temperature": 0, "ignore_eos": True}) + "\n")
+PY
+for dev in cpu cuda; do
+  PAGODA_LOG=info $BIN/pagoda generate -m "$SMOL" --device $dev --input "$OUT_DIR/engine_in.jsonl" \
+    --output "$OUT_DIR/engine_out_$dev.jsonl" --kv-cache-memory 256MiB --quiet \
+    > "$OUT_DIR/engine_$dev.log" 2>&1 || echo "generate --device $dev failed: $(tail -n 3 "$OUT_DIR/engine_$dev.log")"
+done
+python3 - "$OUT_DIR" <<'PY' | tee "$OUT_DIR/engine_cmp.txt"
+import json, sys
+out = sys.argv[1]
+def load(d):
+    try:
+        return {r["id"]: r["token_ids"] for r in map(json.loads, open(f"{out}/engine_out_{d}.jsonl"))}
+    except Exception as e:
+        return {}
+cpu, gpu = load("cpu"), load("cuda")
+same = sum(1 for k in cpu if gpu.get(k) == cpu[k])
+first = [next((i for i, (a, b) in enumerate(zip(cpu[k], gpu.get(k, []))) if a != b), None)
+         for k in cpu if gpu.get(k) != cpu[k]]
+print(f"{same}/{len(cpu)} identical over 64 tokens" + (f"; first divergences at {first}" if first else ""))
+sys.exit(0 if cpu and same == len(cpu) else 1)
+PY
+rc=$?
+grep -h "plan .* GiB" "$OUT_DIR/engine_cuda.log" | tail -n 1
+row "engine greedy 64, CUDA vs CPU (SmolLM2 shape)" "$([ $rc = 0 ] && echo pass || echo FAIL): $(cat "$OUT_DIR/engine_cmp.txt")"
+[ $rc = 0 ] || FAILED=1
 rm -f "$SMOL"
 
 if [ $SKIP_BENCH = 0 ]; then
@@ -103,12 +142,14 @@ if [ $SKIP_BENCH = 0 ]; then
       --type "$TYPE" -o "$M" > "$OUT_DIR/mk_8b_$TYPE.log" 2>&1 || { row "mkmodel 8B $TYPE" FAILED; continue; }
     row "mkmodel llama3.1-8b $TYPE" "$(secs "$t0" "$(now)") s, $(du -h "$M" | cut -f1)"
     B="$BIN/pagoda bench -m $M --device cuda --json"
+    [ "${BENCH_RUNNER:-1}" = 1 ] && {
     $B -p 512 -n 128 -r 5 > "$OUT_DIR/bench_${TYPE}_pp512_tg128.json" 2>&1
     $B -p 2048 -b 2048 -n 0 -r 5 > "$OUT_DIR/bench_${TYPE}_pp2048.json" 2>&1
     $B -p 0 -n 64 --depth 4096 -r 3 > "$OUT_DIR/bench_${TYPE}_tg64_d4096.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 32 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b32.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b128.json" 2>&1
     PAGODA_CUDA_PDL=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nopdl.json" 2>&1
+    }
     if [ $PROFILE = 1 ]; then
       PAGODA_CUDA_GRAPHS=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nographs.json" 2>&1
       for args in "-p 0 -n 32 -r 1" "-p 2048 -b 2048 -n 0 -r 1" "-p 0 -n 16 --depth 512 --parallel 128 -r 1 -b 4096"; do
@@ -139,6 +180,36 @@ for name, label, key in rows:
     load_s = f", load {d['load_s']:.1f} s" if name == "pp512_tg128" and key == "prefill_tok_s" else ""
     print(f"{'8B ' + t + ' ' + label:44s} {d[key]:10.1f} tok/s{extra}{load_s}")
 PY
+    if [ "$TYPE" = BF16 ] && [ "${THROUGHPUT_REQUESTS:-1000}" -gt 0 ]; then
+      # Offline throughput (issue 6): N requests of 1,000 random prompt tokens and 1,000
+      # output tokens (EOS ignored, greedy) through `pagoda generate` on the GPU.
+      N=${THROUGHPUT_REQUESTS:-1000}
+      python3 - "$MODEL_DIR/tp_in.jsonl" "$N" <<'PY'
+import json, random, sys
+rng = random.Random(1)
+with open(sys.argv[1], "w") as f:
+    for i in range(int(sys.argv[2])):
+        f.write(json.dumps({"id": i, "prompt": [rng.randrange(1000, 120000) for _ in range(1000)],
+                            "max_tokens": 1000, "temperature": 0, "ignore_eos": True}) + "\n")
+PY
+      PAGODA_LOG=info timeout ${THROUGHPUT_TIMEOUT:-400} $BIN/pagoda generate -m "$M" --device cuda --input "$MODEL_DIR/tp_in.jsonl" \
+        --output "$MODEL_DIR/tp_out.jsonl" --stats-json "$OUT_DIR/throughput_$TYPE.json" --quiet \
+        --max-num-seqs ${THROUGHPUT_SEQS:-256} --max-num-batched-tokens ${THROUGHPUT_TOKENS:-8192} \
+        > "$OUT_DIR/throughput_$TYPE.log" 2>&1
+      rc=$?
+      grep -h "plan .* GiB" "$OUT_DIR/throughput_$TYPE.log" | tail -n 1
+      python3 - "$OUT_DIR/throughput_$TYPE.json" "$N" "$rc" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    print(f"{'8B BF16 offline ' + sys.argv[2] + 'x1000/1000':44s} {d['output_tokens_per_s']:10.1f} out tok/s "
+          f"({d['elapsed_s']:.1f} s, {d['preemptions']} preemptions)")
+except Exception as e:
+    print(f"{'8B BF16 offline throughput':44s} ERROR rc {sys.argv[3]}: {e}")
+PY
+      tail -n 3 "$OUT_DIR/throughput_$TYPE.log"
+      rm -f "$MODEL_DIR/tp_in.jsonl" "$MODEL_DIR/tp_out.jsonl"
+    fi
     rm -f "$M"
   done
 fi

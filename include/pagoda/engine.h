@@ -36,6 +36,11 @@ struct EngineConfig {
   int64_t max_model_len = 0;  // 0: the model's context length
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   bool enable_prefix_caching = true;
+  // "cpu", or "cuda" / "cuda:N" for GPU N (the CUDA backend plugin).
+  std::string device = "cpu";
+  // On a GPU without kv_cache_memory: the share of the GPU's memory this engine may use
+  // (weights, activations, runtime and the KV pool, which gets the rest), as in vLLM.
+  double gpu_memory_utilization = 0.9;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <fstream>
 #include <mutex>
@@ -12,8 +13,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/log.h"
 #include "engine/engine_core.h"
 #include "engine/kv_budget.h"
+#include "engine/runner_executor.h"
 #include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -90,28 +93,24 @@ class EngineImpl : public Engine {
     auto tok = Tokenizer::from_gguf(*file_);
     if (!tok) return tok.status().with_context("loading the tokenizer of '" + cfg.model_path + "'");
     tok_ = std::move(tok).value();
-    auto m = Model::load(*file_);
-    if (!m) return m.status().with_context("loading the model '" + cfg.model_path + "'");
-    model_ = std::move(m).value();
-    file_.reset();  // weights are copied; the mapping is no longer needed
-
-    const ModelConfig& mc = model_->config();
     if (cfg.block_size <= 0 || cfg.block_size % cpu::kKvBlockQuantum != 0)
       return invalid_argument(
           str_format("--block-size must be a positive multiple of %d", cpu::kKvBlockQuantum));
     if (cfg.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
     if (cfg.max_num_batched_tokens < 1)
       return invalid_argument("--max-num-batched-tokens must be at least 1");
-    config_.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : mc.context_length;
-    if (config_.max_model_len > mc.context_length)
-      return invalid_argument(str_format("--max-model-len %lld is over the model's context %d",
-                                         static_cast<long long>(config_.max_model_len),
-                                         mc.context_length));
-    PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, plan_kv_pool(mc, config_));
+    int gpu = -1;
+    if (cfg.device.rfind("cuda", 0) == 0) {
+      gpu = 0;
+      if (cfg.device.size() > 4 &&
+          (cfg.device[4] != ':' || std::sscanf(cfg.device.c_str() + 5, "%d", &gpu) != 1 || gpu < 0))
+        return invalid_argument("--device must be cpu, cuda or cuda:N, not '" + cfg.device + "'");
+    } else if (cfg.device != "cpu") {
+      return invalid_argument("--device must be cpu, cuda or cuda:N, not '" + cfg.device + "'");
+    }
+    PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, gpu < 0 ? load_cpu() : load_cuda(gpu));
     config_.kv_cache_memory = budget.pool_bytes;
-
-    pool_ = std::make_unique<ThreadPool>(cfg.threads);
-    exec_ = std::make_unique<CpuExecutor>(*model_, *pool_, budget.n_blocks, cfg.block_size);
+    file_.reset();  // the weights are copied; the mapping is no longer needed
     EngineCoreConfig cc;
     cc.n_blocks = budget.n_blocks;
     cc.block_size = cfg.block_size;
@@ -126,6 +125,62 @@ class EngineImpl : public Engine {
     publish_stats();
     thread_ = std::thread([this] { loop(); });
     return Status::ok();
+  }
+
+  // Checks --max-model-len against the model's context and takes the default.
+  Status set_max_model_len(const ModelConfig& mc) {
+    config_.max_model_len = config_.max_model_len > 0 ? config_.max_model_len : mc.context_length;
+    if (config_.max_model_len > mc.context_length)
+      return invalid_argument(str_format("--max-model-len %lld is over the model's context %d",
+                                         static_cast<long long>(config_.max_model_len),
+                                         mc.context_length));
+    return Status::ok();
+  }
+
+  Result<KvBudget> load_cpu() {
+    auto m = Model::load(*file_);
+    if (!m) return m.status().with_context("loading the model '" + config_.model_path + "'");
+    model_ = std::move(m).value();
+    model_config_ = model_->config();
+    PAGODA_RETURN_IF_ERROR(set_max_model_len(model_config_));
+    PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, plan_kv_pool(model_config_, config_));
+    pool_ = std::make_unique<ThreadPool>(config_.threads);
+    exec_ = std::make_unique<CpuExecutor>(*model_, *pool_, budget.n_blocks, config_.block_size);
+    return budget;
+  }
+
+  // The KV pool is what the memory ledger's plan leaves of the GPU (the code behind
+  // `pagoda plan`); the start-up log sets the plan beside what the GPU reports.
+  Result<KvBudget> load_cuda(int gpu) {
+    PAGODA_ASSIGN_OR_RETURN(const GpuMemory before, cuda_memory_info(gpu));
+    const auto ctx = file_->get_int(
+        std::string(file_->get_string("general.architecture").value_or("")) + ".context_length");
+    PAGODA_ASSIGN_OR_RETURN(const GpuKvBudget g, plan_gpu_kv_pool(*file_, ctx.value_or(0), config_,
+                                                                  before.free, before.total));
+    RunnerOptions o;
+    o.n_kv_blocks = g.kv.n_blocks;
+    o.kv_block_size = config_.block_size;
+    o.max_batch_tokens = config_.max_num_batched_tokens;
+    o.max_logit_rows = config_.max_num_seqs;
+    o.device = gpu;
+    auto runner = make_cuda_runner(*file_, o);
+    if (!runner)
+      return runner.status().with_context("loading '" + config_.model_path + "' on " +
+                                          config_.device);
+    model_config_ = (*runner)->config();
+    PAGODA_RETURN_IF_ERROR(set_max_model_len(model_config_));
+    if (auto after = cuda_memory_info(gpu)) {
+      log_info(
+          str_format("%s: plan %.2f GiB (weights %.2f, KV pool %.2f in %d blocks, overheads %.2f); "
+                     "the GPU reports %.2f GiB more in use since start (%.2f GiB free of %.2f)",
+                     config_.device.c_str(),
+                     (g.weight_bytes + g.kv.pool_bytes + g.overhead_bytes) / 1073741824.0,
+                     g.weight_bytes / 1073741824.0, g.kv.pool_bytes / 1073741824.0, g.kv.n_blocks,
+                     g.overhead_bytes / 1073741824.0, (before.free - after->free) / 1073741824.0,
+                     after->free / 1073741824.0, after->total / 1073741824.0));
+    }
+    exec_ = std::make_unique<RunnerExecutor>(std::move(runner).value());
+    return g.kv;
   }
 
   Result<std::shared_ptr<RequestStream>> add_request(const std::string& id,
@@ -174,7 +229,7 @@ class EngineImpl : public Engine {
     return stats_;
   }
   const Tokenizer& tokenizer() const override { return *tok_; }
-  const ModelConfig& model_config() const override { return model_->config(); }
+  const ModelConfig& model_config() const override { return model_config_; }
   const EngineConfig& config() const override { return config_; }
 
  private:
@@ -275,7 +330,8 @@ class EngineImpl : public Engine {
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<CpuExecutor> exec_;
+  std::unique_ptr<Executor> exec_;
+  ModelConfig model_config_;
   std::unique_ptr<EngineCore> core_;
   std::thread thread_;
 

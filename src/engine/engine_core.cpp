@@ -152,7 +152,8 @@ TokenLogprob logprobs_of(const float* logits, int32_t n_vocab, int32_t chosen, i
 
 }  // namespace
 
-void EngineCore::sample_into(Req& r, float* logits, std::vector<RequestOutput>* out, double now) {
+void EngineCore::sample_into(Req& r, float* logits, int32_t chosen, std::vector<RequestOutput>* out,
+                             double now) {
   const int32_t n_vocab = exec_.n_vocab();
   std::vector<float> raw;
   std::vector<Req*> children;
@@ -164,7 +165,11 @@ void EngineCore::sample_into(Req& r, float* logits, std::vector<RequestOutput>* 
     r.s.seq_weight = 1;
   }
 
-  const int32_t tok = r.sampler->sample(logits, n_vocab);
+  int32_t tok = chosen;
+  if (tok >= 0)
+    r.sampler->accept(tok);
+  else
+    tok = r.sampler->sample(logits, n_vocab);
   r.s.tokens.push_back(tok);
   stats_.generation_tokens++;
   if (r.num_output() == 1) r.m.first_token = now;
@@ -198,7 +203,7 @@ void EngineCore::sample_into(Req& r, float* logits, std::vector<RequestOutput>* 
 
   for (Req* c : children) {
     std::vector<float> mine = raw;
-    sample_into(*c, mine.data(), out, now);
+    sample_into(*c, mine.data(), -1, out, now);
   }
 }
 
@@ -251,6 +256,16 @@ void EngineCore::fail_step(const sched::SchedulerOutput& so, const Status& s,
            "the model failed: " + s.message());
 }
 
+bool EngineCore::greedy_step(const sched::SchedulerOutput& so) const {
+  if (!exec_.has_greedy()) return false;
+  for (const sched::ScheduledSeq& q : so.seqs) {
+    if (!q.samples) continue;
+    const Req& r = *reqs_.at(q.req->id);
+    if (!r.sampler->plain_greedy() || r.params.logprobs || r.pending_forks > 0) return false;
+  }
+  return true;
+}
+
 void EngineCore::step(std::vector<RequestOutput>* out) {
   sched::SchedulerOutput so = sched_.schedule();
   if (so.empty()) return;
@@ -282,8 +297,16 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
         std::max<int64_t>(0, std::min(pos0 + q.num_tokens, r.s.num_prompt_tokens) - pos0);
   }
   const int32_t n_vocab = exec_.n_vocab();
-  logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab));
-  if (Status s = exec_.execute(batch_, logits_.data()); !s) {
+  const bool greedy = greedy_step(so);
+  Status s;
+  if (greedy) {
+    chosen_.resize(batch_.logit_rows.size());
+    s = exec_.execute_greedy(batch_, chosen_.data());
+  } else {
+    logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab));
+    s = exec_.execute(batch_, logits_.data());
+  }
+  if (!s) {
     fail_step(so, s, out);
     return;
   }
@@ -295,8 +318,11 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   size_t li = 0;
   for (const sched::ScheduledSeq& q : so.seqs) {
     if (!q.samples) continue;
-    sample_into(*reqs_.at(q.req->id), logits_.data() + li * static_cast<size_t>(n_vocab), out,
-                done);
+    if (greedy)
+      sample_into(*reqs_.at(q.req->id), nullptr, chosen_[li], out, done);
+    else
+      sample_into(*reqs_.at(q.req->id), logits_.data() + li * static_cast<size_t>(n_vocab), -1, out,
+                  done);
     ++li;
   }
 

@@ -48,7 +48,11 @@ class EngineCore {
 
  private:
   struct Req;
-  void sample_into(Req& r, float* logits, std::vector<RequestOutput>* out, double now);
+  // Samples from `logits`, or takes `chosen` (>= 0) when the executor picked the token.
+  void sample_into(Req& r, float* logits, int32_t chosen, std::vector<RequestOutput>* out,
+                   double now);
+  // Every sampled row of this step is plain greedy and the executor can pick it.
+  bool greedy_step(const sched::SchedulerOutput& so) const;
   void finish(Req& r, FinishReason why, std::vector<RequestOutput>* out, double now,
               RequestOutput* pending = nullptr, const std::string& error = {});
   Req* fork(Req& parent, int index);
@@ -66,6 +70,7 @@ class EngineCore {
   EngineStats stats_;
   double waste_slots_ = 0, reserved_slots_ = 0;
   std::vector<float> logits_;
+  std::vector<int32_t> chosen_;
   Batch batch_;
 };
 

@@ -21,6 +21,12 @@ class Executor {
   virtual Status execute(const Batch& batch, float* logits) = 0;
   // Copies whole KV blocks before a step writes into them (copy-on-write).
   virtual void copy_blocks(const std::vector<kv::BlockCopy>& copies) = 0;
+  // Whether execute_greedy is worth calling: the device picks the most likely token of
+  // each logit row itself (first on ties, as argmax does), and only the ids come back.
+  virtual bool has_greedy() const { return false; }
+  virtual Status execute_greedy(const Batch& batch, int32_t* tokens) {
+    return unsupported("this executor has no greedy path");
+  }
 };
 
 // The CPU model over a KV pool of n_blocks blocks.

@@ -6,6 +6,8 @@
 
 #include "ledger/memory.h"
 #include "ledger/model_shape.h"
+#include "ledger/plan.h"
+#include "ledger/sources.h"
 
 namespace pagoda {
 
@@ -54,6 +56,58 @@ Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& conf
   b.n_blocks = static_cast<int>(n);
   b.pool_bytes = n * block_bytes;
   return b;
+}
+
+Result<GpuKvBudget> plan_gpu_kv_pool(const GgufFile& file, int64_t model_context,
+                                     const EngineConfig& config, int64_t free_bytes,
+                                     int64_t total_bytes) {
+  PAGODA_ASSIGN_OR_RETURN(const ledger::ModelSource src, ledger::source_from_gguf(file));
+  ledger::PlanInput in = ledger::input_from_source(src);
+  // The CUDA backend keeps K and V in 16-bit floats.
+  in.kv_dtype = ledger::KvDtype::kBf16;
+  in.context = config.max_model_len > 0 ? config.max_model_len : model_context;
+  in.concurrency = 1;
+  in.device = {config.device, total_bytes, true};
+  in.gpu_memory_utilization = config.gpu_memory_utilization;
+  in.kv_cache_memory = config.kv_cache_memory;
+  in.max_num_batched_tokens = config.max_num_batched_tokens;
+  in.max_num_seqs = config.max_num_seqs;
+  in.block_size = config.block_size;
+  if (config.kv_cache_memory <= 0 &&
+      !(config.gpu_memory_utilization > 0 && config.gpu_memory_utilization <= 1))
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  PAGODA_ASSIGN_OR_RETURN(const ledger::Plan plan, ledger::make_plan(in, /*suggest=*/false));
+  GpuKvBudget g;
+  g.budget_bytes = plan.budget_bytes;
+  g.weight_bytes = plan.weight_bytes;
+  g.overhead_bytes = plan.overheads.total();
+  g.kv.bytes_per_token = plan.kv_bytes_per_token;
+  const int64_t one_seq = (in.context + config.block_size - 1) / config.block_size;
+  if (plan.kv_pool_blocks < one_seq)
+    return Status(StatusCode::kResourceExhausted,
+                  str_format("%s: weights (%.2f GiB) and overheads (%.2f GiB) leave a KV pool of "
+                             "%lld blocks, less than one sequence of max_model_len %lld tokens "
+                             "(%lld blocks); raise --gpu-memory-utilization or lower "
+                             "--max-model-len (see `pagoda plan`)",
+                             config.device.c_str(), plan.weight_bytes / 1073741824.0,
+                             plan.overheads.total() / 1073741824.0,
+                             static_cast<long long>(plan.kv_pool_blocks),
+                             static_cast<long long>(in.context), static_cast<long long>(one_seq)));
+  if (plan.kv_pool_blocks > INT32_MAX) return invalid_argument("the KV pool is too large");
+  // The plan's runtime share is the CUDA context, which exists by now and so is no longer
+  // free: what remains must hold the rest.
+  const int64_t need = plan.weight_bytes + plan.overheads.total() - plan.overheads.runtime +
+                       plan.kv_pool_blocks * config.block_size * plan.kv_bytes_per_token;
+  if (need > free_bytes)
+    return Status(StatusCode::kResourceExhausted,
+                  str_format("%s has %.2f GiB free of %.2f GiB, and the plan needs %.2f GiB more "
+                             "(another process holds GPU memory?); lower "
+                             "--gpu-memory-utilization or give --kv-cache-memory",
+                             config.device.c_str(), free_bytes / 1073741824.0,
+                             total_bytes / 1073741824.0, need / 1073741824.0));
+  g.kv.n_blocks = static_cast<int>(plan.kv_pool_blocks);
+  g.kv.pool_bytes = plan.kv_pool_blocks * config.block_size * plan.kv_bytes_per_token;
+  return g;
 }
 
 }  // namespace pagoda

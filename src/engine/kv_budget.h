@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "model/gguf.h"
 #include "model/model_config.h"
 #include "pagoda/engine.h"
 
@@ -21,6 +22,20 @@ struct KvBudget {
 
 // Fails with advice when the pool cannot hold even one max_model_len sequence.
 Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& config);
+
+// On a GPU: the memory ledger's plan (ledger::make_plan) of this model file on a device of
+// `total_bytes`, with the engine's batch limits and either config.kv_cache_memory or
+// config.gpu_memory_utilization; fails when weights and overheads leave no room for one
+// max_model_len sequence, or when `free_bytes` cannot hold the planned budget.
+struct GpuKvBudget {
+  KvBudget kv;
+  int64_t budget_bytes = 0;    // what the plan may use of the device
+  int64_t weight_bytes = 0;    // the plan's figures, for the start-up log
+  int64_t overhead_bytes = 0;  // activations, logits, runtime
+};
+Result<GpuKvBudget> plan_gpu_kv_pool(const GgufFile& file, int64_t model_context,
+                                     const EngineConfig& config, int64_t free_bytes,
+                                     int64_t total_bytes);
 
 // MemAvailable from /proc/meminfo, in bytes (0 when unknown).
 int64_t available_memory_bytes();

@@ -23,6 +23,11 @@ class RunnerExecutor : public Executor {
     for (const kv::BlockCopy& c : copies)
       if (Status s = runner_->copy_block(c.src, c.dst); !s && last_) last_ = s;
   }
+  bool has_greedy() const override { return true; }
+  Status execute_greedy(const Batch& batch, int32_t* tokens) override {
+    if (!last_) return std::exchange(last_, Status::ok());
+    return runner_->forward_greedy(batch, tokens);
+  }
   ModelRunner& runner() { return *runner_; }
 
  private:

@@ -22,6 +22,13 @@ class Sampler {
   void accept(int32_t token);
 
   const SamplingParams& params() const { return params_; }
+  // The choice is the argmax of the raw logits (greedy, no penalties), so a device may
+  // pick it without sending the logits back.
+  bool plain_greedy() const {
+    return (params_.temperature <= 0.0f || params_.top_k == 1) &&
+           params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+           params_.frequency_penalty == 0.0f;
+  }
   // Restarts the random stream (a forked completion draws its own).
   void reseed(uint64_t seed) { rng_.seed(seed); }
 

@@ -53,9 +53,23 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& poo
                                              const RunnerOptions& options);
 
 // The CUDA backend: loads the weights of `file` straight to the GPU. Unsupported when
-// Pagoda was built without CUDA or no GPU is present.
+// Pagoda was built without CUDA, its plugin cannot be loaded, or no GPU is present.
+//
+// The backend is a plugin (libpagoda_cuda.so beside the executable, or the file named by
+// PAGODA_CUDA_PLUGIN) opened on first use: linking cuBLASLt into the executable cost
+// every CPU process ~180 MB of resident memory (its relocations, data and static
+// initialisers) and its load time, for a GPU it never touches.
 Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const GgufFile& file,
                                                       const RunnerOptions& options);
+struct GpuMemory {
+  int64_t free = 0, total = 0;  // bytes, as cudaMemGetInfo reports them
+};
+// Free and total memory of GPU `device` (creating its context on first use).
+Result<GpuMemory> cuda_memory_info(int device);
+// Whether this build produced the CUDA plugin (it may still fail to load or find no GPU).
 bool cuda_built();
+// Bumped whenever make_cuda_runner's types change, so a stale plugin is refused rather
+// than called with the wrong layout.
+inline constexpr int kCudaPluginAbi = 2;
 
 }  // namespace pagoda

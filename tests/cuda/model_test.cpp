@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "harness.h"
+#include "model/cuda/cuda_model.h"
 #include "model/gguf_writer.h"
 #include "model/runner.h"
 
@@ -90,7 +91,7 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng) {
   o.max_batch_tokens = 160;
   ThreadPool pool(4);
   auto cpu = make_cpu_runner(**cpu_model, pool, o);
-  auto gpu = make_cuda_runner(**file, o);
+  auto gpu = cuda::make_runner(**file, o);
   std::remove(path.c_str());
   if (!gpu) return fail(gpu.status().message());
   const int V = s.vocab;

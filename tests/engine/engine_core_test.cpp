@@ -135,6 +135,42 @@ TEST(EngineCore, PreemptionThenResumptionGivesTheSameOutput) {
   EXPECT_TRUE(h.pool_whole());
 }
 
+TEST(EngineCore, DeviceGreedyPathGivesTheSameTokensAndStepsAsideForSampling) {
+  // The executor picks greedy tokens itself (as the CUDA runner does) when every sampled
+  // row of a step is plain greedy; a sampled request or one asking for logprobs in the
+  // step sends the whole step through the logits path. Outputs must not change.
+  for (bool mixed : {false, true}) {
+    Harness h(/*n_blocks=*/24, /*max_seqs=*/8, /*budget=*/64, /*caching=*/true);
+    h.exec.greedy = true;
+    std::mt19937 rng(5);
+    std::map<std::string, std::pair<std::vector<int32_t>, int>> want;
+    for (int i = 0; i < 8; ++i) {
+      const auto p = random_prompt(rng, 10 + i * 5);
+      const std::string id = "g" + std::to_string(i);
+      ASSERT_TRUE(h.add(id, p, 60));
+      want[id] = {p, 60};
+    }
+    if (mixed) {
+      SamplingParams lp = Harness::greedy();
+      lp.logprobs = 2;
+      ASSERT_TRUE(h.add("lp", random_prompt(rng, 12), 30, 0, lp));
+      SamplingParams pen = Harness::greedy();
+      pen.repetition_penalty = 1.3f;
+      ASSERT_TRUE(h.add("pen", random_prompt(rng, 12), 30, 0, pen));
+    }
+    h.run();
+    for (const auto& [id, pn] : want)
+      EXPECT_EQ(h.get(id, 0).tokens, fake_greedy(pn.first, pn.second, kVocab)) << id;
+    EXPECT_GT(h.core->stats().preemptions, 0);  // resumption runs through the greedy path too
+    EXPECT_GT(h.exec.greedy_steps, 0);
+    if (mixed)  // some steps carried the logprobs/penalty requests: not all were greedy
+      EXPECT_LT(static_cast<size_t>(h.exec.greedy_steps), h.exec.step_tokens.size());
+    else
+      EXPECT_EQ(static_cast<size_t>(h.exec.greedy_steps), h.exec.step_tokens.size());
+    EXPECT_TRUE(h.pool_whole());
+  }
+}
+
 TEST(EngineCore, SeededSamplingSurvivesPreemption) {
   std::mt19937 rng(3);
   const auto p = random_prompt(rng, 30);

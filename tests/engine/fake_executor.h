@@ -4,6 +4,7 @@
 // reused too early changes the history it sees and so the tokens it produces.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -55,6 +56,20 @@ class FakeExecutor : public Executor {
     return Status::ok();
   }
 
+  // With `greedy` set it also offers the device-side greedy path (as the CUDA runner
+  // does), picking the argmax of the same logits; greedy_steps counts its use.
+  bool has_greedy() const override { return greedy; }
+  Status execute_greedy(const Batch& b, int32_t* tokens) override {
+    std::vector<float> logits(b.logit_rows.size() * static_cast<size_t>(n_vocab_));
+    PAGODA_RETURN_IF_ERROR(execute(b, logits.data()));
+    for (size_t i = 0; i < b.logit_rows.size(); ++i) {
+      const float* row = logits.data() + i * static_cast<size_t>(n_vocab_);
+      tokens[i] = static_cast<int32_t>(std::max_element(row, row + n_vocab_) - row);
+    }
+    greedy_steps++;
+    return Status::ok();
+  }
+
   void copy_blocks(const std::vector<kv::BlockCopy>& copies) override {
     for (const kv::BlockCopy& c : copies)
       for (int i = 0; i < bs_; ++i)
@@ -65,6 +80,8 @@ class FakeExecutor : public Executor {
   std::vector<int64_t> step_tokens;
   std::vector<int> step_seqs;
   int n_copies = 0;
+  bool greedy = false;
+  int greedy_steps = 0;
 
  private:
   int32_t& slot(const cpu::AttentionSeq& s, int pos) {

@@ -41,6 +41,10 @@ def test_serve_rss_matches_the_plan():
         for t in threads:
             t.join()
         measured = rss_bytes(server.proc.pid)
+        # The CUDA backend is a plugin: a CPU server must not have loaded it (or cuBLASLt,
+        # ~180 MB of resident memory on its own).
+        maps = open(f"/proc/{server.proc.pid}/maps").read()
+        assert "libpagoda_cuda" not in maps and "libcublas" not in maps
     finally:
         assert server.stop() == 0
     diff = measured - predicted

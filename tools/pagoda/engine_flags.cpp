@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "common.h"
+#include "ledger/plan.h"
 
 namespace pagoda::cli {
 
@@ -22,38 +23,16 @@ std::vector<FlagSpec> engine_flag_specs() {
       {"--scheduling-policy", "", true, "fcfs or priority (default fcfs)"},
       {"--enable-prefix-caching", "", false, "reuse the KV of shared prompt prefixes (default)"},
       {"--no-enable-prefix-caching", "", false, "turn prefix caching off"},
+      {"--device", "", true, "cpu, cuda or cuda:N (default cpu)"},
+      {"--gpu-memory-utilization", "", true,
+       "share of the GPU's memory for the engine; the KV pool gets what the memory ledger "
+       "leaves (default 0.9)"},
   };
 }
 
 Result<int64_t> parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || !(v >= 0)) return invalid_argument("bad byte count '" + s + "'");
-  std::string unit(end);
-  double mul = 1;
-  if (unit.empty() || unit == "B")
-    mul = 1;
-  else if (unit == "KiB" || unit == "K")
-    mul = 1024.0;
-  else if (unit == "MiB" || unit == "M")
-    mul = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G")
-    mul = 1024.0 * 1024 * 1024;
-  else if (unit == "TiB" || unit == "T")
-    mul = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB" || unit == "kB")
-    mul = 1e3;
-  else if (unit == "MB")
-    mul = 1e6;
-  else if (unit == "GB")
-    mul = 1e9;
-  else if (unit == "TB")
-    mul = 1e12;
-  else
-    return invalid_argument("bad byte unit in '" + s + "' (use B, KiB, MiB, GiB, KB, MB, GB)");
-  const double bytes = v * mul;
-  if (bytes > 9e18) return invalid_argument("byte count '" + s + "' is too large");
-  return static_cast<int64_t>(std::llround(bytes));
+  // One grammar for sizes everywhere: the ledger's (`pagoda plan` takes the same).
+  return ledger::parse_bytes(s);
 }
 
 Status read_engine_flags(const Args& args, EngineConfig* c) {
@@ -67,6 +46,9 @@ Status read_engine_flags(const Args& args, EngineConfig* c) {
   c->max_model_len = f.integer("--max-model-len", 0, 0, int64_t{1} << 30);
   c->kv_cache_fraction = f.number("--kv-cache-fraction", c->kv_cache_fraction, 1e-6, 1);
   c->block_size = static_cast<int>(f.integer("--block-size", c->block_size, 16, 4096));
+  c->gpu_memory_utilization =
+      f.number("--gpu-memory-utilization", c->gpu_memory_utilization, 1e-6, 1);
+  c->device = args.get_or("--device", c->device);
   PAGODA_RETURN_IF_ERROR(f.status());
   if (args.has("--kv-cache-memory")) {
     PAGODA_ASSIGN_OR_RETURN(c->kv_cache_memory, parse_bytes(*args.get("--kv-cache-memory")));

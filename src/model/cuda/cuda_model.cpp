@@ -279,14 +279,37 @@ size_t CudaModel::decode_weight_bytes() const {
   return config_.tied_embeddings ? weight_bytes_ : weight_bytes_ - embd + embd / tok_embd_.rows;
 }
 
-Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const GgufFile& file,
-                                                      const RunnerOptions& options) {
+namespace cuda {
+
+Result<std::unique_ptr<ModelRunner>> make_runner(const GgufFile& file,
+                                                 const RunnerOptions& options) {
   PAGODA_ASSIGN_OR_RETURN(auto m, CudaModel::load(file, options));
   return std::unique_ptr<ModelRunner>(std::move(m));
 }
 
-bool cuda_built() {
-  return true;
+}  // namespace cuda
+}  // namespace pagoda
+
+// The plugin's entry points, found by src/model/runner_cuda_loader.cpp with dlsym.
+extern "C" __attribute__((visibility("default"))) int pagoda_cuda_plugin_abi() {
+  return pagoda::kCudaPluginAbi;
 }
 
-}  // namespace pagoda
+extern "C" __attribute__((visibility("default"))) void pagoda_cuda_memory_info(
+    int device, pagoda::Result<pagoda::GpuMemory>* out) {
+  size_t free_b = 0, total_b = 0;
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *out = pagoda::unsupported(pagoda::str_format("GPU %d: %s", device, cudaGetErrorString(e)));
+    return;
+  }
+  *out = pagoda::GpuMemory{static_cast<int64_t>(free_b), static_cast<int64_t>(total_b)};
+}
+
+extern "C" __attribute__((visibility("default"))) void pagoda_cuda_make_runner(
+    const pagoda::GgufFile* file, const pagoda::RunnerOptions* options,
+    pagoda::Result<std::unique_ptr<pagoda::ModelRunner>>* out) {
+  *out = pagoda::cuda::make_runner(*file, *options);
+}

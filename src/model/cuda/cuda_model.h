@@ -93,4 +93,11 @@ class CudaModel : public ModelRunner {
   std::unique_ptr<OpProfiler> profiler_;  // PAGODA_CUDA_PROFILE=1: time per op kind
 };
 
+namespace cuda {
+// Loads `file`'s weights to the GPU (the plugin's side of make_cuda_runner; the CUDA tests
+// call it directly).
+Result<std::unique_ptr<ModelRunner>> make_runner(const GgufFile& file,
+                                                 const RunnerOptions& options);
+}  // namespace cuda
+
 }  // namespace pagoda

@@ -1,0 +1,60 @@
+"""The CUDA backend is a plugin (build/libpagoda_cuda.so) that only `--device cuda` opens.
+
+On a machine without a GPU (CI) this still proves the plugin links and loads against the
+executable (every symbol it takes from it resolves) and that the failure is the GPU's
+absence, reported as a clear error; with a GPU it runs. The CPU path never loads it
+(tests/server/test_memory_ledger.py checks the server's mappings)."""
+import json
+import os
+
+import pytest
+
+from pagoda_util import PAGODA, SHARED, run_pagoda
+
+PLUGIN = os.path.join(os.path.dirname(PAGODA), "libpagoda_cuda.so")
+STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
+
+
+def generate(tmp_path, *flags, env=None):
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text(json.dumps({"id": "a", "prompt": "Once upon a time", "max_tokens": 8,
+                               "temperature": 0}) + "\n")
+    old = dict(os.environ)
+    try:
+        os.environ.update(env or {})
+        return run_pagoda("generate", "-m", STORIES, "--input", inp, "--output", out,
+                          "--quiet", "--kv-cache-memory", "16MiB", *flags, check=False), out
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+@pytest.mark.skipif(not os.path.exists(PLUGIN), reason="built without CUDA")
+def test_plugin_loads_and_reports_the_gpu(tmp_path):
+    proc, out = generate(tmp_path, "--device", "cuda")
+    if proc.returncode == 0:  # a GPU is present: greedy output equals the CPU's
+        (tmp_path / "cpu").mkdir()
+        cpu_proc, cpu_out = generate(tmp_path / "cpu")
+        assert cpu_proc.returncode == 0, cpu_proc.stderr
+        assert json.loads(out.read_text())["token_ids"] == json.loads(cpu_out.read_text())["token_ids"]
+        return
+    err = proc.stderr
+    assert "cannot load the CUDA backend" not in err and "undefined symbol" not in err, err
+    assert "plugin is missing" not in err, err
+    # cudaErrorNoDevice / cudaErrorInsufficientDriver, through the plugin's memory query.
+    assert "cuda" in err.lower() and ("device" in err.lower() or "driver" in err.lower()), err
+
+
+@pytest.mark.skipif(not os.path.exists(PLUGIN), reason="built without CUDA")
+def test_a_broken_plugin_is_a_clear_error(tmp_path):
+    bad = tmp_path / "libpagoda_cuda.so"
+    bad.write_bytes(b"not an ELF file")
+    proc, _ = generate(tmp_path, "--device", "cuda", env={"PAGODA_CUDA_PLUGIN": str(bad)})
+    assert proc.returncode != 0
+    assert "cannot load the CUDA backend " + str(bad) in proc.stderr, proc.stderr
+
+
+def test_unknown_device_is_rejected(tmp_path):
+    proc, _ = generate(tmp_path, "--device", "tpu")
+    assert proc.returncode != 0
+    assert "--device must be cpu, cuda or cuda:N" in proc.stderr, proc.stderr
