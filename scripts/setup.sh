@@ -47,10 +47,20 @@ LLAMA_ARGS+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 for f in avx512f:AVX512 avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
   grep -qw "${f%%:*}" /proc/cpuinfo && LLAMA_ARGS+=" -DGGML_${f##*:}=ON"
 done
+# The wheel is kept in our own cache, keyed by version and flags, so a second checkout on
+# the same machine installs it in seconds instead of rebuilding llama.cpp.
+LLAMA_VERSION=0.3.36
+LLAMA_WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/pagoda/llama-cpp-$(echo "$LLAMA_VERSION $LLAMA_ARGS" | sha256sum | cut -c1-16)"
 if [ "$(cat .venv/.llama-cpp-args 2>/dev/null)" != "$LLAMA_ARGS" ] ||
    ! .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
-  CMAKE_ARGS="$LLAMA_ARGS" .venv/bin/pip install -q --disable-pip-version-check --force-reinstall \
-    --no-cache-dir "llama-cpp-python[server]==0.3.36"
+  if ! ls "$LLAMA_WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl > /dev/null 2>&1; then
+    mkdir -p "$LLAMA_WHEELS"
+    CMAKE_ARGS="$LLAMA_ARGS" .venv/bin/pip wheel -q --disable-pip-version-check --no-deps --no-cache-dir \
+      -w "$LLAMA_WHEELS" "llama-cpp-python==$LLAMA_VERSION"
+  fi
+  whl=$(ls "$LLAMA_WHEELS"/llama_cpp_python-$LLAMA_VERSION-*.whl | head -n 1)
+  .venv/bin/pip install -q --disable-pip-version-check "$whl[server]"
+  .venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-deps "$whl"
   echo "$LLAMA_ARGS" > .venv/.llama-cpp-args
 fi
 

@@ -168,8 +168,32 @@ std::string Interpreter::render(const Body& body, const std::vector<std::string>
   out_ = &out;
   auto root = std::make_shared<Scope>();
   root->declared = &declared;
+  remember_closure(root);
+  struct Guard {  // errors unwind through render_error: break the cycles either way
+    Interpreter* in;
+    ~Guard() { in->break_cycles(); }
+  } guard{this};
   exec(body, root);
   return out;
+}
+
+void Interpreter::remember_closure(const std::shared_ptr<Scope>& scope) {
+  if (remembered_.insert(scope.get()).second) closures_.push_back(scope);
+}
+
+void Interpreter::remember_namespace(const Value& ns) {
+  if (remembered_.insert(&ns.ns()).second) namespaces_.push_back(ns);
+}
+
+void Interpreter::break_cycles() {
+  for (const auto& s : closures_) {
+    s->vars.clear();
+    s->parent.reset();
+  }
+  for (const Value& ns : namespaces_) ns.ns().attrs = DictObj();
+  closures_.clear();
+  namespaces_.clear();
+  remembered_.clear();
 }
 
 void Interpreter::step() {
@@ -250,6 +274,7 @@ void Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) 
       return;
     }
     case StmtKind::kMacro:
+      remember_closure(scope);
       scope->set(s.text, Value::callable(std::make_shared<MacroFn>(s, scope, s.text)));
       return;
     case StmtKind::kCallBlock: {
@@ -257,6 +282,7 @@ void Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) 
       Value callee = eval(*call.a, scope);
       CallArgs args;
       eval_args(call.args, scope, &args);
+      remember_closure(scope);
       args.kw.emplace_back("caller", Value::callable(std::make_shared<CallerFn>(s, scope)));
       emit(to_str(this->call(callee, args)));
       return;
@@ -338,6 +364,7 @@ void Interpreter::assign(const Target& t, const Value& v, const std::shared_ptr<
       Value ns = lookup(t.name, scope);
       if (!ns.is_namespace() || ns.ns().loop)
         render_error("cannot assign attribute on non-namespace object");
+      remember_namespace(ns);
       ns.ns().attrs.set(Value::string(t.attr), v);
       return;
     }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +97,17 @@ class Interpreter {
   Value binary(const std::string& op, const Value& a, const Value& b);
   bool compare(const std::string& op, const Value& a, const Value& b);
   Value slice(const Value& obj, const Expr& sl, const std::shared_ptr<Scope>& scope);
+
+  // Reference cycles a rendering can build, broken when it ends (render()): a macro (or a
+  // {% call %} block's caller) holds the scope it was defined in, which holds the macro;
+  // a namespace can be given itself, or a macro closing over it, as an attribute. Python
+  // collects such cycles; shared_ptr would leak them.
+  void remember_closure(const std::shared_ptr<Scope>& scope);
+  void remember_namespace(const Value& ns);
+  void break_cycles();
+  std::vector<std::shared_ptr<Scope>> closures_;
+  std::vector<Value> namespaces_;
+  std::unordered_set<const void*> remembered_;
 
   const DictObj& context_;
   Limits limits_;

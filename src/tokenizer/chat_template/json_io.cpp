@@ -145,7 +145,8 @@ void dump(const Value& v, const JsonDumpOptions& o, int level, std::string* out)
     *out += '\n';
     for (int i = 0; i < lvl; ++i) *out += *o.indent;
   };
-  const std::string item_sep = o.indent ? o.item_separator : o.item_separator;
+  // Python picks "," over ", " when indenting; the caller already chose (JsonDumpOptions).
+  const std::string& item_sep = o.item_separator;
   switch (v.kind()) {
     case Kind::kNone:
       *out += "null";
