@@ -22,6 +22,8 @@ namespace pagoda::server {
 namespace {
 
 using nlohmann::json;
+// Request bodies keep their key order (chat messages and tools reach the template as sent).
+using ojson = nlohmann::ordered_json;
 
 class ServerImpl;
 
@@ -107,8 +109,8 @@ class ServerImpl : public Server {
     metrics_.error_response(e.status);
   }
 
-  ApiResult<json> parse_body(const httplib::Request& req) {
-    json j = json::parse(req.body, nullptr, false);
+  ApiResult<ojson> parse_body(const httplib::Request& req) {
+    ojson j = ojson::parse(req.body, nullptr, false);
     if (j.is_discarded()) return bad_request("the request body is not valid JSON");
     if (!j.is_object()) return bad_request("the request body must be a JSON object");
     return j;
@@ -225,7 +227,7 @@ class ServerImpl : public Server {
   void handle_tokenize(const httplib::Request& hreq, httplib::Response& res) {
     auto body = parse_body(hreq);
     if (!body.ok()) return send_error(res, body.error());
-    const json& b = body.value();
+    const ojson& b = body.value();
     const Tokenizer& tok = engine_.tokenizer();
     bool add_special = true;
     if (b.contains("add_special_tokens")) {
@@ -238,17 +240,24 @@ class ServerImpl : public Server {
     if (b.contains("prompt") && b["prompt"].is_string()) {
       text = b["prompt"].get<std::string>();
     } else if (b.contains("messages")) {
-      const json& m = b["messages"];
+      const ojson& m = b["messages"];
       if (!m.is_array() || m.empty())
         return send_error(res, bad_request("'messages' must be a non-empty list", "messages"));
-      for (const json& x : m)
+      for (const ojson& x : m)
         if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
           return send_error(
               res, bad_request("each message must be an object with a string 'role'", "messages"));
       bool agp = true;
       if (b.contains("add_generation_prompt") && b["add_generation_prompt"].is_boolean())
         agp = b["add_generation_prompt"].get<bool>();
-      auto t = chat_.render(m, agp, json());
+      // As vLLM's /tokenize: the chat request's tools are rendered too.
+      ojson tools;
+      if (b.contains("tools") && !b["tools"].is_null()) {
+        if (!b["tools"].is_array())
+          return send_error(res, bad_request("'tools' must be a list", "tools"));
+        tools = b["tools"];
+      }
+      auto t = chat_.render(m, agp, tools);
       if (!t) return send_error(res, bad_request(t.status().message(), "messages"));
       text = *t;
     } else {
@@ -263,12 +272,12 @@ class ServerImpl : public Server {
   void handle_detokenize(const httplib::Request& hreq, httplib::Response& res) {
     auto body = parse_body(hreq);
     if (!body.ok()) return send_error(res, body.error());
-    const json& b = body.value();
+    const ojson& b = body.value();
     const Tokenizer& tok = engine_.tokenizer();
     if (!b.contains("tokens") || !b["tokens"].is_array())
       return send_error(res, bad_request("'tokens' must be a list of token ids", "tokens"));
     std::vector<int32_t> ids;
-    for (const json& x : b["tokens"]) {
+    for (const ojson& x : b["tokens"]) {
       const bool valid = x.is_number_integer() &&
                          !(x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX) &&
                          x.get<int64_t>() >= 0 && x.get<int64_t>() < tok.n_vocab();

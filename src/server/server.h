@@ -19,7 +19,7 @@ struct ServerConfig {
   int max_waiting_requests = -1;  // < 0: unlimited
   int64_t max_body_bytes = 16 << 20;
   int http_threads = 256;     // each open connection (a stream, a keep-alive) holds one
-  std::string chat_template;  // tokenizer.chat_template from the model, "" when none
+  std::string chat_template;  // --chat-template, else the model's; "" when none
   std::string version = "0.1.0";
 };
 

@@ -66,10 +66,23 @@ TEST(ServerMetrics, CountersAndGauges) {
 TEST(ServerChat, MessageContentTextParts) {
   EXPECT_EQ(*message_text("hi"), "hi");
   EXPECT_EQ(*message_text(nullptr), "");
-  auto parts = nlohmann::json::parse(R"([{"type":"text","text":"a"},{"type":"text","text":"b"}])");
+  auto parts =
+      nlohmann::ordered_json::parse(R"([{"type":"text","text":"a"},{"type":"text","text":"b"}])");
   EXPECT_EQ(*message_text(parts), "ab");
-  EXPECT_FALSE(message_text(nlohmann::json::parse(R"([{"type":"image_url"}])")).is_ok());
+  EXPECT_FALSE(message_text(nlohmann::ordered_json::parse(R"([{"type":"image_url"}])")).is_ok());
   EXPECT_FALSE(message_text(3).is_ok());
+}
+
+TEST(ServerChat, RenderKeepsTheRequestKeyOrder) {
+  ChatTemplateSource src;
+  src.template_text = "{{ tools | tojson }}|{{ messages[0] | tojson }}";
+  auto r = ChatRenderer::create(src);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const auto messages = nlohmann::ordered_json::parse(R"([{"role":"user","content":"hi"}])");
+  const auto tools = nlohmann::ordered_json::parse(R"([{"type":"function","function":{}}])");
+  auto text = r->render(messages, false, tools);
+  ASSERT_TRUE(text.is_ok()) << text.status().message();
+  EXPECT_EQ(*text, R"([{"type": "function", "function": {}}]|{"role": "user", "content": "hi"})");
 }
 
 }  // namespace
