@@ -12,6 +12,7 @@
 
 #include "model/model_config.h"
 #include "server/chat_render.h"
+#include "server/connection_watch.h"
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -26,6 +27,9 @@ using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 class ServerImpl;
+
+// How often a non-streaming request checks that its client is still connected.
+constexpr double kClientCheckInterval = 0.1;
 
 // Counts a request in flight from its admission until its response is destroyed.
 class InflightGuard {
@@ -180,16 +184,32 @@ class ServerImpl : public Server {
     };
     st->builder = std::make_unique<ResponseBuilder>(
         st->request, engine_.tokenizer(), id, config_.served_model_name, st->gen->num_choices());
-    if (!st->request.stream) {
-      while (!st->gen->done())
-        if (auto e = st->gen->next(1.0)) st->builder->add(*e);
-      if (!st->builder->error().empty()) return send_error(res, internal(st->builder->error()));
-      res.set_content(dump(st->builder->response()), "application/json");
-      return;
-    }
+    if (!st->request.stream) return wait_and_respond(hreq, res, *st);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream", [st](size_t, httplib::DataSink& sink) { return pump(*st, sink); });
+  }
+
+  // A non-streaming response: waits for the whole generation, checking now and then that
+  // the client is still there; one that left aborts the generation (when `st` goes).
+  void wait_and_respond(const httplib::Request& hreq, httplib::Response& res, StreamState& st) {
+    ConnectionWatch watch(
+        ConnectionAddress{hreq.local_addr, hreq.local_port, hreq.remote_addr, hreq.remote_port});
+    double next_check = Engine::now() + kClientCheckInterval;
+    while (!st.gen->done()) {
+      if (auto e = st.gen->next(kClientCheckInterval)) st.builder->add(*e);
+      if (Engine::now() < next_check) continue;
+      next_check = Engine::now() + kClientCheckInterval;
+      if (watch.client_gone()) {
+        // Nobody reads this; a body keeps the error handler from answering (and counting).
+        res.status = 499;  // as nginx logs a client that closed its request
+        res.set_header("Connection", "close");
+        res.set_content("client closed the connection", "text/plain");
+        return;
+      }
+    }
+    if (!st.builder->error().empty()) return send_error(res, internal(st.builder->error()));
+    res.set_content(dump(st.builder->response()), "application/json");
   }
 
   // Writes what the generation has ready; false when the client is gone.
