@@ -44,8 +44,12 @@ def test_64_concurrent_streams(server):
     assert after[("pagoda:kv_cache_usage_perc", ())] == 0
 
 
+ABORT = ("pagoda:request_success_total", (("finished_reason", "abort"),))
+LENGTH = ("pagoda:request_success_total", (("finished_reason", "length"),))
+
+
 def test_disconnect_mid_stream_aborts(server):
-    server.wait_idle()
+    before = server.wait_idle()
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     conn.request("POST", "/v1/completions", body=json.dumps({
         "model": "smollm2", "prompt": "Write a long essay.", "max_tokens": 1800,
@@ -64,6 +68,9 @@ def test_disconnect_mid_stream_aborts(server):
     m = server.wait_idle(timeout=20)  # 1800 tokens would take far longer
     assert time.time() - t0 < 20
     assert m[("pagoda:kv_cache_usage_perc", ())] == 0
+    # Counted as vLLM counts it: finished with reason abort, not as a success by length.
+    assert m[ABORT] - before[ABORT] == 1
+    assert m[LENGTH] - before[LENGTH] == 0
 
 
 def test_disconnect_while_waiting_for_a_non_streaming_response_aborts(server):
@@ -88,6 +95,8 @@ def test_disconnect_while_waiting_for_a_non_streaming_response_aborts(server):
     m = server.wait_idle(timeout=5)  # the 1800 tokens would take far longer
     assert time.time() - t0 < 5
     assert m[("pagoda:kv_cache_usage_perc", ())] == 0
+    assert m[ABORT] - before[ABORT] == 1
+    assert m[LENGTH] - before[LENGTH] == 0
     assert m[("pagoda:generation_tokens_total", ())] - before[(
         "pagoda:generation_tokens_total", ())] < 1800
 
