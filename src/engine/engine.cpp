@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <mutex>
@@ -12,7 +13,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/log.h"
 #include "engine/engine_core.h"
+#include "engine/fault_injection.h"
 #include "engine/kv_budget.h"
 #include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -110,8 +113,18 @@ class EngineImpl : public Engine {
     PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, plan_kv_pool(mc, config_));
     config_.kv_cache_memory = budget.pool_bytes;
 
+    // Read once, here: tests set it to make forward passes fail (fault_injection.h).
+    const char* fault_env = std::getenv(kFaultInjectEnv);
+    PAGODA_ASSIGN_OR_RETURN(const FaultPlan faults, parse_fault_plan(fault_env ? fault_env : ""));
+
     pool_ = std::make_unique<ThreadPool>(cfg.threads);
     exec_ = std::make_unique<CpuExecutor>(*model_, *pool_, budget.n_blocks, cfg.block_size);
+    Executor* exec = exec_.get();
+    if (faults.active()) {
+      log_warn(std::string(kFaultInjectEnv) + "=" + fault_env + ": forward passes will fail");
+      faulty_ = std::make_unique<FaultInjectingExecutor>(*exec_, faults);
+      exec = faulty_.get();
+    }
     EngineCoreConfig cc;
     cc.n_blocks = budget.n_blocks;
     cc.block_size = cfg.block_size;
@@ -122,7 +135,7 @@ class EngineImpl : public Engine {
     cc.sched.policy = cfg.scheduling_policy == SchedulingPolicy::kPriority
                           ? sched::Policy::kPriority
                           : sched::Policy::kFcfs;
-    core_ = std::make_unique<EngineCore>(cc, *exec_, tok_.get());
+    core_ = std::make_unique<EngineCore>(cc, *exec, tok_.get());
     publish_stats();
     thread_ = std::thread([this] { loop(); });
     return Status::ok();
@@ -276,6 +289,7 @@ class EngineImpl : public Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<CpuExecutor> exec_;
+  std::unique_ptr<FaultInjectingExecutor> faulty_;  // wraps exec_ when faults are injected
   std::unique_ptr<EngineCore> core_;
   std::thread thread_;
 

@@ -1,5 +1,7 @@
 #include "engine/engine_core.h"
 
+#include "core/log.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -284,9 +286,13 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   const int32_t n_vocab = exec_.n_vocab();
   logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab));
   if (Status s = exec_.execute(batch_, logits_.data()); !s) {
+    log_error("engine step failed: " + s.message());
+    stats_.failed_steps++;
+    stats_.last_step_failed = true;
     fail_step(so, s, out);
     return;
   }
+  stats_.last_step_failed = false;
   sched_.step_done(so);
   stats_.steps++;
   stats_.computed_tokens += so.num_tokens;

@@ -51,6 +51,7 @@ struct StreamState {
   std::unique_ptr<Generation> gen;
   std::unique_ptr<ResponseBuilder> builder;
   std::function<void()> on_destroy;
+  Metrics* metrics = nullptr;
   bool started = false;
   double last_write = 0;
   ~StreamState() {
@@ -170,6 +171,7 @@ class ServerImpl : public Server {
 
     auto st = std::make_shared<StreamState>();
     st->guard = std::make_unique<InflightGuard>(inflight_);
+    st->metrics = &metrics_;
     st->request = std::move(r);
     const std::string id = new_id(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
     auto gen = Generation::start(engine_, metrics_, st->request, id);
@@ -232,6 +234,7 @@ class ServerImpl : public Server {
           break;
         }
     }
+    if (failed && st.metrics) st.metrics->error_response(500);  // the error event's code
     const bool end = failed || st.gen->done();
     if (end) buf += failed ? std::string("data: [DONE]\n\n") : st.builder->stream_end();
     // A comment line now and then finds a client that left while its request waits.
@@ -367,6 +370,18 @@ class ServerImpl : public Server {
     });
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& s) {
       if (draining_) return send_error(s, overloaded("the server is shutting down", 5));
+      // Unhealthy while the engine's latest model run failed (a broken device stays so;
+      // a passing fault clears with the next step that runs), as vLLM's 500 for a dead
+      // engine. Not counted in request_errors_total: a probe is not a request.
+      const EngineStats es = engine_.stats();
+      if (es.last_step_failed) {
+        const ApiError e = internal(
+            str_format("the engine's latest step failed (%lld failed so far); see the server log",
+                       static_cast<long long>(es.failed_steps)));
+        s.status = e.status;
+        s.set_content(dump(e.to_json()), "application/json");
+        return;
+      }
       s.set_content("", "text/plain");
     });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& s) {
