@@ -67,7 +67,7 @@ class ServerImpl : public Server {
       : engine_(engine),
         config_(std::move(config)),
         chat_(std::move(chat)),
-        metrics_(MetricsInfo{config_.served_model_name, config_.version}),
+        metrics_(MetricsInfo{config_.served_model_name, config_.version, config_.revision}),
         rng_(std::random_device{}()) {
     setup();
   }

@@ -42,7 +42,7 @@ TEST(ServerMetrics, HistogramBucketsAreCumulative) {
 }
 
 TEST(ServerMetrics, CountersAndGauges) {
-  Metrics m({"my \"model\"", "1.0"});
+  Metrics m({"my \"model\"", "1.0", "v1.0-3-gabc"});
   m.add_prompt_tokens(7);
   m.add_generation_tokens(3);
   RequestMetrics rm;
@@ -66,6 +66,9 @@ TEST(ServerMetrics, CountersAndGauges) {
   EXPECT_NE(t.find("pagoda:request_errors_total{" + model + ",code=\"400\"} 1\n"),
             std::string::npos);
   EXPECT_NE(t.find("pagoda:e2e_request_latency_seconds_sum{" + model + "} 2\n"), std::string::npos);
+  EXPECT_NE(t.find("pagoda:build_info{" + model + ",version=\"1.0\",revision=\"v1.0-3-gabc\"} 1\n"),
+            std::string::npos)
+      << t;
 }
 
 TEST(ServerChat, MessageContentTextParts) {
