@@ -86,6 +86,10 @@ struct EngineStats {
   int64_t computed_tokens = 0;         // run through the model, all kinds
   int64_t prompt_tokens_computed = 0;  // of which prompt positions (prefill, recompute)
   int64_t steps = 0;
+  // Steps whose model run failed (their requests finished with an error), and whether the
+  // latest step that ran the model was one of them.
+  int64_t failed_steps = 0;
+  bool last_step_failed = false;
   // Reserved but unfilled KV slots over reserved slots, averaged over steps (slot-weighted).
   double kv_waste = 0;
 };

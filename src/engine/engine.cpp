@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include "core/log.h"
 #include "engine/engine_core.h"
+#include "engine/fault_injection.h"
 #include "engine/kv_budget.h"
 #include "engine/runner_executor.h"
 #include "model/gguf.h"
@@ -111,6 +113,16 @@ class EngineImpl : public Engine {
     PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, gpu < 0 ? load_cpu() : load_cuda(gpu));
     config_.kv_cache_memory = budget.pool_bytes;
     file_.reset();  // the weights are copied; the mapping is no longer needed
+
+    // Read once, here: tests set it to make forward passes fail (fault_injection.h).
+    const char* fault_env = std::getenv(kFaultInjectEnv);
+    PAGODA_ASSIGN_OR_RETURN(const FaultPlan faults, parse_fault_plan(fault_env ? fault_env : ""));
+    Executor* exec = exec_.get();
+    if (faults.active()) {
+      log_warn(std::string(kFaultInjectEnv) + "=" + fault_env + ": forward passes will fail");
+      faulty_ = std::make_unique<FaultInjectingExecutor>(*exec_, faults);
+      exec = faulty_.get();
+    }
     EngineCoreConfig cc;
     cc.n_blocks = budget.n_blocks;
     cc.block_size = cfg.block_size;
@@ -121,7 +133,7 @@ class EngineImpl : public Engine {
     cc.sched.policy = cfg.scheduling_policy == SchedulingPolicy::kPriority
                           ? sched::Policy::kPriority
                           : sched::Policy::kFcfs;
-    core_ = std::make_unique<EngineCore>(cc, *exec_, tok_.get());
+    core_ = std::make_unique<EngineCore>(cc, *exec, tok_.get());
     publish_stats();
     thread_ = std::thread([this] { loop(); });
     return Status::ok();
@@ -331,6 +343,7 @@ class EngineImpl : public Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Executor> exec_;
+  std::unique_ptr<FaultInjectingExecutor> faulty_;  // wraps exec_ when faults are injected
   ModelConfig model_config_;
   std::unique_ptr<EngineCore> core_;
   std::thread thread_;

@@ -1,5 +1,7 @@
 #include "engine/engine_core.h"
 
+#include "core/log.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -307,9 +309,13 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
     s = exec_.execute(batch_, logits_.data());
   }
   if (!s) {
+    log_error("engine step failed: " + s.message());
+    stats_.failed_steps++;
+    stats_.last_step_failed = true;
     fail_step(so, s, out);
     return;
   }
+  stats_.last_step_failed = false;
   sched_.step_done(so);
   stats_.steps++;
   stats_.computed_tokens += so.num_tokens;

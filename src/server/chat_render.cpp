@@ -4,12 +4,14 @@
 
 namespace pagoda::server {
 
-Result<std::string> message_text(const nlohmann::json& content) {
+using nlohmann::ordered_json;
+
+Result<std::string> message_text(const ordered_json& content) {
   if (content.is_null()) return std::string();
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) return invalid_argument("message content must be a string or a list");
   std::string s;
-  for (const nlohmann::json& part : content) {
+  for (const ordered_json& part : content) {
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
         !part.contains("text") || !part["text"].is_string())
       return invalid_argument("only text content parts ({\"type\": \"text\", ...}) are supported");
@@ -31,19 +33,19 @@ Result<ChatRenderer> ChatRenderer::create(ChatTemplateSource source) {
   ChatRenderer r;
   if (!source.template_text.empty()) {
     auto t = ChatTemplate::parse(source.template_text);
-    if (!t) return t.status().with_context("the model's chat template");
+    if (!t) return t.status().with_context("the chat template");
     r.tmpl_ = std::move(t).value();
   }
   r.source_ = std::move(source);
   return r;
 }
 
-Result<std::string> ChatRenderer::render(const nlohmann::json& messages, bool add_generation_prompt,
-                                         const nlohmann::json& tools) const {
+Result<std::string> ChatRenderer::render(const ordered_json& messages, bool add_generation_prompt,
+                                         const ordered_json& tools) const {
   if (tmpl_) {
     ChatTemplateInputs in;
-    in.messages = nlohmann::ordered_json::parse(messages.dump());
-    if (!tools.is_null()) in.tools = nlohmann::ordered_json::parse(tools.dump());
+    in.messages = messages;
+    if (!tools.is_null()) in.tools = tools;
     in.add_generation_prompt = add_generation_prompt;
     if (!source_.bos_token.empty()) in.bos_token = source_.bos_token;
     if (!source_.eos_token.empty()) in.eos_token = source_.eos_token;
@@ -58,8 +60,8 @@ Result<std::string> ChatRenderer::render(const nlohmann::json& messages, bool ad
   if (!tools.is_null() && !tools.empty())
     return unsupported("tools need the model's Jinja chat template, not supported yet");
   std::string s;
-  for (const nlohmann::json& m : messages) {
-    PAGODA_ASSIGN_OR_RETURN(std::string text, message_text(m.value("content", nlohmann::json())));
+  for (const ordered_json& m : messages) {
+    PAGODA_ASSIGN_OR_RETURN(std::string text, message_text(m.value("content", ordered_json())));
     s += "<|im_start|>" + m["role"].get<std::string>() + "\n" + text + "<|im_end|>\n";
   }
   if (add_generation_prompt) s += "<|im_start|>assistant\n";

@@ -29,9 +29,10 @@ class ChatRenderer {
 
   bool has_template() const { return tmpl_.has_value(); }
   // messages: OpenAI chat messages (validated by the caller to be objects with a role);
-  // tools: the request's tools, null when none.
-  Result<std::string> render(const nlohmann::json& messages, bool add_generation_prompt,
-                             const nlohmann::json& tools) const;
+  // tools: the request's tools, null when none. Ordered JSON: the template sees the keys
+  // in the request's order, as transformers does (a `tojson` shows it).
+  Result<std::string> render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                             const nlohmann::ordered_json& tools) const;
 
  private:
   ChatTemplateSource source_;
@@ -39,6 +40,6 @@ class ChatRenderer {
 };
 
 // A message's content as text: a string, or the text parts of a list of parts.
-Result<std::string> message_text(const nlohmann::json& content);
+Result<std::string> message_text(const nlohmann::ordered_json& content);
 
 }  // namespace pagoda::server

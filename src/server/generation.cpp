@@ -22,11 +22,16 @@ ApiResult<std::unique_ptr<Generation>> Generation::start(Engine& engine, Metrics
   for (const auto& p : req.prompts) prompt_tokens += static_cast<int64_t>(p.size());
   metrics.add_prompt_tokens(prompt_tokens);
   g->last_time_.assign(static_cast<size_t>(g->num_choices()), 0.0);
+  g->ended_.assign(static_cast<size_t>(g->num_choices()), false);
+  g->started_ = true;
   return g;
 }
 
 Generation::~Generation() {
   if (!done()) abort();
+  if (!started_ || failed_) return;  // error responses, counted as such
+  for (bool ended : ended_)
+    if (!ended) metrics_.completion_finished(RequestMetrics{}, FinishReason::kAbort);
 }
 
 void Generation::abort() {
@@ -86,8 +91,12 @@ void Generation::account(const GenerationEvent& e) {
     if (last > 0) metrics_.observe_inter_token(o.time - last, n);
     last = o.time;
   }
-  if (o.finished && o.finish_reason != FinishReason::kError)
-    metrics_.completion_finished(o.metrics, o.finish_reason);
+  if (o.finished) {
+    ended_.at(static_cast<size_t>(e.choice)) = true;
+    failed_ |= o.finish_reason == FinishReason::kError;
+    if (o.finish_reason != FinishReason::kError)
+      metrics_.completion_finished(o.metrics, o.finish_reason);
+  }
 }
 
 }  // namespace pagoda::server

@@ -1,7 +1,8 @@
 // One HTTP request's generation: its prompts queued on the engine, their outputs read
 // back in arrival order as (choice, output) events, metrics recorded as they pass.
 // Destroying a Generation that has not finished aborts it, so a client that goes away
-// frees its KV blocks.
+// frees its KV blocks; each completion whose end was not read then counts as finished
+// with reason abort (request_success_total), without latency observations.
 #pragma once
 
 #include <memory>
@@ -46,6 +47,9 @@ class Generation {
   std::vector<std::string> ids_;
   std::vector<std::shared_ptr<RequestStream>> streams_;
   std::vector<double> last_time_;  // per choice, of its latest output with tokens
+  std::vector<bool> ended_;        // per choice, its final output was read and counted
+  bool started_ = false;           // every prompt was queued
+  bool failed_ = false;            // an engine error was read: an error response
   size_t rr_ = 0;                  // round-robin position over streams
   bool aborted_ = false;
 };

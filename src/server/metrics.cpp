@@ -106,7 +106,8 @@ std::string Metrics::render(const EngineStats& s) const {
     o += name + "{" + model + "} " + num(v) + "\n";
   };
   header(&o, "pagoda:build_info", "gauge", "Pagoda build and model information.");
-  o += "pagoda:build_info{" + model + ",version=\"" + escape_label(info_.version) + "\"} 1\n";
+  o += "pagoda:build_info{" + model + ",version=\"" + escape_label(info_.version) +
+       "\",revision=\"" + escape_label(info_.revision) + "\"} 1\n";
   gauge("pagoda:num_requests_running", "Requests in the running batch.", s.num_running);
   gauge("pagoda:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting);
   gauge("pagoda:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", s.kv_usage);

@@ -29,7 +29,8 @@ class Histogram {
 
 struct MetricsInfo {
   std::string model_name;
-  std::string version;
+  std::string version;   // Pagoda's
+  std::string revision;  // git describe of the build
 };
 
 class Metrics {

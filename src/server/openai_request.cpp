@@ -9,7 +9,7 @@
 namespace pagoda::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Reads optional fields of one body, keeping the first error.
 class Fields {
@@ -250,6 +250,7 @@ ApiResult<GenerationRequest> parse_chat_request(const json& body, const ParseCon
   bool add_generation_prompt = true;
   if (auto v = f.boolean("add_generation_prompt")) add_generation_prompt = *v;
   const json* tools = f.get("tools");
+  if (tools && !tools->is_array()) f.error("tools", "must be a list");
   if (f.err()) return *f.err();
   auto text = ctx.chat.render(*messages, add_generation_prompt, tools ? *tools : json());
   if (!text) return bad_request(text.status().message(), "messages");

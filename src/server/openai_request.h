@@ -42,9 +42,11 @@ struct ParseContext {
   int64_t kv_capacity_tokens = 0;  // the whole KV pool, for the default max_tokens
 };
 
-ApiResult<GenerationRequest> parse_completion_request(const nlohmann::json& body,
+// Bodies are ordered JSON so that chat messages and tools keep the request's key order
+// on their way to the chat template.
+ApiResult<GenerationRequest> parse_completion_request(const nlohmann::ordered_json& body,
                                                       const ParseContext& ctx);
-ApiResult<GenerationRequest> parse_chat_request(const nlohmann::json& body,
+ApiResult<GenerationRequest> parse_chat_request(const nlohmann::ordered_json& body,
                                                 const ParseContext& ctx);
 
 }  // namespace pagoda::server

@@ -12,6 +12,7 @@
 
 #include "model/model_config.h"
 #include "server/chat_render.h"
+#include "server/connection_watch.h"
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -22,8 +23,13 @@ namespace pagoda::server {
 namespace {
 
 using nlohmann::json;
+// Request bodies keep their key order (chat messages and tools reach the template as sent).
+using ojson = nlohmann::ordered_json;
 
 class ServerImpl;
+
+// How often a non-streaming request checks that its client is still connected.
+constexpr double kClientCheckInterval = 0.1;
 
 // Counts a request in flight from its admission until its response is destroyed.
 class InflightGuard {
@@ -45,6 +51,7 @@ struct StreamState {
   std::unique_ptr<Generation> gen;
   std::unique_ptr<ResponseBuilder> builder;
   std::function<void()> on_destroy;
+  Metrics* metrics = nullptr;
   bool started = false;
   double last_write = 0;
   ~StreamState() {
@@ -60,7 +67,7 @@ class ServerImpl : public Server {
       : engine_(engine),
         config_(std::move(config)),
         chat_(std::move(chat)),
-        metrics_(MetricsInfo{config_.served_model_name, config_.version}),
+        metrics_(MetricsInfo{config_.served_model_name, config_.version, config_.revision}),
         rng_(std::random_device{}()) {
     setup();
   }
@@ -107,8 +114,8 @@ class ServerImpl : public Server {
     metrics_.error_response(e.status);
   }
 
-  ApiResult<json> parse_body(const httplib::Request& req) {
-    json j = json::parse(req.body, nullptr, false);
+  ApiResult<ojson> parse_body(const httplib::Request& req) {
+    ojson j = ojson::parse(req.body, nullptr, false);
     if (j.is_discarded()) return bad_request("the request body is not valid JSON");
     if (!j.is_object()) return bad_request("the request body must be a JSON object");
     return j;
@@ -164,6 +171,7 @@ class ServerImpl : public Server {
 
     auto st = std::make_shared<StreamState>();
     st->guard = std::make_unique<InflightGuard>(inflight_);
+    st->metrics = &metrics_;
     st->request = std::move(r);
     const std::string id = new_id(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
     auto gen = Generation::start(engine_, metrics_, st->request, id);
@@ -178,16 +186,32 @@ class ServerImpl : public Server {
     };
     st->builder = std::make_unique<ResponseBuilder>(
         st->request, engine_.tokenizer(), id, config_.served_model_name, st->gen->num_choices());
-    if (!st->request.stream) {
-      while (!st->gen->done())
-        if (auto e = st->gen->next(1.0)) st->builder->add(*e);
-      if (!st->builder->error().empty()) return send_error(res, internal(st->builder->error()));
-      res.set_content(dump(st->builder->response()), "application/json");
-      return;
-    }
+    if (!st->request.stream) return wait_and_respond(hreq, res, *st);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream", [st](size_t, httplib::DataSink& sink) { return pump(*st, sink); });
+  }
+
+  // A non-streaming response: waits for the whole generation, checking now and then that
+  // the client is still there; one that left aborts the generation (when `st` goes).
+  void wait_and_respond(const httplib::Request& hreq, httplib::Response& res, StreamState& st) {
+    ConnectionWatch watch(
+        ConnectionAddress{hreq.local_addr, hreq.local_port, hreq.remote_addr, hreq.remote_port});
+    double next_check = Engine::now() + kClientCheckInterval;
+    while (!st.gen->done()) {
+      if (auto e = st.gen->next(kClientCheckInterval)) st.builder->add(*e);
+      if (Engine::now() < next_check) continue;
+      next_check = Engine::now() + kClientCheckInterval;
+      if (watch.client_gone()) {
+        // Nobody reads this; a body keeps the error handler from answering (and counting).
+        res.status = 499;  // as nginx logs a client that closed its request
+        res.set_header("Connection", "close");
+        res.set_content("client closed the connection", "text/plain");
+        return;
+      }
+    }
+    if (!st.builder->error().empty()) return send_error(res, internal(st.builder->error()));
+    res.set_content(dump(st.builder->response()), "application/json");
   }
 
   // Writes what the generation has ready; false when the client is gone.
@@ -210,6 +234,7 @@ class ServerImpl : public Server {
           break;
         }
     }
+    if (failed && st.metrics) st.metrics->error_response(500);  // the error event's code
     const bool end = failed || st.gen->done();
     if (end) buf += failed ? std::string("data: [DONE]\n\n") : st.builder->stream_end();
     // A comment line now and then finds a client that left while its request waits.
@@ -225,7 +250,7 @@ class ServerImpl : public Server {
   void handle_tokenize(const httplib::Request& hreq, httplib::Response& res) {
     auto body = parse_body(hreq);
     if (!body.ok()) return send_error(res, body.error());
-    const json& b = body.value();
+    const ojson& b = body.value();
     const Tokenizer& tok = engine_.tokenizer();
     bool add_special = true;
     if (b.contains("add_special_tokens")) {
@@ -238,17 +263,24 @@ class ServerImpl : public Server {
     if (b.contains("prompt") && b["prompt"].is_string()) {
       text = b["prompt"].get<std::string>();
     } else if (b.contains("messages")) {
-      const json& m = b["messages"];
+      const ojson& m = b["messages"];
       if (!m.is_array() || m.empty())
         return send_error(res, bad_request("'messages' must be a non-empty list", "messages"));
-      for (const json& x : m)
+      for (const ojson& x : m)
         if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
           return send_error(
               res, bad_request("each message must be an object with a string 'role'", "messages"));
       bool agp = true;
       if (b.contains("add_generation_prompt") && b["add_generation_prompt"].is_boolean())
         agp = b["add_generation_prompt"].get<bool>();
-      auto t = chat_.render(m, agp, json());
+      // As vLLM's /tokenize: the chat request's tools are rendered too.
+      ojson tools;
+      if (b.contains("tools") && !b["tools"].is_null()) {
+        if (!b["tools"].is_array())
+          return send_error(res, bad_request("'tools' must be a list", "tools"));
+        tools = b["tools"];
+      }
+      auto t = chat_.render(m, agp, tools);
       if (!t) return send_error(res, bad_request(t.status().message(), "messages"));
       text = *t;
     } else {
@@ -263,12 +295,12 @@ class ServerImpl : public Server {
   void handle_detokenize(const httplib::Request& hreq, httplib::Response& res) {
     auto body = parse_body(hreq);
     if (!body.ok()) return send_error(res, body.error());
-    const json& b = body.value();
+    const ojson& b = body.value();
     const Tokenizer& tok = engine_.tokenizer();
     if (!b.contains("tokens") || !b["tokens"].is_array())
       return send_error(res, bad_request("'tokens' must be a list of token ids", "tokens"));
     std::vector<int32_t> ids;
-    for (const json& x : b["tokens"]) {
+    for (const ojson& x : b["tokens"]) {
       const bool valid = x.is_number_integer() &&
                          !(x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX) &&
                          x.get<int64_t>() >= 0 && x.get<int64_t>() < tok.n_vocab();
@@ -338,6 +370,18 @@ class ServerImpl : public Server {
     });
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& s) {
       if (draining_) return send_error(s, overloaded("the server is shutting down", 5));
+      // Unhealthy while the engine's latest model run failed (a broken device stays so;
+      // a passing fault clears with the next step that runs), as vLLM's 500 for a dead
+      // engine. Not counted in request_errors_total: a probe is not a request.
+      const EngineStats es = engine_.stats();
+      if (es.last_step_failed) {
+        const ApiError e = internal(
+            str_format("the engine's latest step failed (%lld failed so far); see the server log",
+                       static_cast<long long>(es.failed_steps)));
+        s.status = e.status;
+        s.set_content(dump(e.to_json()), "application/json");
+        return;
+      }
       s.set_content("", "text/plain");
     });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& s) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/version.h"
 #include "pagoda/engine.h"
 
 namespace pagoda::server {
@@ -19,8 +20,9 @@ struct ServerConfig {
   int max_waiting_requests = -1;  // < 0: unlimited
   int64_t max_body_bytes = 16 << 20;
   int http_threads = 256;     // each open connection (a stream, a keep-alive) holds one
-  std::string chat_template;  // tokenizer.chat_template from the model, "" when none
-  std::string version = "0.1.0";
+  std::string chat_template;  // --chat-template, else the model's; "" when none
+  std::string version = pagoda::version();        // for pagoda:build_info
+  std::string revision = pagoda::git_describe();  // likewise
 };
 
 class Server {

@@ -1,8 +1,13 @@
 // The server's pieces that need no model: errors, metrics text, chat message content.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "server/api_error.h"
 #include "server/chat_render.h"
+#include "server/connection_watch.h"
 #include "server/metrics.h"
 
 namespace pagoda::server {
@@ -37,7 +42,7 @@ TEST(ServerMetrics, HistogramBucketsAreCumulative) {
 }
 
 TEST(ServerMetrics, CountersAndGauges) {
-  Metrics m({"my \"model\"", "1.0"});
+  Metrics m({"my \"model\"", "1.0", "v1.0-3-gabc"});
   m.add_prompt_tokens(7);
   m.add_generation_tokens(3);
   RequestMetrics rm;
@@ -61,15 +66,71 @@ TEST(ServerMetrics, CountersAndGauges) {
   EXPECT_NE(t.find("pagoda:request_errors_total{" + model + ",code=\"400\"} 1\n"),
             std::string::npos);
   EXPECT_NE(t.find("pagoda:e2e_request_latency_seconds_sum{" + model + "} 2\n"), std::string::npos);
+  EXPECT_NE(t.find("pagoda:build_info{" + model + ",version=\"1.0\",revision=\"v1.0-3-gabc\"} 1\n"),
+            std::string::npos)
+      << t;
 }
 
 TEST(ServerChat, MessageContentTextParts) {
   EXPECT_EQ(*message_text("hi"), "hi");
   EXPECT_EQ(*message_text(nullptr), "");
-  auto parts = nlohmann::json::parse(R"([{"type":"text","text":"a"},{"type":"text","text":"b"}])");
+  auto parts =
+      nlohmann::ordered_json::parse(R"([{"type":"text","text":"a"},{"type":"text","text":"b"}])");
   EXPECT_EQ(*message_text(parts), "ab");
-  EXPECT_FALSE(message_text(nlohmann::json::parse(R"([{"type":"image_url"}])")).is_ok());
+  EXPECT_FALSE(message_text(nlohmann::ordered_json::parse(R"([{"type":"image_url"}])")).is_ok());
   EXPECT_FALSE(message_text(3).is_ok());
+}
+
+TEST(ServerChat, RenderKeepsTheRequestKeyOrder) {
+  ChatTemplateSource src;
+  src.template_text = "{{ tools | tojson }}|{{ messages[0] | tojson }}";
+  auto r = ChatRenderer::create(src);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const auto messages = nlohmann::ordered_json::parse(R"([{"role":"user","content":"hi"}])");
+  const auto tools = nlohmann::ordered_json::parse(R"([{"type":"function","function":{}}])");
+  auto text = r->render(messages, false, tools);
+  ASSERT_TRUE(text.is_ok()) << text.status().message();
+  EXPECT_EQ(*text, R"([{"type": "function", "function": {}}]|{"role": "user", "content": "hi"})");
+}
+
+int port_of(int fd, bool peer) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  auto* sa = reinterpret_cast<sockaddr*>(&a);
+  EXPECT_EQ(peer ? getpeername(fd, sa, &len) : getsockname(fd, sa, &len), 0);
+  return ntohs(a.sin_port);
+}
+
+TEST(ServerConnectionWatch, FindsTheSocketAndSeesThePeerLeave) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  a.sin_port = htons(static_cast<uint16_t>(port_of(listener, false)));
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int conn = accept(listener, nullptr, nullptr);
+  ASSERT_GE(conn, 0);
+
+  const ConnectionAddress addr{"127.0.0.1", port_of(conn, false), "127.0.0.1", port_of(conn, true)};
+  EXPECT_EQ(find_connection_socket(addr), conn);  // not the client's end, not the listener
+  ConnectionAddress other = addr;
+  other.remote_port = addr.remote_port == 1 ? 2 : 1;
+  EXPECT_EQ(find_connection_socket(other), -1);
+
+  ConnectionWatch watch(addr);
+  EXPECT_FALSE(watch.client_gone());
+  ASSERT_EQ(write(client, "GET", 3), 3);  // a pipelined request: still there
+  usleep(20000);
+  EXPECT_FALSE(watch.client_gone());
+  close(client);
+  usleep(20000);
+  EXPECT_TRUE(watch.client_gone());
+  EXPECT_TRUE(peer_closed(conn));
+  close(conn);
+  close(listener);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 import http.client
 import json
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +44,12 @@ def test_64_concurrent_streams(server):
     assert after[("pagoda:kv_cache_usage_perc", ())] == 0
 
 
+ABORT = ("pagoda:request_success_total", (("finished_reason", "abort"),))
+LENGTH = ("pagoda:request_success_total", (("finished_reason", "length"),))
+
+
 def test_disconnect_mid_stream_aborts(server):
-    server.wait_idle()
+    before = server.wait_idle()
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     conn.request("POST", "/v1/completions", body=json.dumps({
         "model": "smollm2", "prompt": "Write a long essay.", "max_tokens": 1800,
@@ -63,6 +68,37 @@ def test_disconnect_mid_stream_aborts(server):
     m = server.wait_idle(timeout=20)  # 1800 tokens would take far longer
     assert time.time() - t0 < 20
     assert m[("pagoda:kv_cache_usage_perc", ())] == 0
+    # Counted as vLLM counts it: finished with reason abort, not as a success by length.
+    assert m[ABORT] - before[ABORT] == 1
+    assert m[LENGTH] - before[LENGTH] == 0
+
+
+def test_disconnect_while_waiting_for_a_non_streaming_response_aborts(server):
+    """A non-streaming request writes nothing until it is done; a client that closes its
+    socket meanwhile still aborts it and frees its blocks, well before it would finish."""
+    before = server.wait_idle()
+    body = json.dumps({"model": "smollm2", "prompt": "Write a long essay.",
+                       "max_tokens": 1800, "ignore_eos": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\n" +
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    deadline = time.time() + 30
+    while server.metrics()[("pagoda:num_requests_running", ())] < 1:
+        assert time.time() < deadline
+        time.sleep(0.02)
+    time.sleep(0.5)
+    m = server.metrics()
+    assert m[("pagoda:num_requests_running", ())] == 1 and m[("pagoda:kv_cache_usage_perc", ())] > 0
+    sock.close()
+    t0 = time.time()
+    m = server.wait_idle(timeout=5)  # the 1800 tokens would take far longer
+    assert time.time() - t0 < 5
+    assert m[("pagoda:kv_cache_usage_perc", ())] == 0
+    assert m[ABORT] - before[ABORT] == 1
+    assert m[LENGTH] - before[LENGTH] == 0
+    assert m[("pagoda:generation_tokens_total", ())] - before[(
+        "pagoda:generation_tokens_total", ())] < 1800
 
 
 def test_sigterm_under_load_finishes_in_flight_and_exits_0():

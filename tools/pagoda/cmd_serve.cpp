@@ -30,6 +30,8 @@ int cmd_serve(int argc, char** argv) {
       {"--http-threads", "", true, "connections served at once, streams included (default 256)"});
   specs.push_back({"--shutdown-grace", "", true,
                    "seconds in-flight requests get to finish on SIGTERM (default 30)"});
+  specs.push_back({"--chat-template", "", true,
+                   "Jinja chat template file to use instead of the model's (as vLLM's flag)"});
   specs.push_back({"--help", "-h", false, "show this help"});
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("serve", args.status());
@@ -66,7 +68,14 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that leaves mid-write is an error return, not a kill
 
-  {
+  if (args->has("--chat-template")) {
+    const std::string path = *args->get("--chat-template");
+    auto text = read_file(path);
+    if (!text) return fail("serve", text.status().with_context("--chat-template"));
+    if (text->empty())
+      return fail("serve", invalid_argument("--chat-template '" + path + "' is empty"));
+    sc.chat_template = std::move(text).value();
+  } else {
     // The chat template travels in the model file; the engine does not keep its metadata.
     auto file = GgufFile::open(ec.model_path);
     if (!file) return fail("serve", file.status());
