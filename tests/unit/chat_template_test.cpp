@@ -96,8 +96,9 @@ TEST(ChatTemplate, ReferenceCyclesAreFreedWhenRenderingEnds) {
   EXPECT_EQ(render_ok("{% macro m() %}[{{ caller() }}]{% endmacro %}"
                       "{% call m() %}c{% endcall %}"),
             "[c]");
-  render_error("{% macro m() %}{{ raise_exception('boom') }}{% endmacro %}"
-               "{% set ns = namespace() %}{% set ns.m = m %}{{ ns.m() }}");
+  render_error(
+      "{% macro m() %}{{ raise_exception('boom') }}{% endmacro %}"
+      "{% set ns = namespace() %}{% set ns.m = m %}{{ ns.m() }}");
 }
 
 TEST(ChatTemplate, ParseOnceRenderMany) {

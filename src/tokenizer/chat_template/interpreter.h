@@ -5,8 +5,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <unordered_set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
