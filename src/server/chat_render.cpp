@@ -40,11 +40,36 @@ Result<ChatRenderer> ChatRenderer::create(ChatTemplateSource source) {
   return r;
 }
 
+namespace {
+
+// OpenAI clients send a tool call's arguments as a JSON string; templates (Qwen2.5's,
+// Llama 3.1's) expect the object and `tojson` it, as vLLM hands it to them. A string
+// that is not a JSON object stays as it is.
+ordered_json with_parsed_tool_arguments(const ordered_json& messages) {
+  ordered_json out = messages;
+  if (!out.is_array()) return out;
+  for (ordered_json& m : out) {
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (ordered_json& call : m["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
+      ordered_json& fn = call["function"];
+      if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+      ordered_json parsed = ordered_json::parse(fn["arguments"].get<std::string>(), nullptr,
+                                                /*allow_exceptions=*/false);
+      if (parsed.is_object()) fn["arguments"] = std::move(parsed);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> ChatRenderer::render(const ordered_json& messages, bool add_generation_prompt,
                                          const ordered_json& tools) const {
   if (tmpl_) {
     ChatTemplateInputs in;
-    in.messages = messages;
+    in.messages = with_parsed_tool_arguments(messages);
     if (!tools.is_null()) in.tools = tools;
     in.add_generation_prompt = add_generation_prompt;
     if (!source_.bos_token.empty()) in.bos_token = source_.bos_token;

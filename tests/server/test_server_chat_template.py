@@ -101,6 +101,20 @@ def test_chat_with_tools_runs_jinja2s_prompt_with_request_key_order(tserver):
     assert chat["choices"][0]["message"]["content"] == comp["choices"][0]["text"]
 
 
+def test_tool_call_arguments_sent_as_a_json_string_reach_the_template_as_an_object(tserver):
+    # The OpenAI wire format: arguments are a JSON string. The template must see the
+    # object (as vLLM passes it), key order kept.
+    as_string = json.loads(json.dumps(MESSAGES))
+    fn = as_string[2]["tool_calls"][0]["function"]
+    fn["arguments"] = json.dumps(fn["arguments"])
+    want = tokenize(tserver, {"prompt": jinja2_prompt(MESSAGES, TOOLS)})
+    assert tokenize(tserver, {"messages": as_string, "tools": TOOLS}) == want
+    # Not an object: passed through as the string.
+    fn["arguments"] = "not json"
+    raw = tokenize(tserver, {"prompt": jinja2_prompt(as_string, TOOLS)})
+    assert tokenize(tserver, {"messages": as_string, "tools": TOOLS}) == raw
+
+
 def test_chat_template_flag_errors(tmp_path):
     empty = tmp_path / "empty.jinja"
     empty.write_text("")
