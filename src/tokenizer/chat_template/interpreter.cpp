@@ -190,7 +190,7 @@ void Interpreter::break_cycles() {
     s->vars.clear();
     s->parent.reset();
   }
-  for (const Value& ns : namespaces_) ns.ns().attrs = DictObj();
+  for (const Value& ns : namespaces_) ns.ns().attrs.clear();
   closures_.clear();
   namespaces_.clear();
   remembered_.clear();

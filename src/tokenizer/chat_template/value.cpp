@@ -80,6 +80,15 @@ Value Value::dict(std::shared_ptr<const DictObj> d) {
   v.obj_ = std::move(d);
   return v;
 }
+ListObj::~ListObj() = default;
+DictObj::~DictObj() = default;
+NamespaceObj::~NamespaceObj() = default;
+
+void DictObj::clear() {
+  items.clear();
+  index_.clear();
+}
+
 Value Value::ns(std::shared_ptr<NamespaceObj> n) {
   Value v(Kind::kNamespace);
   v.obj_ = std::move(n);

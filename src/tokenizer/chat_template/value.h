@@ -49,7 +49,15 @@ struct StrObj : Object {
   mutable int8_t ascii_ = -1;
 };
 
+// Destructors are defined in value.cpp, where Value is complete (clang instantiates an
+// implicit virtual destructor here, with Value still incomplete).
 struct ListObj : Object {
+  ListObj() = default;
+  ListObj(const ListObj&) = default;
+  ListObj(ListObj&&) = default;
+  ListObj& operator=(const ListObj&) = default;
+  ListObj& operator=(ListObj&&) = default;
+  ~ListObj() override;
   std::vector<Value> items;
   // A generator whose body failed: jinja2's generator filters are lazy, so the error
   // surfaces only when something iterates it.
@@ -58,15 +66,23 @@ struct ListObj : Object {
 
 // Insertion-ordered dict keyed by hashable values (str, int, float, bool, None, tuples).
 struct DictObj : Object {
+  DictObj() = default;
+  DictObj(const DictObj&) = default;
+  DictObj(DictObj&&) = default;
+  DictObj& operator=(const DictObj&) = default;
+  DictObj& operator=(DictObj&&) = default;
+  ~DictObj() override;
   std::vector<std::pair<Value, Value>> items;
   const Value* find(const Value& key) const;
   void set(const Value& key, Value value);
+  void clear();
 
  private:
   std::unordered_map<std::string, size_t> index_;
 };
 
 struct NamespaceObj : Object {
+  ~NamespaceObj() override;
   mutable DictObj attrs;
   std::shared_ptr<LoopState> loop;  // set for a for loop's `loop` variable
 };
