@@ -187,5 +187,51 @@ CUDA_TEST(perf_attention) {
   }
 }
 
+// Decode of a batch of long contexts (the offline-throughput step: 256 sequences at
+// depth 1,536, each with its own shuffled blocks), the case bound by reading the KV cache.
+CUDA_TEST(perf_attention_batch) {
+  std::mt19937 rng(9);
+  const int n_heads = 32, n_kv = 8, hd = 128, bs = 16;
+  for (int rows : {64, 256}) {
+    const int ctx = 1536, per_seq = ctx / bs, n_blocks = rows * per_seq;
+    DeviceBuffer kc = random_device(static_cast<size_t>(n_blocks) * bs * n_kv * hd * 2, rng);
+    DeviceBuffer vc = random_device(kc.bytes(), rng);
+    std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
+    for (int i = 0; i < n_blocks; ++i) ids[static_cast<size_t>(i)] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<int32_t> seq(rows), pos(rows, ctx - 1), nq(rows, 1), off(rows);
+    for (int r = 0; r < rows; ++r) {
+      seq[static_cast<size_t>(r)] = r;
+      off[static_cast<size_t>(r)] = r * per_seq;
+    }
+    KvLayerView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), bs, n_kv, hd};
+    DeviceBuffer d_seq = to_device(seq), d_pos = to_device(pos), d_nq = to_device(nq),
+                 d_off = to_device(off), d_tab = to_device(ids);
+    DeviceBatch b{rows,
+                  rows,
+                  d_seq.as<int32_t>(),
+                  d_pos.as<int32_t>(),
+                  d_seq.as<int32_t>(),
+                  d_nq.as<int32_t>(),
+                  d_pos.as<int32_t>(),
+                  d_off.as<int32_t>(),
+                  d_tab.as<int32_t>()};
+    DeviceBuffer q = random_device(static_cast<size_t>(rows) * n_heads * hd * 2, rng);
+    DeviceBuffer out = poisoned(static_cast<size_t>(rows) * n_heads * hd * 2);
+    DeviceBuffer ws = poisoned(attention_workspace_bytes(rows, n_heads, hd));
+    AttentionPlan plan;
+    plan.decode_rows = d_seq.as<int32_t>();
+    plan.n_decode_rows = rows;
+    plan.workspace = ws.get();
+    plan.workspace_bytes = ws.bytes();
+    const double t = time_ms(20, [&](int) {
+      (void)attention(q.as<uint16_t>(), kv, b, plan, n_heads, 0.088f, out.get(), ActType::kBF16,
+                      nullptr);
+    });
+    std::printf("  perf attention decode %d rows x ctx %d: %.1f us, KV %.0f GB/s\n", rows, ctx,
+                t * 1e3, 2.0 * rows * ctx * n_kv * hd * 2 / t / 1e6);
+  }
+}
+
 }  // namespace
 }  // namespace pagoda::cuda::testing

@@ -1,8 +1,12 @@
 // Attention for single query rows (decode steps and short chunks), flash-decoding style:
 // a block takes one row, the query heads of one KV head (GQA: K and V are read once for
-// the whole group, four heads per pass) and one split of the context. Keys come in tiles
-// of kTile: scores into shared memory, an online-softmax update per head, then the tile's
-// values weighted into per-thread accumulators. Splits are merged by combine_kernel.
+// the whole group, four heads per pass) and one split of the context. Inside a block
+// each group of LANES threads is an independent worker: it walks its own keys kUnroll at
+// a time (K and V loads all issued before any is used), keeps its own online-softmax
+// state and accumulators in registers, and never waits on the other groups until the
+// end, where the block merges them. No shared memory or barrier sits in the key loop, so
+// a batch of long contexts streams the KV cache near the memory bandwidth. Splits are
+// merged by combine_kernel. Scores are kept in log2 units (exp2 is one instruction).
 #include <algorithm>
 
 #include "backend/cuda/attention_impl.h"
@@ -13,12 +17,15 @@ namespace pagoda::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kHeadsPerPass = 4;  // one warp per head in the softmax step
-constexpr int kTile = 256;        // keys per tile
-constexpr int kMaxHeadDim = 256;
+constexpr int kHeadsPerPass = 4;
+// Keys per worker step (2 x kUnroll 16-byte loads in flight per thread) and blocks per SM
+// the registers are capped for. Measured on the H200 at 256 rows x 1,536 keys: (4, 4)
+// 2.76 TB/s, (2, 4) 2.55, (4, 3) 2.36 (bench/RESULTS.md).
+constexpr int kUnroll = 4;
+constexpr int kMinBlocksPerSm = 4;
+constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ void load8h(const uint16_t* p, float* f) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void unpack8h(const uint4 u, float* f) {
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -28,18 +35,16 @@ __device__ __forceinline__ void load8h(const uint16_t* p, float* f) {
   }
 }
 
-// LANES threads share one key (8 dims each); kThreads / LANES keys are handled at once.
+// LANES threads share one key (8 dims each); a block holds kThreads / LANES workers.
 template <int LANES>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     decode_kernel(const uint16_t* __restrict__ q, KvLayerView kv, DeviceBatch b,
                   const int32_t* __restrict__ rows, int n_heads, float scale, int n_splits,
                   void* __restrict__ out, ActType out_type, float* __restrict__ part) {
   pdl_trigger();
-  constexpr int kGroups = kThreads / LANES;  // keys in flight per step
-  __shared__ float q_s[kHeadsPerPass][kMaxHeadDim];
-  __shared__ float s_s[kHeadsPerPass][kTile];
-  __shared__ float alpha_s[kHeadsPerPass];
+  constexpr int kGroups = kThreads / LANES;  // workers per block
   __shared__ float red_s[kGroups][8 * LANES];
+  __shared__ float m_s[kGroups], l_s[kGroups];
 
   const int wi = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int row = rows[wi];
@@ -50,137 +55,137 @@ __global__ void __launch_bounds__(kThreads)
   // This row's share of its context (later splits of a short context are empty).
   const int chunk = max(kDecodeMinChunk, ((ctx + n_splits - 1) / n_splits + 15) & ~15);
   const int k_begin = split * chunk, k_end = min(ctx, k_begin + chunk);
+  const int n_keys = max(0, k_end - k_begin);
   const int32_t* table = b.blocks + b.seq_blocks_off[seq];
-  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int tid = threadIdx.x, lane = tid % kWarp;
   const int kg = tid / LANES, li = tid % LANES;
+  // The shuffles of a worker stay inside its LANES threads, whose trip counts may differ
+  // from the other workers' in the same warp.
+  const unsigned gmask =
+      LANES == kWarp ? 0xffffffffu : ((1u << LANES) - 1u) << (lane / LANES * LANES);
   const int d0 = li * 8;
   const bool active = d0 < hd;
   const int64_t qd = static_cast<int64_t>(n_heads) * hd;
+  const float scale2 = scale * kLog2e;
 
   for (int h0 = 0; h0 < group; h0 += kHeadsPerPass) {
     const int nh = min(kHeadsPerPass, group - h0);
-    __syncthreads();  // the previous pass is done with q_s / red_s
-    for (int i = tid; i < kHeadsPerPass * hd; i += kThreads) {
-      const int hh = i / hd, d = i % hd;
-      q_s[hh][d] =
-          hh < nh ? half_bits_to_float(q[row * qd + (g * group + h0 + hh) * hd + d]) : 0.0f;
-    }
-    float m_run = -INFINITY, l_run = 0.0f;  // per head, kept by warp hh
-    float acc[kHeadsPerPass][8];
+    float qf[kHeadsPerPass][8];
 #pragma unroll
-    for (int hh = 0; hh < kHeadsPerPass; ++hh)
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+      if (active && hh < nh) {
+        unpack8h(*reinterpret_cast<const uint4*>(q + row * qd + (g * group + h0 + hh) * hd + d0),
+                 qf[hh]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) qf[hh][k] = 0.0f;
+      }
+    }
+    float m_run[kHeadsPerPass], l_run[kHeadsPerPass], acc[kHeadsPerPass][8];
+#pragma unroll
+    for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+      m_run[hh] = -INFINITY;
+      l_run[hh] = 0.0f;
 #pragma unroll
       for (int k = 0; k < 8; ++k) acc[hh][k] = 0.0f;
-    __syncthreads();
+    }
 
-    for (int t0 = k_begin; t0 < k_end; t0 += kTile) {
-      const int nt = min(kTile, k_end - t0);
-      // Scores of this tile (whole warps take part in the shuffles, so the loop bound is
-      // the tile rounded up to all key groups).
-      const int nt_round = (nt + kGroups - 1) / kGroups * kGroups;
-      for (int j = kg; j < nt_round; j += kGroups) {
-        float dot[kHeadsPerPass] = {0, 0, 0, 0};
-        if (j < nt && active) {
-          const int pos = t0 + j;
+    // Worker kg takes runs of kUnroll consecutive keys, kGroups runs apart.
+    for (int j0 = kg * kUnroll; j0 < n_keys; j0 += kGroups * kUnroll) {
+      uint4 kr[kUnroll], vr[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u;
+        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+        if (j < n_keys && active) {
+          const int pos = k_begin + j;
           const size_t base =
-              ((static_cast<size_t>(table[pos / bs]) * kv.n_kv_heads + g) * bs + pos % bs) * hd;
-          float kf[8];
-          load8h(kv.k + base + d0, kf);
-#pragma unroll
-          for (int hh = 0; hh < kHeadsPerPass; ++hh)
-#pragma unroll
-            for (int k = 0; k < 8; ++k) dot[hh] = fmaf(q_s[hh][d0 + k], kf[k], dot[hh]);
+              ((static_cast<size_t>(table[pos / bs]) * kv.n_kv_heads + g) * bs + pos % bs) * hd +
+              d0;
+          kr[u] = *reinterpret_cast<const uint4*>(kv.k + base);
+          vr[u] = *reinterpret_cast<const uint4*>(kv.v + base);
         }
+      }
+      float sc[kUnroll][kHeadsPerPass];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float kf[8];
+        unpack8h(kr[u], kf);
 #pragma unroll
         for (int hh = 0; hh < kHeadsPerPass; ++hh) {
+          float dot = 0.0f;
 #pragma unroll
-          for (int o = LANES / 2; o > 0; o >>= 1)
-            dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], o);
-          if (li == 0 && j < nt) s_s[hh][j] = dot[hh] * scale;
+          for (int k = 0; k < 8; ++k) dot = fmaf(qf[hh][k], kf[k], dot);
+#pragma unroll
+          for (int o = LANES / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(gmask, dot, o);
+          sc[u][hh] = j0 + u < n_keys ? dot * scale2 : -INFINITY;
         }
       }
-      __syncthreads();
-      // Online softmax: warp hh owns head hh.
-      if (warp < nh) {
-        float mx = -INFINITY;
-        for (int j = lane; j < nt; j += kWarp) mx = fmaxf(mx, s_s[warp][j]);
-        mx = warp_max(mx);
-        const float m_new = fmaxf(m_run, mx);
-        float sum = 0.0f;
-        for (int j = lane; j < nt; j += kWarp) {
-          const float p = expf(s_s[warp][j] - m_new);
-          s_s[warp][j] = p;
-          sum += p;
-        }
-        sum = warp_sum(sum);
-        const float alpha = expf(m_run - m_new);  // 0 on the first tile
-        l_run = l_run * alpha + sum;
-        m_run = m_new;
-        if (lane == 0) alpha_s[warp] = alpha;
-      }
-      __syncthreads();
-      // Weighted values.
 #pragma unroll
       for (int hh = 0; hh < kHeadsPerPass; ++hh) {
-        const float a = hh < nh ? alpha_s[hh] : 0.0f;
+        float mx = sc[0][hh];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) acc[hh][k] *= a;
-      }
-      if (active) {
-        for (int j = kg; j < nt; j += kGroups) {
-          const int pos = t0 + j;
-          const size_t base =
-              ((static_cast<size_t>(table[pos / bs]) * kv.n_kv_heads + g) * bs + pos % bs) * hd;
+        for (int u = 1; u < kUnroll; ++u) mx = fmaxf(mx, sc[u][hh]);
+        const float m_new = fmaxf(m_run[hh], mx);      // finite: key j0 is always in range
+        const float alpha = exp2f(m_run[hh] - m_new);  // 0 on the first keys
+        l_run[hh] *= alpha;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[hh][k] *= alpha;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const float p = exp2f(sc[u][hh] - m_new);
+          l_run[hh] += p;
           float vf[8];
-          load8h(kv.v + base + d0, vf);
+          unpack8h(vr[u], vf);
 #pragma unroll
-          for (int hh = 0; hh < kHeadsPerPass; ++hh) {
-            const float p = s_s[hh][j];
-#pragma unroll
-            for (int k = 0; k < 8; ++k) acc[hh][k] = fmaf(p, vf[k], acc[hh][k]);
-          }
+          for (int k = 0; k < 8; ++k) acc[hh][k] = fmaf(p, vf[k], acc[hh][k]);
         }
+        m_run[hh] = m_new;
       }
-      __syncthreads();  // s_s is rewritten by the next tile
     }
 
-    // Sum the key groups' accumulators, one head at a time.
-    __shared__ float l_s[kHeadsPerPass], m_s[kHeadsPerPass];
-    if (warp < nh && lane == 0) {
-      l_s[warp] = l_run;
-      m_s[warp] = m_run;
-    }
-    // hh is a compile-time index (unrolled, guarded): a run-time index would move the
-    // accumulators to local memory.
+    // Merge the workers, one head at a time (hh is a compile-time index, guarded: a
+    // run-time index would move the accumulators to local memory).
 #pragma unroll
     for (int hh = 0; hh < kHeadsPerPass; ++hh) {
       if (hh >= nh) break;
+      __syncthreads();  // the previous head's merge is done with red_s
+      if (li == 0) {
+        m_s[kg] = m_run[hh];
+        l_s[kg] = l_run[hh];
+      }
 #pragma unroll
       for (int k = 0; k < 8; ++k) red_s[kg][li * 8 + k] = acc[hh][k];
       __syncthreads();
+      float m = -INFINITY;
+      for (int w = 0; w < kGroups; ++w) m = fmaxf(m, m_s[w]);
+      float l = 0.0f;
+      for (int w = 0; w < kGroups; ++w)
+        if (m_s[w] > -INFINITY) l += exp2f(m_s[w] - m) * l_s[w];
+      const int h = g * group + h0 + hh;
       for (int d = tid; d < hd; d += kThreads) {
         float o = 0.0f;
-        for (int k = 0; k < kGroups; ++k) o += red_s[k][d];
-        const int h = g * group + h0 + hh;
+        for (int w = 0; w < kGroups; ++w)
+          if (m_s[w] > -INFINITY) o += exp2f(m_s[w] - m) * red_s[w][d];
         if (n_splits == 1) {
           store_act(out, out_type, row * qd + static_cast<int64_t>(h) * hd + d,
-                    l_s[hh] > 0 ? o / l_s[hh] : 0.0f);
+                    l > 0 ? o / l : 0.0f);
         } else {
           float* pp =
               part + ((static_cast<int64_t>(wi) * n_heads + h) * n_splits + split) * (hd + 2);
           pp[d] = o;
           if (d == 0) {
-            pp[hd] = m_s[hh];
-            pp[hd + 1] = l_s[hh];
+            pp[hd] = m;
+            pp[hd + 1] = l;
           }
         }
       }
-      __syncthreads();
     }
   }
 }
 
-// Merges the splits of one (row, head): rescales each partial sum to the common max.
+// Merges the splits of one (row, head): rescales each partial sum to the common max
+// (maxima in log2 units, as the decode kernel keeps them).
 __global__ void combine_kernel(const float* __restrict__ part, const int32_t* __restrict__ rows,
                                int n_heads, int hd, int n_splits, void* __restrict__ out,
                                ActType out_type) {
@@ -192,14 +197,14 @@ __global__ void combine_kernel(const float* __restrict__ part, const int32_t* __
   float l = 0.0f;
   for (int s = 0; s < n_splits; ++s) {
     const float ms = pp[s * (hd + 2) + hd];
-    if (ms > -INFINITY) l += expf(ms - m) * pp[s * (hd + 2) + hd + 1];
+    if (ms > -INFINITY) l += exp2f(ms - m) * pp[s * (hd + 2) + hd + 1];
   }
   const int64_t row = rows[wi];
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float o = 0.0f;
     for (int s = 0; s < n_splits; ++s) {
       const float ms = pp[s * (hd + 2) + hd];
-      if (ms > -INFINITY) o += expf(ms - m) * pp[s * (hd + 2) + d];
+      if (ms > -INFINITY) o += exp2f(ms - m) * pp[s * (hd + 2) + d];
     }
     store_act(out, out_type, row * n_heads * hd + static_cast<int64_t>(h) * hd + d, o / l);
   }
