@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 
@@ -268,6 +269,20 @@ bool EngineCore::greedy_step(const sched::SchedulerOutput& so) const {
   return true;
 }
 
+bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
+  static const bool enabled = [] {
+    const char* e = std::getenv("PAGODA_DEVICE_SAMPLING");
+    return !(e && *e == '0');
+  }();
+  if (!enabled || !exec_.has_sampling()) return false;
+  for (const sched::ScheduledSeq& q : so.seqs) {
+    if (!q.samples) continue;
+    const Req& r = *reqs_.at(q.req->id);
+    if (r.params.logprobs || r.pending_forks > 0) return false;
+  }
+  return true;
+}
+
 void EngineCore::step(std::vector<RequestOutput>* out) {
   sched::SchedulerOutput so = sched_.schedule();
   if (so.empty()) return;
@@ -300,10 +315,19 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   }
   const int32_t n_vocab = exec_.n_vocab();
   const bool greedy = greedy_step(so);
+  const bool on_device = greedy || device_sampling_step(so);
   Status s;
   if (greedy) {
     chosen_.resize(batch_.logit_rows.size());
     s = exec_.execute_greedy(batch_, chosen_.data());
+  } else if (on_device) {
+    sampling_.rows.clear();
+    sampling_.penalties.clear();
+    for (const sched::ScheduledSeq& q : so.seqs)
+      if (q.samples)
+        sampling_.rows.push_back(reqs_.at(q.req->id)->sampler->device_row(&sampling_.penalties));
+    chosen_.resize(batch_.logit_rows.size());
+    s = exec_.execute_sample(batch_, sampling_, chosen_.data());
   } else {
     logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab));
     s = exec_.execute(batch_, logits_.data());
@@ -324,7 +348,7 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   size_t li = 0;
   for (const sched::ScheduledSeq& q : so.seqs) {
     if (!q.samples) continue;
-    if (greedy)
+    if (on_device)
       sample_into(*reqs_.at(q.req->id), nullptr, chosen_[li], out, done);
     else
       sample_into(*reqs_.at(q.req->id), logits_.data() + li * static_cast<size_t>(n_vocab), -1, out,

@@ -53,6 +53,9 @@ class EngineCore {
                    double now);
   // Every sampled row of this step is plain greedy and the executor can pick it.
   bool greedy_step(const sched::SchedulerOutput& so) const;
+  // No sampled row of this step needs its logits on the host (log-probabilities, forks),
+  // and the executor can draw the tokens itself (PAGODA_DEVICE_SAMPLING=0 turns it off).
+  bool device_sampling_step(const sched::SchedulerOutput& so) const;
   void finish(Req& r, FinishReason why, std::vector<RequestOutput>* out, double now,
               RequestOutput* pending = nullptr, const std::string& error = {});
   Req* fork(Req& parent, int index);
@@ -71,6 +74,7 @@ class EngineCore {
   double waste_slots_ = 0, reserved_slots_ = 0;
   std::vector<float> logits_;
   std::vector<int32_t> chosen_;
+  StepSampling sampling_;
   Batch batch_;
 };
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/sampling_row.h"
 #include "core/status.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
@@ -26,6 +27,13 @@ class Executor {
   virtual bool has_greedy() const { return false; }
   virtual Status execute_greedy(const Batch& batch, int32_t* tokens) {
     return unsupported("this executor has no greedy path");
+  }
+  // Whether execute_sample is worth calling: the device draws each logit row's token as
+  // sampling.rows[i] says (penalties, temperature, top-k / top-p / min-p, the given
+  // uniform), and only the ids come back.
+  virtual bool has_sampling() const { return false; }
+  virtual Status execute_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens) {
+    return unsupported("this executor has no device sampling");
   }
 };
 

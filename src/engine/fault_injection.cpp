@@ -51,4 +51,10 @@ Status FaultInjectingExecutor::execute_greedy(const Batch& batch, int32_t* token
   return inner_.execute_greedy(batch, tokens);
 }
 
+Status FaultInjectingExecutor::execute_sample(const Batch& batch, const StepSampling& sampling,
+                                              int32_t* tokens) {
+  PAGODA_RETURN_IF_ERROR(next_pass());
+  return inner_.execute_sample(batch, sampling, tokens);
+}
+
 }  // namespace pagoda

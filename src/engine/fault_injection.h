@@ -37,6 +37,8 @@ class FaultInjectingExecutor : public Executor {
   // The device-side greedy path is a forward pass too: counted and failed alike.
   bool has_greedy() const override { return inner_.has_greedy(); }
   Status execute_greedy(const Batch& batch, int32_t* tokens) override;
+  bool has_sampling() const override { return inner_.has_sampling(); }
+  Status execute_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens) override;
   void copy_blocks(const std::vector<kv::BlockCopy>& copies) override {
     inner_.copy_blocks(copies);
   }

@@ -28,6 +28,12 @@ class RunnerExecutor : public Executor {
     if (!last_) return std::exchange(last_, Status::ok());
     return runner_->forward_greedy(batch, tokens);
   }
+  bool has_sampling() const override { return runner_->has_device_sampling(); }
+  Status execute_sample(const Batch& batch, const StepSampling& sampling,
+                        int32_t* tokens) override {
+    if (!last_) return std::exchange(last_, Status::ok());
+    return runner_->forward_sample(batch, sampling, tokens);
+  }
   ModelRunner& runner() { return *runner_; }
 
  private:

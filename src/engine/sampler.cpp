@@ -38,6 +38,34 @@ void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {
   }
 }
 
+SamplingRow Sampler::device_row(std::vector<int32_t>* penalties) {
+  SamplingRow r;
+  r.temperature = params_.temperature;
+  r.top_k = params_.top_k;
+  r.top_p = params_.top_p;
+  r.min_p = params_.min_p;
+  r.repetition_penalty = params_.repetition_penalty;
+  r.presence_penalty = params_.presence_penalty;
+  r.frequency_penalty = params_.frequency_penalty;
+  r.pen_begin = static_cast<int32_t>(penalties->size() / 3);
+  const auto add = [&](int32_t token, int count, bool seen) {
+    penalties->insert(penalties->end(), {token, count, seen ? 1 : 0});
+  };
+  const bool rep = params_.repetition_penalty != 1.0f;
+  if (rep) {  // seen_ holds every output token too
+    for (int32_t t : seen_) {
+      const auto it = out_counts_.find(t);
+      add(t, it == out_counts_.end() ? 0 : it->second, true);
+    }
+  } else if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    for (const auto& [t, count] : out_counts_) add(t, count, false);
+  }
+  r.pen_count = static_cast<int32_t>(penalties->size() / 3) - r.pen_begin;
+  if (!(params_.temperature <= 0.0f || params_.top_k == 1))
+    r.u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  return r;
+}
+
 int32_t Sampler::sample(float* logits, int32_t n_vocab) {
   apply_penalties(logits, n_vocab);
   int32_t chosen;

@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/sampling_row.h"
 #include "pagoda/sampling_params.h"
 
 namespace pagoda {
@@ -29,6 +30,10 @@ class Sampler {
            params_.repetition_penalty == 1.0f && params_.presence_penalty == 0.0f &&
            params_.frequency_penalty == 0.0f;
   }
+  // The next draw in a device's form (core/sampling_row.h): this request's filters, one
+  // uniform from its generator (as sample() draws), and its penalty entries appended to
+  // `penalties`. The device's token is then recorded with accept().
+  SamplingRow device_row(std::vector<int32_t>* penalties);
   // Restarts the random stream (a forked completion draws its own).
   void reseed(uint64_t seed) { rng_.seed(seed); }
 

@@ -50,6 +50,10 @@ Status ModelRunner::forward_greedy(const Batch& batch, int32_t* tokens) {
   return Status::ok();
 }
 
+Status ModelRunner::forward_sample(const Batch&, const StepSampling&, int32_t*) {
+  return unsupported("this runner does not sample on its device");
+}
+
 bool parse_device_kind(std::string_view s, DeviceKind* out) {
   if (s == "cpu") {
     *out = DeviceKind::kCpu;

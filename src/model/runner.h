@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/sampling_row.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/gguf.h"
@@ -43,6 +44,11 @@ class ModelRunner {
   // The same, returning only the most likely token of each logit row (greedy sampling;
   // on the GPU the logits never leave the device). tokens: logit_rows.size() ids.
   virtual Status forward_greedy(const Batch& batch, int32_t* tokens);
+  // Whether forward_sample draws on the device (otherwise it is unsupported).
+  virtual bool has_device_sampling() const { return false; }
+  // The same, drawing each logit row's token as sampling.rows[i] says (penalties,
+  // temperature, top-k / top-p / min-p, the given uniform draw).
+  virtual Status forward_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens);
   // Copies block src's K and V to block dst in every layer (copy-on-write of shared
   // prefixes), ordered before the next forward pass.
   virtual Status copy_block(int src, int dst) = 0;
@@ -70,6 +76,6 @@ Result<GpuMemory> cuda_memory_info(int device);
 bool cuda_built();
 // Bumped whenever make_cuda_runner's types change, so a stale plugin is refused rather
 // than called with the wrong layout.
-inline constexpr int kCudaPluginAbi = 2;
+inline constexpr int kCudaPluginAbi = 3;
 
 }  // namespace pagoda

@@ -233,5 +233,30 @@ CUDA_TEST(perf_attention_batch) {
   }
 }
 
+// Sampling on the GPU at a serving batch (256 rows of a 128k vocabulary, top-p and top-k
+// on): the cost a sampled decode step adds instead of sending 128 MB of logits to the host.
+CUDA_TEST(perf_sample) {
+  std::mt19937 rng(10);
+  const int vocab = 128256, rows = 256;
+  DeviceBuffer x = random_device(static_cast<size_t>(rows) * vocab * 4, rng);
+  for (int mode = 0; mode < 2; ++mode) {
+    std::vector<SamplingRow> rs(rows);
+    for (int j = 0; j < rows; ++j) {
+      rs[j].temperature = 0.8f;
+      rs[j].top_p = mode ? 0.95f : 1.0f;
+      rs[j].top_k = mode ? 50 : 0;
+      rs[j].u = (j + 0.5) / rows;
+    }
+    DeviceBuffer d_rows = to_device(rs), d_pen = to_device(std::vector<int32_t>{0, 0, 0}),
+                 d_out = poisoned(rows * 4);
+    const double t = time_ms(10, [&](int) {
+      (void)sample_rows(x.as<float>(), rows, vocab, d_rows.as<SamplingRow>(), d_pen.as<int32_t>(),
+                        d_out.as<int32_t>(), nullptr);
+    });
+    std::printf("  perf sample %d rows x %d vocab (%s): %.1f us\n", rows, vocab,
+                mode ? "top-k 50, top-p 0.95" : "temperature only", t * 1e3);
+  }
+}
+
 }  // namespace
 }  // namespace pagoda::cuda::testing

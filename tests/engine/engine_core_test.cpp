@@ -6,6 +6,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "fake_executor.h"
 
@@ -169,6 +170,55 @@ TEST(EngineCore, DeviceGreedyPathGivesTheSameTokensAndStepsAsideForSampling) {
       EXPECT_EQ(static_cast<size_t>(h.exec.greedy_steps), h.exec.step_tokens.size());
     EXPECT_TRUE(h.pool_whole());
   }
+}
+
+TEST(EngineCore, DeviceSamplingGetsThePenaltiesAndDrawsOfTheHostSampler) {
+  // Greedy requests with penalties are drawn on the "device" from the penalty list the
+  // engine sends (the fake applies it as the CUDA kernel does): the tokens must be the
+  // CPU sampler's, which applies its own bookkeeping to the logits.
+  std::mt19937 rng(6);
+  std::vector<std::pair<std::vector<int32_t>, SamplingParams>> reqs;
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams sp = Harness::greedy();
+    sp.repetition_penalty = i % 3 == 0 ? 1.0f : 1.3f;
+    sp.presence_penalty = i % 2 == 0 ? 0.3f : 0.0f;
+    sp.frequency_penalty = i % 3 == 2 ? 0.0f : 0.2f;
+    reqs.emplace_back(random_prompt(rng, 8 + 3 * i), sp);
+  }
+  Harness host(/*n_blocks=*/40, /*max_seqs=*/8, /*budget=*/64, /*caching=*/false);
+  Harness dev(40, 8, 64, false);
+  dev.exec.sampling = true;
+  for (Harness* h : {&host, &dev})
+    for (size_t i = 0; i < reqs.size(); ++i)
+      ASSERT_TRUE(h->add("p" + std::to_string(i), reqs[i].first, 40, 0, reqs[i].second));
+  host.run();
+  dev.run();
+  EXPECT_EQ(host.exec.sampling_steps, 0);
+  EXPECT_EQ(static_cast<size_t>(dev.exec.sampling_steps), dev.exec.step_tokens.size());
+  int penalised = 0;  // requests whose penalties changed some token (the test has teeth)
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const std::string id = "p" + std::to_string(i);
+    EXPECT_EQ(dev.get(id, 0).tokens, host.get(id, 0).tokens) << id;
+    penalised += dev.get(id, 0).tokens != fake_greedy(reqs[i].first, 40, kVocab);
+  }
+  EXPECT_GE(penalised, 3);
+
+  // Temperature > 0: the engine hands over one uniform per draw from the request's own
+  // generator, so a seed repeats its tokens and the draws vary along the way.
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_p = 0.9f;
+  sp.seed = 99;
+  std::vector<std::vector<int32_t>> runs;
+  for (int run = 0; run < 2; ++run) {
+    Harness h(40, 4, 64, false);
+    h.exec.sampling = true;
+    ASSERT_TRUE(h.add("s", reqs[0].first, 30, 0, sp));
+    h.run();
+    runs.push_back(h.get("s", 0).tokens);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_GT(std::set<int32_t>(runs[0].begin(), runs[0].end()).size(), 10u);
 }
 
 TEST(EngineCore, SeededSamplingSurvivesPreemption) {

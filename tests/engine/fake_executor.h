@@ -70,6 +70,37 @@ class FakeExecutor : public Executor {
     return Status::ok();
   }
 
+  // With `sampling` set it also draws on the "device" (as the CUDA runner does): the
+  // penalty entries the engine sent, applied as the CUDA kernel applies them, then the
+  // argmax for greedy rows, or token floor(u * n_vocab) for the others (so a test sees
+  // which uniform the engine drew); sampling_steps counts its use.
+  bool has_sampling() const override { return sampling; }
+  Status execute_sample(const Batch& b, const StepSampling& s, int32_t* tokens) override {
+    if (s.rows.size() != b.logit_rows.size()) return internal_error("one row per logit row");
+    std::vector<float> logits(b.logit_rows.size() * static_cast<size_t>(n_vocab_));
+    PAGODA_RETURN_IF_ERROR(execute(b, logits.data()));
+    for (size_t i = 0; i < b.logit_rows.size(); ++i) {
+      float* x = logits.data() + i * static_cast<size_t>(n_vocab_);
+      const SamplingRow& r = s.rows[i];
+      for (int e = r.pen_begin; e < r.pen_begin + r.pen_count; ++e) {
+        const int32_t t = s.penalties[3 * static_cast<size_t>(e)];
+        const int32_t count = s.penalties[3 * static_cast<size_t>(e) + 1];
+        float& v = x[t];
+        if (s.penalties[3 * static_cast<size_t>(e) + 2] && r.repetition_penalty != 1.0f)
+          v = v > 0 ? v / r.repetition_penalty : v * r.repetition_penalty;
+        if (count > 0) v -= r.presence_penalty + r.frequency_penalty * static_cast<float>(count);
+      }
+      if (r.temperature <= 0.0f || r.top_k == 1) {
+        tokens[i] = static_cast<int32_t>(std::max_element(x, x + n_vocab_) - x);
+      } else {
+        if (!(r.u >= 0.0 && r.u < 1.0)) return internal_error("uniform draw outside [0, 1)");
+        tokens[i] = std::min(n_vocab_ - 1, static_cast<int32_t>(r.u * n_vocab_));
+      }
+    }
+    sampling_steps++;
+    return Status::ok();
+  }
+
   void copy_blocks(const std::vector<kv::BlockCopy>& copies) override {
     for (const kv::BlockCopy& c : copies)
       for (int i = 0; i < bs_; ++i)
@@ -82,6 +113,8 @@ class FakeExecutor : public Executor {
   int n_copies = 0;
   bool greedy = false;
   int greedy_steps = 0;
+  bool sampling = false;
+  int sampling_steps = 0;
 
  private:
   int32_t& slot(const cpu::AttentionSeq& s, int pos) {

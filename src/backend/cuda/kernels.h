@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/sampling_row.h"
 #include "core/status.h"
 
 namespace pagoda::cuda {
@@ -111,6 +112,11 @@ Status rope_qkv_store(const float* qkv, const float* bias, const RopeParams& p, 
 
 // out[i] = index of the largest of logits[i][0 .. n_vocab) (the first on ties), i < n.
 Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaStream_t stream);
+
+// out[r] = the token drawn for logit row r ([n][n_vocab] f32, penalised in place) as
+// rows[r] says (core/sampling_row.h; sample.cu).
+Status sample_rows(float* logits, int n, int n_vocab, const SamplingRow* rows,
+                   const int32_t* penalties, int32_t* out, cudaStream_t stream);
 
 // The work of one attention call. Rows listed in decode_rows go to the row kernel
 // (split-KV flash-decoding: one query row, all query heads of a KV head, the context cut

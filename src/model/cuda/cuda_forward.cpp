@@ -40,6 +40,20 @@ class MetaPacker {
   std::vector<int32_t>& buf_;
 };
 
+// Rejects a step's sampling before anything runs: one row per logit row, penalty entries
+// inside the list, draws in [0, 1).
+Status check_sampling(const StepSampling& sampling, int n_out) {
+  if (static_cast<int>(sampling.rows.size()) != n_out)
+    return invalid_argument("one sampling row per logit row is needed");
+  if (sampling.penalties.size() % 3 != 0) return invalid_argument("penalty list not in triples");
+  const int64_t n_pen = static_cast<int64_t>(sampling.penalties.size() / 3);
+  for (const SamplingRow& r : sampling.rows)
+    if (r.pen_begin < 0 || r.pen_count < 0 || r.pen_begin + int64_t{r.pen_count} > n_pen ||
+        !(r.u >= 0.0) || !(r.u < 1.0))
+      return invalid_argument("sampling row out of range");
+  return Status::ok();
+}
+
 }  // namespace
 
 CudaModel::Graph::~Graph() {
@@ -253,7 +267,28 @@ Status CudaModel::launch_graph(const Step& s) {
   return cuda::cuda_status(cudaGraphLaunch(it->second->exec, dev_->stream()), "cudaGraphLaunch");
 }
 
-Status CudaModel::run(const Batch& batch, bool greedy, void* out) {
+Status CudaModel::enqueue_sampling(const StepSampling& sampling, int n_out) {
+  const size_t row_bytes = sampling.rows.size() * sizeof(SamplingRow);
+  const size_t bytes = row_bytes + sampling.penalties.size() * sizeof(int32_t);
+  if (bytes > sampling_.bytes()) {
+    PAGODA_RETURN_IF_ERROR(dev_->sync());  // the old buffers may still be in use
+    PAGODA_ASSIGN_OR_RETURN(sampling_,
+                            cuda::DeviceBuffer::alloc(std::max<size_t>(bytes * 2, 64u << 10)));
+    PAGODA_RETURN_IF_ERROR(sampling_host_.reserve(sampling_.bytes()));
+  }
+  auto* h = static_cast<unsigned char*>(sampling_host_.get());
+  std::memcpy(h, sampling.rows.data(), row_bytes);
+  if (!sampling.penalties.empty())
+    std::memcpy(h + row_bytes, sampling.penalties.data(), bytes - row_bytes);
+  cudaStream_t st = dev_->stream();
+  PAGODA_CUDA_TRY(cudaMemcpyAsync(sampling_.get(), h, bytes, cudaMemcpyHostToDevice, st));
+  auto* d = sampling_.as<unsigned char>();
+  return cuda::sample_rows(
+      logits_.as<float>(), n_out, config_.n_vocab, reinterpret_cast<const SamplingRow*>(d),
+      reinterpret_cast<const int32_t*>(d + row_bytes), tokens_out_.as<int32_t>(), st);
+}
+
+Status CudaModel::run(const Batch& batch, bool greedy, void* out, const StepSampling* sampling) {
   const ModelConfig& c = config_;
   const int n = static_cast<int>(batch.tokens.size());
   if (n == 0) return invalid_argument("empty batch");
@@ -263,6 +298,7 @@ Status CudaModel::run(const Batch& batch, bool greedy, void* out) {
   for (int r : batch.logit_rows)
     if (r < 0 || r >= n) return invalid_argument("logit row out of range");
   const int n_out = out ? static_cast<int>(batch.logit_rows.size()) : 0;
+  if (sampling) PAGODA_RETURN_IF_ERROR(check_sampling(*sampling, n_out));
   PAGODA_CUDA_TRY(cudaSetDevice(dev_->index()));
   PAGODA_RETURN_IF_ERROR(reserve(std::max(n, n_out), n_out));
   Step s;
@@ -283,9 +319,11 @@ Status CudaModel::run(const Batch& batch, bool greedy, void* out) {
   }
   cudaStream_t st = dev_->stream();
   if (n_out == 0) return dev_->sync();
+  if (sampling) PAGODA_RETURN_IF_ERROR(enqueue_sampling(*sampling, n_out));
+  const bool ids = greedy || sampling;
   const size_t bytes =
-      static_cast<size_t>(n_out) * (greedy ? sizeof(int32_t) : c.n_vocab * sizeof(float));
-  PAGODA_CUDA_TRY(cudaMemcpyAsync(logits_host_.get(), greedy ? tokens_out_.get() : logits_.get(),
+      static_cast<size_t>(n_out) * (ids ? sizeof(int32_t) : c.n_vocab * sizeof(float));
+  PAGODA_CUDA_TRY(cudaMemcpyAsync(logits_host_.get(), ids ? tokens_out_.get() : logits_.get(),
                                   bytes, cudaMemcpyDeviceToHost, st));
   PAGODA_RETURN_IF_ERROR(dev_->sync());
   std::memcpy(out, logits_host_.get(), bytes);
@@ -298,6 +336,11 @@ Status CudaModel::forward(const Batch& batch, float* logits) {
 
 Status CudaModel::forward_greedy(const Batch& batch, int32_t* tokens) {
   return run(batch, true, tokens);
+}
+
+Status CudaModel::forward_sample(const Batch& batch, const StepSampling& sampling,
+                                 int32_t* tokens) {
+  return run(batch, false, tokens, &sampling);
 }
 
 }  // namespace pagoda

@@ -28,6 +28,8 @@ class CudaModel : public ModelRunner {
   size_t decode_weight_bytes() const override;
   Status forward(const Batch& batch, float* logits) override;
   Status forward_greedy(const Batch& batch, int32_t* tokens) override;
+  bool has_device_sampling() const override { return true; }
+  Status forward_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens) override;
   Status copy_block(int src, int dst) override;
 
   cuda::DeviceContext& device() { return *dev_; }
@@ -61,7 +63,11 @@ class CudaModel : public ModelRunner {
   Status allocate_kv();
   Status reserve(int n_tokens, int n_logit_rows);
   Status build_batch(const Batch& batch, Step* step);
-  Status run(const Batch& batch, bool greedy, void* out);
+  // Logits to `out` (greedy false, no sampling), or token ids: the argmax (greedy) or
+  // drawn as `sampling` says.
+  Status run(const Batch& batch, bool greedy, void* out, const StepSampling* sampling = nullptr);
+  // Sends the step's sampling rows and penalties to the device and queues the draw.
+  Status enqueue_sampling(const StepSampling& sampling, int n_out);
   // Queues every kernel of the step on the stream.
   Status enqueue(const Step& step);
   Status launch_graph(const Step& step);
@@ -86,6 +92,8 @@ class CudaModel : public ModelRunner {
   cuda::DeviceBuffer x_, xn_, qkv_, q16_, attn_, gu_, hidden_, rope_cs_, logits_, tokens_out_,
       attn_ws_, meta_;
   cuda::PinnedBuffer meta_host_, logits_host_;
+  cuda::DeviceBuffer sampling_;  // SamplingRows, then the penalty list
+  cuda::PinnedBuffer sampling_host_;
 
   std::map<GraphKey, std::unique_ptr<Graph>> graphs_;
   std::map<GraphKey, int> graph_seen_;  // eager runs per key before capture
