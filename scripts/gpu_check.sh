@@ -15,7 +15,8 @@
 # MEMCHECK_TIMEOUT (seconds; default 240), BUILD_DIR (default build-gpu), BENCH_RUNNER=0
 # (skip the `pagoda bench` runs), THROUGHPUT_REQUESTS (offline throughput run; default
 # 1000, 0 skips), THROUGHPUT_SEQS / THROUGHPUT_TOKENS (its --max-num-seqs and
-# --max-num-batched-tokens), THROUGHPUT_TIMEOUT (seconds; default 400).
+# --max-num-batched-tokens), THROUGHPUT_TIMEOUT (seconds; default 400), PEERS=0 (skip
+# bench/peer_transformers.py, run when torch and transformers import).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DATA=${PAGODA_DATA:-../shared}
@@ -209,6 +210,47 @@ except Exception as e:
 PY
       tail -n 3 "$OUT_DIR/throughput_$TYPE.log"
       rm -f "$MODEL_DIR/tp_in.jsonl" "$MODEL_DIR/tp_out.jsonl"
+    fi
+    if [ "$TYPE" = BF16 ]; then
+      # Sampled requests (temperature, top-k, top-p, seeded): tokens drawn on the GPU
+      # against the logits sent to the host's sampler (PAGODA_DEVICE_SAMPLING=0).
+      python3 - "$MODEL_DIR/samp_in.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(2)
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        f.write(json.dumps({"id": i, "prompt": [rng.randrange(1000, 120000) for _ in range(128)],
+                            "max_tokens": 64, "temperature": 0.8, "top_p": 0.95, "top_k": 50,
+                            "seed": i, "ignore_eos": True}) + "\n")
+PY
+      for mode in 1 0; do
+        PAGODA_DEVICE_SAMPLING=$mode timeout 120 $BIN/pagoda generate -m "$M" --device cuda \
+          --input "$MODEL_DIR/samp_in.jsonl" --output "$OUT_DIR/sampled_$mode.jsonl" \
+          --stats-json "$OUT_DIR/sampled_$mode.json" --quiet > "$OUT_DIR/sampled_$mode.log" 2>&1
+        python3 - "$OUT_DIR/sampled_$mode.json" "$mode" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+where = "GPU" if sys.argv[2] == "1" else "host"
+try:
+    d = json.load(open(sys.argv[1]))
+    print(f"{'8B BF16 64 sampled x 128+64, drawn on ' + where:44s} {d['output_tokens_per_s']:10.1f} out tok/s")
+except Exception as e:
+    print(f"{'8B BF16 sampled, drawn on ' + where:44s} ERROR {e}")
+PY
+      done
+      rm -f "$MODEL_DIR/samp_in.jsonl"
+      # The transformers peer in the same call (random weights in the same shapes).
+      if [ "${PEERS:-1}" = 1 ] && python3 -c "import torch, transformers" 2> /dev/null; then
+        timeout 300 python3 bench/peer_transformers.py --batch 1 128 --input 512 --output 128 \
+          > "$OUT_DIR/peer_transformers.log" 2>&1
+        python3 - "$OUT_DIR/peer_transformers.log" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        d = json.loads(line)
+        if "decode_tok_s" in d:
+            print(f"{'transformers decode batch ' + str(d['batch']) + ' (' + str(d['input']) + ' in)':44s} {d['decode_tok_s']:10.1f} tok/s")
+PY
+      fi
     fi
     rm -f "$M"
   done
