@@ -185,12 +185,16 @@ TEST(EngineCore, DeviceSamplingGetsThePenaltiesAndDrawsOfTheHostSampler) {
     sp.frequency_penalty = i % 3 == 2 ? 0.0f : 0.2f;
     reqs.emplace_back(random_prompt(rng, 8 + 3 * i), sp);
   }
+  SamplingParams small = Harness::greedy();  // a token repeats before it is overtaken,
+  small.frequency_penalty = 0.15f;           // so output counts above 1 matter
+  reqs.emplace_back(random_prompt(rng, 20), small);
+  const auto len = [&](size_t i) { return i + 1 == reqs.size() ? 150 : 40; };
   Harness host(/*n_blocks=*/40, /*max_seqs=*/8, /*budget=*/64, /*caching=*/false);
   Harness dev(40, 8, 64, false);
   dev.exec.sampling = true;
   for (Harness* h : {&host, &dev})
     for (size_t i = 0; i < reqs.size(); ++i)
-      ASSERT_TRUE(h->add("p" + std::to_string(i), reqs[i].first, 40, 0, reqs[i].second));
+      ASSERT_TRUE(h->add("p" + std::to_string(i), reqs[i].first, len(i), 0, reqs[i].second));
   host.run();
   dev.run();
   EXPECT_EQ(host.exec.sampling_steps, 0);
@@ -199,7 +203,7 @@ TEST(EngineCore, DeviceSamplingGetsThePenaltiesAndDrawsOfTheHostSampler) {
   for (size_t i = 0; i < reqs.size(); ++i) {
     const std::string id = "p" + std::to_string(i);
     EXPECT_EQ(dev.get(id, 0).tokens, host.get(id, 0).tokens) << id;
-    penalised += dev.get(id, 0).tokens != fake_greedy(reqs[i].first, 40, kVocab);
+    penalised += dev.get(id, 0).tokens != fake_greedy(reqs[i].first, len(i), kVocab);
   }
   EXPECT_GE(penalised, 3);
 
