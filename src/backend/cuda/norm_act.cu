@@ -103,7 +103,13 @@ Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cud
 bool pdl_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("PAGODA_CUDA_PDL");
-    return !(e && *e == '0');
+    if (e && *e == '0') return false;
+    // Programmatic dependent launch exists from Hopper on; a build that also targets
+    // sm_80 / sm_89 (-DCMAKE_CUDA_ARCHITECTURES="80;89;90") launches the ordinary way there.
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+           major >= 9;
   }();
   return on;
 }
