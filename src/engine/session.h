@@ -1,6 +1,7 @@
 // One sequence evaluated on its own: the KV blocks of a single context, filled in order.
 // It is the plain path `pagoda run`, `logits` and `bench` use; the batching engine
-// schedules many sequences over one shared pool instead.
+// schedules many sequences over one shared pool instead. It is RunnerSession over the
+// CPU runner of `model` (one code path for every backend).
 #pragma once
 
 #include <cstdint>
@@ -9,8 +10,9 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/kv_storage.h"
+#include "engine/runner_session.h"
 #include "model/model.h"
+#include "model/runner.h"
 
 namespace pagoda {
 
@@ -21,20 +23,17 @@ class Session {
 
   // Appends `tokens` to the sequence. Fills `logits` with the logits after the last
   // token (n_vocab floats), or after every token when all_logits (n x n_vocab).
-  Status eval(const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>* logits);
-  int n_past() const { return n_past_; }
+  Status eval(const std::vector<int32_t>& tokens, bool all_logits, std::vector<float>* logits) {
+    return seq_.eval(tokens, all_logits, logits);
+  }
+  int n_past() const { return seq_.n_past(); }
   int n_ctx() const { return n_ctx_; }
-  void reset() { n_past_ = 0; }
+  void reset() { seq_.reset(); }
 
  private:
-  const Model& model_;
-  ThreadPool& pool_;
   int n_ctx_;
-  int n_batch_;
-  int n_past_ = 0;
-  KvStorage kv_;
-  std::vector<int32_t> blocks_;
-  Model::WorkspacePtr ws_;
+  std::unique_ptr<ModelRunner> runner_;  // before seq_, which refers to it
+  RunnerSession seq_;
 };
 
 }  // namespace pagoda
