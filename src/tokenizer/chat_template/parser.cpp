@@ -419,34 +419,43 @@ class Parser {
     return expr1;
   }
 
-  ExprPtr parse_or() {
+  // One left-associative level: operands joined while take_op() consumes an operator
+  // (its name; empty when the next token is none of the level's), each pair by join().
+  template <typename Operand, typename TakeOp, typename Join>
+  ExprPtr left_assoc(Operand operand, TakeOp take_op, Join join) {
     int line = cur().line;
-    ExprPtr left = parse_and();
+    ExprPtr left = operand();
     ChainGuard chain(this);
-    while (skip_name("or")) {
+    for (std::string op = take_op(); !op.empty(); op = take_op()) {
       chain.add();
-      auto e = node(ExprKind::kOr, line);
-      e->a = std::move(left);
-      e->b = parse_and();
-      left = std::move(e);
+      ExprPtr right = operand();
+      left = join(op, std::move(left), std::move(right), line);
       line = cur().line;
     }
     return left;
   }
 
+  ExprPtr logical(ExprKind kind, ExprPtr left, ExprPtr right, int line) {
+    auto e = node(kind, line);
+    e->a = std::move(left);
+    e->b = std::move(right);
+    return e;
+  }
+
+  ExprPtr parse_or() {
+    return left_assoc([this] { return parse_and(); },
+                      [this] { return std::string(skip_name("or") ? "or" : ""); },
+                      [this](const std::string&, ExprPtr l, ExprPtr r, int line) {
+                        return logical(ExprKind::kOr, std::move(l), std::move(r), line);
+                      });
+  }
+
   ExprPtr parse_and() {
-    int line = cur().line;
-    ExprPtr left = parse_not();
-    ChainGuard chain(this);
-    while (skip_name("and")) {
-      chain.add();
-      auto e = node(ExprKind::kAnd, line);
-      e->a = std::move(left);
-      e->b = parse_not();
-      left = std::move(e);
-      line = cur().line;
-    }
-    return left;
+    return left_assoc([this] { return parse_not(); },
+                      [this] { return std::string(skip_name("and") ? "and" : ""); },
+                      [this](const std::string&, ExprPtr l, ExprPtr r, int line) {
+                        return logical(ExprKind::kAnd, std::move(l), std::move(r), line);
+                      });
   }
 
   ExprPtr parse_not() {
@@ -496,18 +505,21 @@ class Parser {
     return e;
   }
 
+  // The next token's text when it is one of `ops` (consumed), else empty.
+  std::string take_op(std::initializer_list<const char*> ops) {
+    for (const char* op : ops)
+      if (is_op(op)) return next().text;
+    return {};
+  }
+
   ExprPtr parse_math1() {
-    int line = cur().line;
-    ExprPtr left = parse_concat();
-    ChainGuard chain(this);
-    while (is_op("+") || is_op("-")) {
-      chain.add();
-      std::string op = next().text;
-      ExprPtr right = parse_concat();
-      left = binary(op, std::move(left), std::move(right), line);
-      line = cur().line;
-    }
-    return left;
+    return left_assoc([this] { return parse_concat(); },
+                      [this] {
+                        return take_op({"+", "-"});
+                      },
+                      [this](const std::string& op, ExprPtr l, ExprPtr r, int line) {
+                        return binary(op, std::move(l), std::move(r), line);
+                      });
   }
 
   ExprPtr parse_concat() {
@@ -522,30 +534,20 @@ class Parser {
   }
 
   ExprPtr parse_math2() {
-    int line = cur().line;
-    ExprPtr left = parse_pow();
-    ChainGuard chain(this);
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      chain.add();
-      std::string op = next().text;
-      ExprPtr right = parse_pow();
-      left = binary(op, std::move(left), std::move(right), line);
-      line = cur().line;
-    }
-    return left;
+    return left_assoc([this] { return parse_pow(); },
+                      [this] {
+                        return take_op({"*", "/", "//", "%"});
+                      },
+                      [this](const std::string& op, ExprPtr l, ExprPtr r, int line) {
+                        return binary(op, std::move(l), std::move(r), line);
+                      });
   }
 
   ExprPtr parse_pow() {
-    int line = cur().line;
-    ExprPtr left = parse_unary(true);
-    ChainGuard chain(this);
-    while (skip_op("**")) {
-      chain.add();
-      ExprPtr right = parse_unary(true);
-      left = binary("**", std::move(left), std::move(right), line);
-      line = cur().line;
-    }
-    return left;
+    return left_assoc([this] { return parse_unary(true); }, [this] { return take_op({"**"}); },
+                      [this](const std::string& op, ExprPtr l, ExprPtr r, int line) {
+                        return binary(op, std::move(l), std::move(r), line);
+                      });
   }
 
   ExprPtr parse_unary(bool with_filter) {
