@@ -92,12 +92,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspac
                       ThreadPool& pool) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
-  if (n == 0) return invalid_argument("empty batch");
-  for (int32_t t : batch.tokens)
-    if (t < 0 || t >= c.n_vocab)
-      return invalid_argument(str_format("token id %d is out of range", t));
-  for (int r : batch.logit_rows)
-    if (r < 0 || r >= n) return invalid_argument("logit row out of range");
+  PAGODA_RETURN_IF_ERROR(check_batch(batch, c.n_vocab));
   ws.reserve(c, n);
 
   const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), qkv_w = qd + 2 * kvd;

@@ -66,71 +66,71 @@ Status read_value(Reader& r, GgufType type, GgufValue* v, int depth, const std::
   v->type = type;
   switch (type) {
     case GgufType::kU8: {
-      uint8_t x;
+      uint8_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "u8"));
       v->u = x;
       v->i = x;
       break;
     }
     case GgufType::kI8: {
-      int8_t x;
+      int8_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "i8"));
       v->i = x;
       break;
     }
     case GgufType::kU16: {
-      uint16_t x;
+      uint16_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "u16"));
       v->u = x;
       v->i = x;
       break;
     }
     case GgufType::kI16: {
-      int16_t x;
+      int16_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "i16"));
       v->i = x;
       break;
     }
     case GgufType::kU32: {
-      uint32_t x;
+      uint32_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "u32"));
       v->u = x;
       v->i = x;
       break;
     }
     case GgufType::kI32: {
-      int32_t x;
+      int32_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "i32"));
       v->i = x;
       break;
     }
     case GgufType::kU64: {
-      uint64_t x;
+      uint64_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "u64"));
       v->u = x;
       v->i = static_cast<int64_t>(x);
       break;
     }
     case GgufType::kI64: {
-      int64_t x;
+      int64_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "i64"));
       v->i = x;
       break;
     }
     case GgufType::kF32: {
-      float x;
+      float x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "f32"));
       v->f = x;
       break;
     }
     case GgufType::kF64: {
-      double x;
+      double x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "f64"));
       v->f = x;
       break;
     }
     case GgufType::kBool: {
-      uint8_t x;
+      uint8_t x = 0;
       PAGODA_RETURN_IF_ERROR(r.read(&x, "bool"));
       if (x > 1)
         return corrupt(str_format("metadata '%s': bool value %u is not 0 or 1", key.c_str(), x));
@@ -490,6 +490,28 @@ std::optional<std::string_view> GgufFile::get_string(std::string_view key) const
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::string tensor_shape(const GgufTensorInfo& t) {
+  std::string s = "[";
+  for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
+  return s + "]";
+}
+
+Result<const GgufTensorInfo*> GgufFile::find_tensor(const std::string& name,
+                                                    const std::vector<int64_t>& shape) const {
+  const GgufTensorInfo* t = find_tensor(std::string_view(name));
+  if (t == nullptr) return not_found("model file has no tensor '" + name + "'");
+  bool ok = true;
+  for (int d = 0; d < 4; ++d) {
+    const int64_t want = d < static_cast<int>(shape.size()) ? shape[static_cast<size_t>(d)] : 1;
+    if (t->ne[d] != want) ok = false;
+  }
+  if (ok) return t;
+  std::string want = "[";
+  for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
+  return corrupt("tensor '" + name + "' has shape " + tensor_shape(*t) + ", expected " + want +
+                 "]");
 }
 
 }  // namespace pagoda

@@ -75,6 +75,9 @@ struct GgufTensorInfo {
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
+// "[ne0, ne1, ...]" over the tensor's dimensions, for messages.
+std::string tensor_shape(const GgufTensorInfo& t);
+
 class GgufFile {
  public:
   // Maps and parses `path`.
@@ -96,6 +99,10 @@ class GgufFile {
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
+  // The tensor `name` with exactly `shape` (ne[0] first, as GGUF stores it; missing
+  // dimensions are 1): not_found without it, corrupt with another shape.
+  Result<const GgufTensorInfo*> find_tensor(const std::string& name,
+                                            const std::vector<int64_t>& shape) const;
   const uint8_t* tensor_data(const GgufTensorInfo& t) const {
     return data_ + data_offset_ + t.offset;
   }

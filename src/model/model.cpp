@@ -7,32 +7,8 @@
 namespace pagoda {
 namespace {
 
-std::string shape_str(const GgufTensorInfo& t) {
-  std::string s = "[";
-  for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
-  return s + "]";
-}
-
-// Finds a tensor and checks its shape (ne[0] first, as GGUF stores it).
-Result<const GgufTensorInfo*> find_tensor(const GgufFile& f, const std::string& name,
-                                          std::vector<int64_t> shape) {
-  const GgufTensorInfo* t = f.find_tensor(name);
-  if (t == nullptr) return not_found("model file has no tensor '" + name + "'");
-  bool ok = true;
-  for (int d = 0; d < 4; ++d) {
-    const int64_t want = d < static_cast<int>(shape.size()) ? shape[static_cast<size_t>(d)] : 1;
-    if (t->ne[d] != want) ok = false;
-  }
-  if (!ok) {
-    std::string want = "[";
-    for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
-    return corrupt("tensor '" + name + "' has shape " + shape_str(*t) + ", expected " + want + "]");
-  }
-  return t;
-}
-
 Result<std::vector<float>> load_vector(const GgufFile& f, const std::string& name, int64_t n) {
-  PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(f, name, {n}));
+  PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f.find_tensor(name, {n}));
   std::vector<float> v(static_cast<size_t>(n));
   if (t->type == DType::kF32) {
     std::memcpy(v.data(), f.tensor_data(*t), static_cast<size_t>(n) * sizeof(float));
@@ -51,7 +27,7 @@ Result<std::vector<cpu::WeightMatrix>> load_stacked(const GgufFile& f,
                                                     int64_t cols) {
   std::vector<const GgufTensorInfo*> ts;
   for (size_t i = 0; i < names.size(); ++i) {
-    PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(f, names[i], {cols, rows[i]}));
+    PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f.find_tensor(names[i], {cols, rows[i]}));
     if (!cpu::is_supported_weight_type(t->type))
       return unsupported("tensor '" + names[i] + "' has type " + std::string(dtype_name(t->type)) +
                          ", which the CPU backend cannot multiply with yet");
@@ -90,6 +66,17 @@ Result<cpu::WeightMatrix> load_matrix(const GgufFile& f, const std::string& name
 
 }  // namespace
 
+Status check_batch(const Batch& batch, int32_t n_vocab) {
+  const size_t n = batch.tokens.size();
+  if (n == 0) return invalid_argument("empty batch");
+  for (int32_t t : batch.tokens)
+    if (t < 0 || t >= n_vocab)
+      return invalid_argument(str_format("token id %d is out of range", t));
+  for (int r : batch.logit_rows)
+    if (r < 0 || static_cast<size_t>(r) >= n) return invalid_argument("logit row out of range");
+  return Status::ok();
+}
+
 Model::~Model() = default;
 
 Result<std::unique_ptr<Model>> Model::load(const GgufFile& f) {
@@ -109,7 +96,7 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile& f) {
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
   if (embd == nullptr) return not_found("model file has no tensor 'token_embd.weight'");
   if (embd->ne[0] != c.dim || embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
-    return corrupt("token_embd.weight has shape " + shape_str(*embd));
+    return corrupt("token_embd.weight has shape " + tensor_shape(*embd));
   c.n_vocab = static_cast<int>(embd->ne[1]);
   PAGODA_ASSIGN_OR_RETURN(m->tok_embd_, load_matrix(f, "token_embd.weight", c.n_vocab, c.dim));
   PAGODA_ASSIGN_OR_RETURN(m->output_norm_, load_vector(f, "output_norm.weight", c.dim));

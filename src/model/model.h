@@ -26,6 +26,9 @@ struct Batch {
   // Batch rows whose logits are wanted, in the order they are written to `logits`.
   std::vector<int> logit_rows;
 };
+// What every backend refuses before running a batch: no tokens, token ids outside the
+// vocabulary, logit rows outside the batch.
+Status check_batch(const Batch& batch, int32_t n_vocab);
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;

@@ -291,12 +291,7 @@ Status CudaModel::enqueue_sampling(const StepSampling& sampling, int n_out) {
 Status CudaModel::run(const Batch& batch, bool greedy, void* out, const StepSampling* sampling) {
   const ModelConfig& c = config_;
   const int n = static_cast<int>(batch.tokens.size());
-  if (n == 0) return invalid_argument("empty batch");
-  for (int32_t t : batch.tokens)
-    if (t < 0 || t >= c.n_vocab)
-      return invalid_argument(str_format("token id %d is out of range", t));
-  for (int r : batch.logit_rows)
-    if (r < 0 || r >= n) return invalid_argument("logit row out of range");
+  PAGODA_RETURN_IF_ERROR(check_batch(batch, c.n_vocab));
   const int n_out = out ? static_cast<int>(batch.logit_rows.size()) : 0;
   if (sampling) PAGODA_RETURN_IF_ERROR(check_sampling(*sampling, n_out));
   PAGODA_CUDA_TRY(cudaSetDevice(dev_->index()));

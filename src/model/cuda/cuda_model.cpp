@@ -15,23 +15,6 @@
 namespace pagoda {
 namespace {
 
-std::string shape_str(const GgufTensorInfo& t) {
-  std::string s = "[";
-  for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
-  return s + "]";
-}
-
-Result<const GgufTensorInfo*> find_tensor(const GgufFile& f, const std::string& name, int64_t ne0,
-                                          int64_t ne1) {
-  const GgufTensorInfo* t = f.find_tensor(name);
-  if (t == nullptr) return not_found("model file has no tensor '" + name + "'");
-  if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-    return corrupt(str_format("tensor '%s' has shape %s, expected [%lld, %lld]", name.c_str(),
-                              shape_str(*t).c_str(), static_cast<long long>(ne0),
-                              static_cast<long long>(ne1)));
-  return t;
-}
-
 // Everything the loader keeps on the device goes through here.
 class Loader {
  public:
@@ -45,7 +28,7 @@ class Loader {
 
   // A vector as f32 on the device.
   Result<const float*> vector(const std::string& name, int64_t n) {
-    PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(f_, name, n, 1));
+    PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f_.find_tensor(name, {n, 1}));
     std::vector<float> v(static_cast<size_t>(n));
     if (t->type == DType::kF32) {
       std::memcpy(v.data(), f_.tensor_data(*t), static_cast<size_t>(n) * sizeof(float));
@@ -68,7 +51,7 @@ class Loader {
     std::vector<const GgufTensorInfo*> ts;
     int64_t total = 0;
     for (size_t i = 0; i < names.size(); ++i) {
-      PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, find_tensor(f_, names[i], cols, rows[i]));
+      PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f_.find_tensor(names[i], {cols, rows[i]}));
       if (!cuda::is_supported_device_type(t->type))
         return unsupported("tensor '" + names[i] + "' has type " +
                            std::string(dtype_name(t->type)) +
@@ -166,7 +149,7 @@ Status CudaModel::load_weights(const GgufFile& f) {
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
   if (embd == nullptr) return not_found("model file has no tensor 'token_embd.weight'");
   if (embd->ne[0] != c.dim || embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
-    return corrupt("token_embd.weight has shape " + shape_str(*embd));
+    return corrupt("token_embd.weight has shape " + tensor_shape(*embd));
   c.n_vocab = static_cast<int>(embd->ne[1]);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   if (c.head_dim % 8 != 0 || c.head_dim > 256)
