@@ -41,6 +41,9 @@ struct EngineConfig {
   // On a GPU without kv_cache_memory: the share of the GPU's memory this engine may use
   // (weights, activations, runtime and the KV pool, which gets the rest), as in vLLM.
   double gpu_memory_utilization = 0.9;
+  // How the KV cache is stored, as vLLM's --kv-cache-dtype: "auto" (16-bit floats), or
+  // "fp8" (E4M3 with a scale per tensor: half the bytes per token; CUDA only).
+  std::string kv_cache_dtype = "auto";
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -22,6 +22,21 @@ int64_t available_memory_bytes() {
   return static_cast<int64_t>(kb) * 1024;
 }
 
+Result<KvCacheType> kv_cache_type(const EngineConfig& config, bool gpu) {
+  const std::string& n = config.kv_cache_dtype;
+  if (n == "auto" || n == "fp16" || n == "f16" || n == "float16") return KvCacheType::k16Bit;
+  if (n == "fp8" || n == "fp8_e4m3") {
+    if (!gpu)
+      return unsupported("--kv-cache-dtype " + n +
+                         ": the CPU backend keeps the KV cache in fp16; FP8 needs --device cuda");
+    return KvCacheType::kFp8;
+  }
+  if (ledger::parse_kv_dtype(n))
+    return unsupported("--kv-cache-dtype " + n +
+                       " is not built: the KV cache is auto (16-bit), fp16 or fp8 (E4M3)");
+  return invalid_argument("unknown --kv-cache-dtype '" + n + "' (auto, fp16 or fp8)");
+}
+
 Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& config) {
   KvBudget b;
   // The ledger's arithmetic, so `pagoda plan` states exactly what is allocated here.
@@ -63,8 +78,8 @@ Result<GpuKvBudget> plan_gpu_kv_pool(const GgufFile& file, int64_t model_context
                                      int64_t total_bytes) {
   PAGODA_ASSIGN_OR_RETURN(const ledger::ModelSource src, ledger::source_from_gguf(file));
   ledger::PlanInput in = ledger::input_from_source(src);
-  // The CUDA backend keeps K and V in 16-bit floats.
-  in.kv_dtype = ledger::KvDtype::kBf16;
+  PAGODA_ASSIGN_OR_RETURN(const KvCacheType kv, kv_cache_type(config, /*gpu=*/true));
+  in.kv_dtype = kv == KvCacheType::kFp8 ? ledger::KvDtype::kFp8 : ledger::KvDtype::kFp16;
   in.context = config.max_model_len > 0 ? config.max_model_len : model_context;
   in.concurrency = 1;
   in.device = {config.device, total_bytes, true};

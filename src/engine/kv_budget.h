@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
+#include "model/runner.h"
 #include "pagoda/engine.h"
 
 namespace pagoda {
@@ -19,6 +20,11 @@ struct KvBudget {
   int n_blocks = 0;
   int64_t bytes_per_token = 0;
 };
+
+// config.kv_cache_dtype as the runner stores it: "auto" and "fp16" are 16-bit, "fp8" and
+// "fp8_e4m3" FP8 E4M3 (GPU only); other names the ledger knows (bf16, fp8_e5m2, int8, int4)
+// are refused as not built, unknown ones as unknown.
+Result<KvCacheType> kv_cache_type(const EngineConfig& config, bool gpu);
 
 // Fails with advice when the pool cannot hold even one max_model_len sequence.
 Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& config);

@@ -20,12 +20,20 @@ enum class DeviceKind { kCpu, kCuda };
 // "cpu" / "cuda"; false when unknown.
 bool parse_device_kind(std::string_view s, DeviceKind* out);
 
+// How the runner stores the KV cache: 16-bit floats (the CPU's fp16, the GPU's fp16), or
+// FP8 E4M3 with a scale per tensor (CUDA only).
+enum class KvCacheType : uint8_t { k16Bit, kFp8 };
+
 struct RunnerOptions {
   int n_kv_blocks = 0;         // KV pool size in blocks
   int kv_block_size = 16;      // tokens per block (a multiple of 16)
   int max_batch_tokens = 512;  // largest Batch::tokens the runner sizes its scratch for
   int max_logit_rows = 512;    // largest Batch::logit_rows
   int device = 0;              // GPU index (CUDA)
+  KvCacheType kv_cache_type = KvCacheType::k16Bit;
+  // FP8: real value = stored value x scale. 1.0 as vLLM uses without calibrated scales;
+  // K and V of models in use stay far inside E4M3's +-448 at that scale.
+  float kv_k_scale = 1.0f, kv_v_scale = 1.0f;
 };
 
 class ModelRunner {
@@ -76,6 +84,6 @@ Result<GpuMemory> cuda_memory_info(int device);
 bool cuda_built();
 // Bumped whenever make_cuda_runner's types change, so a stale plugin is refused rather
 // than called with the wrong layout.
-inline constexpr int kCudaPluginAbi = 3;
+inline constexpr int kCudaPluginAbi = 4;
 
 }  // namespace pagoda

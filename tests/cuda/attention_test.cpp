@@ -1,7 +1,10 @@
 // RoPE + KV store and paged attention on the GPU against the CPU's rope() and
 // attention(): shuffled block tables shared by several sequences, decode rows and
 // prefill chunks at offsets, GQA groups, head sizes with and without a tensor-core
-// kernel, forced KV splits.
+// kernel, forced KV splits, fp16 and FP8 E4M3 pools (FP8 values from CUDA's own host
+// conversion, cuda_fp8.h, with scales that are not 1).
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -19,6 +22,19 @@ namespace {
 struct SeqSpec {
   int pos0, n_q;
 };
+
+// FP8 E4M3 through CUDA's host conversion (round to nearest even, saturating).
+uint8_t to_fp8(float x) {
+  return __nv_fp8_e4m3(x).__x;
+}
+float from_fp8(uint8_t b) {
+  __nv_fp8_e4m3 f;
+  f.__x = b;
+  return static_cast<float>(f);
+}
+constexpr uint8_t kFp8Nan = 0x7f;
+// Scales of the FP8 cases: powers of two, so x / scale and back are exact on both sides.
+constexpr float kFp8KScale = 0.5f, kFp8VScale = 2.0f;
 
 // Host copy of a batch and its device arrays.
 struct TestBatch {
@@ -162,6 +178,34 @@ CUDA_TEST(rope_qkv_store_matches_cpu) {
     expect_nmse(name + ": q", q_out.data(), q_ref.data(), q_ref.size(), 1e-8);
     expect_nmse(name + ": k cache", k_out.data(), k_ref.data(), k_ref.size(), 1e-8);
     expect_nmse(name + ": v cache", v_out.data(), v_ref.data(), v_ref.size(), 0.0);
+
+    // The same rows into an FP8 pool: each slot holds fp8(x / scale). The reference is
+    // the fp16 reference's value (within an fp16 rounding of the exact one) through
+    // cuda_fp8.h; a value within that rounding of an FP8 midpoint may round the other
+    // way, so a few slots may differ by one FP8 step.
+    DeviceBuffer k8 = to_device(std::vector<uint8_t>(pool, kFp8Nan)),
+                 v8 = to_device(std::vector<uint8_t>(pool, kFp8Nan));
+    KvLayerView kv8{k8.get(), v8.get(), bs, n_kv, hd, KvType::kFp8E4M3, kFp8KScale, kFp8VScale};
+    EXPECT_OK(rope_qkv_store(dqkv.as<float>(), rc.bias ? dbias.as<float>() : nullptr, p,
+                             cs.as<float>(), tb.db, q16.as<uint16_t>(), kv8, nullptr));
+    const auto k8_all = to_host<uint8_t>(k8, pool), v8_all = to_host<uint8_t>(v8, pool);
+    std::vector<float> k8_ref, k8_out, v8_ref, v8_out;
+    size_t i = 0;
+    for (int r = 0; r < n; ++r) {
+      const int pos = tb.row_pos[static_cast<size_t>(r)];
+      const int seq = tb.row_seq[static_cast<size_t>(r)];
+      const int32_t blk = tb.tables[static_cast<size_t>(seq)][static_cast<size_t>(pos / bs)];
+      for (int g = 0; g < n_kv; ++g)
+        for (int d = 0; d < hd; ++d, ++i) {
+          const size_t off = ((static_cast<size_t>(blk) * n_kv + g) * bs + pos % bs) * hd + d;
+          k8_ref.push_back(from_fp8(to_fp8(k_ref[i] / kFp8KScale)) * kFp8KScale);
+          v8_ref.push_back(from_fp8(to_fp8(v_ref[i] / kFp8VScale)) * kFp8VScale);
+          k8_out.push_back(from_fp8(k8_all[off]) * kFp8KScale);
+          v8_out.push_back(from_fp8(v8_all[off]) * kFp8VScale);
+        }
+    }
+    expect_nmse(name + ": k fp8 cache", k8_out.data(), k8_ref.data(), k8_ref.size(), 1e-4);
+    expect_nmse(name + ": v fp8 cache", v8_out.data(), v8_ref.data(), v8_ref.size(), 1e-4);
   }
 }
 
@@ -171,6 +215,7 @@ struct AttnCase {
   bool prefill_kernel;  // long sequences to the tensor-core kernel
   int splits;           // 0: auto
   ActType out;
+  bool fp8 = false;  // FP8 E4M3 pool with kFp8KScale / kFp8VScale
 };
 
 void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool) {
@@ -188,11 +233,17 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
   const size_t pool_elems = static_cast<size_t>(total_blocks) * bs * kvd;
   std::vector<uint16_t> kc_cpu(pool_elems), vc_cpu(pool_elems), kc_gpu(pool_elems, 0x7e00),
       vc_gpu(pool_elems, 0x7e00);  // NaN in every slot no sequence owns
+  std::vector<uint8_t> kc_fp8(pool_elems, kFp8Nan), vc_fp8(pool_elems, kFp8Nan);
   cpu::KvLayer kl{kc_cpu.data(), vc_cpu.data(), bs, ac.n_kv, hd};
   for (size_t s = 0; s < ac.seqs.size(); ++s) {
     const int len = ac.seqs[s].pos0 + ac.seqs[s].n_q;
-    const auto k = random_floats(rng, static_cast<size_t>(len) * kvd);
-    const auto v = random_floats(rng, static_cast<size_t>(len) * kvd);
+    auto k = random_floats(rng, static_cast<size_t>(len) * kvd);
+    auto v = random_floats(rng, static_cast<size_t>(len) * kvd);
+    if (ac.fp8) {
+      // The CPU reference attends over the values the FP8 pool represents (exact in fp16).
+      for (float& x : k) x = from_fp8(to_fp8(x / kFp8KScale)) * kFp8KScale;
+      for (float& x : v) x = from_fp8(to_fp8(x / kFp8VScale)) * kFp8VScale;
+    }
     cpu::AttentionSeq all = tb.seqs[s];
     all.pos0 = 0;
     all.n_q = len;
@@ -202,8 +253,12 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
       for (int g = 0; g < ac.n_kv; ++g)
         for (int d = 0; d < hd; ++d) {
           const size_t off = ((static_cast<size_t>(blk) * ac.n_kv + g) * bs + pos % bs) * hd + d;
-          kc_gpu[off] = f32_to_fp16(k[static_cast<size_t>(pos) * kvd + g * hd + d]);
-          vc_gpu[off] = f32_to_fp16(v[static_cast<size_t>(pos) * kvd + g * hd + d]);
+          const float kx = k[static_cast<size_t>(pos) * kvd + g * hd + d];
+          const float vx = v[static_cast<size_t>(pos) * kvd + g * hd + d];
+          kc_gpu[off] = f32_to_fp16(kx);
+          vc_gpu[off] = f32_to_fp16(vx);
+          kc_fp8[off] = to_fp8(kx / kFp8KScale);
+          vc_fp8[off] = to_fp8(vx / kFp8VScale);
         }
     }
   }
@@ -225,7 +280,9 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
     }
   }
   DeviceBuffer ddr = to_device(decode_rows), dps = to_device(prefill_seqs);
-  DeviceBuffer dq = to_device(q16), dk = to_device(kc_gpu), dv = to_device(vc_gpu);
+  DeviceBuffer dq = to_device(q16);
+  DeviceBuffer dk = ac.fp8 ? to_device(kc_fp8) : to_device(kc_gpu);
+  DeviceBuffer dv = ac.fp8 ? to_device(vc_fp8) : to_device(vc_gpu);
   const size_t ws_bytes = static_cast<size_t>(std::max<size_t>(1, decode_rows.size())) *
                           ac.n_heads * std::max(ac.splits, 32) * (hd + 2) * 4;
   DeviceBuffer ws = poisoned(ws_bytes);
@@ -237,7 +294,12 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
   plan.workspace = ws.get();
   plan.workspace_bytes = ws_bytes;
   DeviceBuffer out = poisoned(static_cast<size_t>(n) * qd * act_bytes(ac.out));
-  KvLayerView kv{dk.as<uint16_t>(), dv.as<uint16_t>(), bs, ac.n_kv, hd};
+  KvLayerView kv{dk.get(), dv.get(), bs, ac.n_kv, hd};
+  if (ac.fp8) {
+    kv.type = KvType::kFp8E4M3;
+    kv.k_scale = kFp8KScale;
+    kv.v_scale = kFp8VScale;
+  }
   EXPECT_OK(attention(dq.as<uint16_t>(), kv, tb.db, plan, ac.n_heads, ap.scale, out.get(), ac.out,
                       nullptr));
   const auto got = decode_act(to_host<uint8_t>(out, out.bytes()), ac.out);
@@ -246,10 +308,10 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
   // fp16 operands on both sides; the CPU rounds normalised softmax weights to fp16, the
   // tensor-core kernel unnormalised ones, the decode kernel none: differences ~1e-7.
   const double bound = ac.out == ActType::kBF16 ? 5e-5 : 1e-5;
-  expect_nmse(
-      str_format("attention h%d/kv%d d%d %s splits %d %s:%s", ac.n_heads, ac.n_kv, hd,
-                 ac.prefill_kernel ? "tc" : "rows", ac.splits, act_name(ac.out), seqs.c_str()),
-      got.data(), ref.data(), ref.size(), bound);
+  expect_nmse(str_format("attention h%d/kv%d d%d %s splits %d %s%s:%s", ac.n_heads, ac.n_kv, hd,
+                         ac.prefill_kernel ? "tc" : "rows", ac.splits, act_name(ac.out),
+                         ac.fp8 ? " fp8 kv" : "", seqs.c_str()),
+              got.data(), ref.data(), ref.size(), bound);
 }
 
 CUDA_TEST(attention_matches_cpu) {
@@ -269,6 +331,26 @@ CUDA_TEST(attention_matches_cpu) {
   // Head sizes without a tensor-core kernel go through the row kernel only.
   for (int hd : {8, 32, 80, 256})
     run_attention_case({4, 2, hd, mixed, false, 0, ActType::kF32}, rng, pool);
+}
+
+CUDA_TEST(attention_fp8_kv_matches_cpu) {
+  std::mt19937 rng(12);
+  ThreadPool pool(4);
+  const std::vector<SeqSpec> mixed = {{0, 1}, {37, 1}, {300, 1}, {1000, 2}, {37, 29}, {0, 130}};
+  const std::vector<SeqSpec> long_prefill = {{0, 200}, {64, 64}, {5, 300}};
+  for (int unroll : {8, 4}) {
+    set_decode_fp8_unroll(unroll);
+    for (int hd : {64, 128}) {
+      for (auto [h, kv] : {std::pair{8, 2}, std::pair{28, 4}, std::pair{9, 3}})
+        run_attention_case({h, kv, hd, mixed, true, 0, ActType::kF32, true}, rng, pool);
+      run_attention_case({8, 8, hd, long_prefill, true, 0, ActType::kF16, true}, rng, pool);
+      run_attention_case({8, 2, hd, mixed, false, 7, ActType::kBF16, true}, rng, pool);
+      run_attention_case({32, 8, hd, {{4000, 1}}, false, 0, ActType::kF32, true}, rng, pool);
+    }
+    for (int hd : {8, 80, 256})
+      run_attention_case({4, 2, hd, mixed, false, 0, ActType::kF32, true}, rng, pool);
+  }
+  set_decode_fp8_unroll(8);
 }
 
 }  // namespace

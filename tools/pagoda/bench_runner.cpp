@@ -33,6 +33,7 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
   o.max_batch_tokens = std::max({bc.n_batch, B, 16});
   o.max_logit_rows = B;
   o.device = bc.device;
+  o.kv_cache_type = bc.kv_cache_type;
   auto runner = make_cuda_runner(**file, o);
   if (!runner) return fail("bench", runner.status());
   ModelRunner& r = **runner;

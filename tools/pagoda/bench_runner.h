@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/runner.h"
+
 namespace pagoda::cli {
 
 struct RunnerBenchConfig {
@@ -15,6 +17,7 @@ struct RunnerBenchConfig {
   int64_t repeats = 5;
   int device = 0;
   bool json = false;
+  KvCacheType kv_cache_type = KvCacheType::k16Bit;
 };
 
 int bench_runner(const std::string& model_path, const RunnerBenchConfig& config);

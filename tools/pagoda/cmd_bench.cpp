@@ -9,6 +9,7 @@
 #include "bench_runner.h"
 #include "commands.h"
 #include "common.h"
+#include "engine/kv_budget.h"
 #include "engine/session.h"
 #include "json_out.h"
 #include "model/runner.h"
@@ -37,6 +38,7 @@ int cmd_bench(int argc, char** argv) {
       {"--depth", "", true,
        "--device cuda: tokens already in context for the decode test (default 0)"},
       {"--parallel", "", true, "--device cuda: sequences decoded together (default 1)"},
+      {"--kv-cache-dtype", "", true, "auto (16-bit) or fp8 (--device cuda) (default auto)"},
       {"--json", "", false, "print JSON"},
       {"--help", "-h", false, "show this help"},
   };
@@ -62,8 +64,12 @@ int cmd_bench(int argc, char** argv) {
   DeviceKind device = DeviceKind::kCpu;
   if (!parse_device_kind(args->get_or("--device", "cpu"), &device))
     return fail("bench", invalid_argument("--device must be cpu or cuda"));
+  EngineConfig kv_flag;
+  kv_flag.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
+  const Result<KvCacheType> kv_type = kv_cache_type(kv_flag, device != DeviceKind::kCpu);
+  if (!kv_type) return fail("bench", kv_type.status());
   if (device != DeviceKind::kCpu) {
-    RunnerBenchConfig bc{P, G, depth, parallel, n_batch, reps, gpu, args->has("--json")};
+    RunnerBenchConfig bc{P, G, depth, parallel, n_batch, reps, gpu, args->has("--json"), *kv_type};
     return bench_runner(*args->get("--model"), bc);
   }
   if (depth != 0 || parallel != 1)

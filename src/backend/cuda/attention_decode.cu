@@ -1,7 +1,7 @@
 // Attention for single query rows (decode steps and short chunks), flash-decoding style:
 // a block takes one row, the query heads of one KV head (GQA: K and V are read once for
 // the whole group, four heads per pass) and one split of the context. Inside a block
-// each group of LANES threads is an independent worker: it walks its own keys kUnroll at
+// each group of LANES threads is an independent worker: it walks its own keys UNROLL at
 // a time (K and V loads all issued before any is used), keeps its own online-softmax
 // state and accumulators in registers, and never waits on the other groups until the
 // end, where the block merges them. No shared memory or barrier sits in the key loop, so
@@ -20,8 +20,10 @@ constexpr int kThreads = 128;
 constexpr int kHeadsPerPass = 4;
 // Keys per worker step (2 x kUnroll 16-byte loads in flight per thread) and blocks per SM
 // the registers are capped for. Measured on the H200 at 256 rows x 1,536 keys: (4, 4)
-// 2.76 TB/s, (2, 4) 2.55, (4, 3) 2.36 (bench/RESULTS.md).
+// 2.76 TB/s, (2, 4) 2.55, (4, 3) 2.36 (bench/RESULTS.md). An FP8 pool's loads are 8
+// bytes, so it takes kFp8Unroll keys per step for the same bytes in flight.
 constexpr int kUnroll = 4;
+int g_fp8_unroll = 8;
 constexpr int kMinBlocksPerSm = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -35,8 +37,32 @@ __device__ __forceinline__ void unpack8h(const uint4 u, float* f) {
   }
 }
 
-// LANES threads share one key (8 dims each); a block holds kThreads / LANES workers.
-template <int LANES>
+// How a lane reads its 8 elements of one cached key or value, by pool type.
+struct F16Kv {
+  using Vec = uint4;  // 8 fp16
+  __device__ static void unpack(const Vec u, float* f) { unpack8h(u, f); }
+};
+struct Fp8Kv {
+  using Vec = uint2;  // 8 E4M3
+  __device__ static void unpack(const Vec u, float* f) {
+    const uint32_t w[2] = {u.x, u.y};
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      __half2 lo, hi;
+      fp8x4_to_half2x2(w[k], &lo, &hi);
+      const float2 a = __half22float2(lo), c = __half22float2(hi);
+      f[4 * k] = a.x;
+      f[4 * k + 1] = a.y;
+      f[4 * k + 2] = c.x;
+      f[4 * k + 3] = c.y;
+    }
+  }
+};
+
+// LANES threads share one key (8 dims each); a block holds kThreads / LANES workers, each
+// taking UNROLL keys per step. The pool's scales fold into the score scale (K) and the
+// output (V), so the loop converts stored values exactly.
+template <int LANES, typename KV, int UNROLL>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     decode_kernel(const uint16_t* __restrict__ q, KvLayerView kv, DeviceBatch b,
                   const int32_t* __restrict__ rows, int n_heads, float scale, int n_splits,
@@ -66,7 +92,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   const int d0 = li * 8;
   const bool active = d0 < hd;
   const int64_t qd = static_cast<int64_t>(n_heads) * hd;
-  const float scale2 = scale * kLog2e;
+  const float scale2 = scale * kLog2e * kv.k_scale;
+  using Vec = typename KV::Vec;
+  const Vec* k_pool = static_cast<const Vec*>(kv.k);
+  const Vec* v_pool = static_cast<const Vec*>(kv.v);
 
   for (int h0 = 0; h0 < group; h0 += kHeadsPerPass) {
     const int nh = min(kHeadsPerPass, group - h0);
@@ -90,27 +119,29 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
       for (int k = 0; k < 8; ++k) acc[hh][k] = 0.0f;
     }
 
-    // Worker kg takes runs of kUnroll consecutive keys, kGroups runs apart.
-    for (int j0 = kg * kUnroll; j0 < n_keys; j0 += kGroups * kUnroll) {
-      uint4 kr[kUnroll], vr[kUnroll];
+    // Worker kg takes runs of UNROLL consecutive keys, kGroups runs apart.
+    for (int j0 = kg * UNROLL; j0 < n_keys; j0 += kGroups * UNROLL) {
+      Vec kr[UNROLL], vr[UNROLL];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < UNROLL; ++u) {
         const int j = j0 + u;
-        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+        kr[u] = vr[u] = Vec{};
         if (j < n_keys && active) {
           const int pos = k_begin + j;
+          // In units of 8 elements (one Vec).
           const size_t base =
-              ((static_cast<size_t>(table[pos / bs]) * kv.n_kv_heads + g) * bs + pos % bs) * hd +
-              d0;
-          kr[u] = *reinterpret_cast<const uint4*>(kv.k + base);
-          vr[u] = *reinterpret_cast<const uint4*>(kv.v + base);
+              (((static_cast<size_t>(table[pos / bs]) * kv.n_kv_heads + g) * bs + pos % bs) * hd +
+               d0) /
+              8;
+          kr[u] = k_pool[base];
+          vr[u] = v_pool[base];
         }
       }
-      float sc[kUnroll][kHeadsPerPass];
+      float sc[UNROLL][kHeadsPerPass];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < UNROLL; ++u) {
         float kf[8];
-        unpack8h(kr[u], kf);
+        KV::unpack(kr[u], kf);
 #pragma unroll
         for (int hh = 0; hh < kHeadsPerPass; ++hh) {
           float dot = 0.0f;
@@ -125,18 +156,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
       for (int hh = 0; hh < kHeadsPerPass; ++hh) {
         float mx = sc[0][hh];
 #pragma unroll
-        for (int u = 1; u < kUnroll; ++u) mx = fmaxf(mx, sc[u][hh]);
+        for (int u = 1; u < UNROLL; ++u) mx = fmaxf(mx, sc[u][hh]);
         const float m_new = fmaxf(m_run[hh], mx);      // finite: key j0 is always in range
         const float alpha = exp2f(m_run[hh] - m_new);  // 0 on the first keys
         l_run[hh] *= alpha;
 #pragma unroll
         for (int k = 0; k < 8; ++k) acc[hh][k] *= alpha;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < UNROLL; ++u) {
           const float p = exp2f(sc[u][hh] - m_new);
           l_run[hh] += p;
           float vf[8];
-          unpack8h(vr[u], vf);
+          KV::unpack(vr[u], vf);
 #pragma unroll
           for (int k = 0; k < 8; ++k) acc[hh][k] = fmaf(p, vf[k], acc[hh][k]);
         }
@@ -167,6 +198,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
         float o = 0.0f;
         for (int w = 0; w < kGroups; ++w)
           if (m_s[w] > -INFINITY) o += exp2f(m_s[w] - m) * red_s[w][d];
+        o *= kv.v_scale;
         if (n_splits == 1) {
           store_act(out, out_type, row * qd + static_cast<int64_t>(h) * hd + d,
                     l > 0 ? o / l : 0.0f);
@@ -210,18 +242,44 @@ __global__ void combine_kernel(const float* __restrict__ part, const int32_t* __
   }
 }
 
-template <int LANES>
+template <int LANES, typename KV, int UNROLL>
 void launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
             const AttentionPlan& plan, int n_heads, float scale, int splits, void* out,
             ActType out_type, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(splits));
-  decode_kernel<LANES><<<grid, kThreads, 0, stream>>>(q, kv, b, plan.decode_rows, n_heads, scale,
-                                                      splits, out, out_type,
-                                                      static_cast<float*>(plan.workspace));
+  decode_kernel<LANES, KV, UNROLL>
+      <<<grid, kThreads, 0, stream>>>(q, kv, b, plan.decode_rows, n_heads, scale, splits, out,
+                                      out_type, static_cast<float*>(plan.workspace));
+}
+
+template <typename KV, int UNROLL>
+void launch_lanes(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
+                  const AttentionPlan& plan, int n_heads, float scale, int splits, void* out,
+                  ActType out_type, cudaStream_t stream) {
+  const int hd = kv.head_dim;
+  const int lanes = hd <= 8 ? 1 : hd <= 16 ? 2 : hd <= 32 ? 4 : hd <= 64 ? 8 : hd <= 128 ? 16 : 32;
+  switch (lanes) {
+    case 1:
+      return launch<1, KV, UNROLL>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
+    case 2:
+      return launch<2, KV, UNROLL>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
+    case 4:
+      return launch<4, KV, UNROLL>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
+    case 8:
+      return launch<8, KV, UNROLL>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
+    case 16:
+      return launch<16, KV, UNROLL>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
+    default:
+      return launch<32, KV, UNROLL>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
+  }
 }
 
 }  // namespace
+
+void set_decode_fp8_unroll(int keys) {
+  g_fp8_unroll = keys == 4 ? 4 : 8;
+}
 
 Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                         const AttentionPlan& plan, int n_heads, float scale, void* out,
@@ -232,27 +290,12 @@ Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBa
   const size_t need = static_cast<size_t>(plan.n_decode_rows) * n_heads * splits * (hd + 2) * 4;
   if (splits > 1 && need > plan.workspace_bytes)
     return internal_error("attention workspace too small for the split-KV partials");
-  const int lanes = hd <= 8 ? 1 : hd <= 16 ? 2 : hd <= 32 ? 4 : hd <= 64 ? 8 : hd <= 128 ? 16 : 32;
-  switch (lanes) {
-    case 1:
-      launch<1>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
-      break;
-    case 2:
-      launch<2>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
-      break;
-    case 4:
-      launch<4>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
-      break;
-    case 8:
-      launch<8>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
-      break;
-    case 16:
-      launch<16>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
-      break;
-    default:
-      launch<32>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
-      break;
-  }
+  if (kv.type == KvType::kF16)
+    launch_lanes<F16Kv, kUnroll>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
+  else if (g_fp8_unroll == 4)
+    launch_lanes<Fp8Kv, 4>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
+  else
+    launch_lanes<Fp8Kv, 8>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
   PAGODA_RETURN_IF_ERROR(launch_status("decode_attention"));
   if (splits == 1) return Status::ok();
   const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(n_heads));

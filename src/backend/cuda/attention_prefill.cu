@@ -59,7 +59,9 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-template <int HD>
+// FP8: the pool holds E4M3 bytes, widened to fp16 as the tiles are loaded; the K scale
+// is folded into scale_log2 and the V scale into the output.
+template <int HD, bool FP8>
 __global__ void __launch_bounds__(kThreads)
     prefill_kernel(const __half* __restrict__ q, KvLayerView kv, DeviceBatch b,
                    const int32_t* __restrict__ seqs, int n_heads, float scale_log2,
@@ -121,10 +123,27 @@ __global__ void __launch_bounds__(kThreads)
       const int p = valid ? pos : 0;
       const size_t base =
           ((static_cast<size_t>(table[p / bs]) * kv.n_kv_heads + g) * bs + p % bs) * HD + c * 8;
-      cp_async16(k_s + r * kStride + c * 8, kv.k + base, valid);
-      cp_async16(v_s + r * kStride + c * 8, kv.v + base, valid);
+      if constexpr (!FP8) {
+        cp_async16(k_s + r * kStride + c * 8, static_cast<const __half*>(kv.k) + base, valid);
+        cp_async16(v_s + r * kStride + c * 8, static_cast<const __half*>(kv.v) + base, valid);
+      } else {
+        // 8 E4M3 bytes widened to 8 fp16 (exact; the scales are applied outside).
+        const uint2 kb =
+            valid ? *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(kv.k) + base)
+                  : make_uint2(0, 0);
+        const uint2 vb =
+            valid ? *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(kv.v) + base)
+                  : make_uint2(0, 0);
+        __half2 h[4];
+        fp8x4_to_half2x2(kb.x, &h[0], &h[1]);
+        fp8x4_to_half2x2(kb.y, &h[2], &h[3]);
+        *reinterpret_cast<uint4*>(k_s + r * kStride + c * 8) = *reinterpret_cast<const uint4*>(h);
+        fp8x4_to_half2x2(vb.x, &h[0], &h[1]);
+        fp8x4_to_half2x2(vb.y, &h[2], &h[3]);
+        *reinterpret_cast<uint4*>(v_s + r * kStride + c * 8) = *reinterpret_cast<const uint4*>(h);
+      }
     }
-    cp_async_wait_all();
+    if constexpr (!FP8) cp_async_wait_all();
     __syncthreads();
 
     // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
@@ -211,7 +230,7 @@ __global__ void __launch_bounds__(kThreads)
     l0 += __shfl_xor_sync(0xffffffffu, l0, off);
     l1 += __shfl_xor_sync(0xffffffffu, l1, off);
   }
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  const float inv0 = kv.v_scale / l0, inv1 = kv.v_scale / l1;
   const int r0 = warp * 16 + gr, r1 = r0 + 8;
 #pragma unroll
   for (int dt = 0; dt < HD / 8; ++dt) {
@@ -229,23 +248,35 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int HD>
+template <int HD, bool FP8>
 Status launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
               const AttentionPlan& plan, int n_heads, float scale, void* out, ActType out_type,
               cudaStream_t stream) {
   constexpr size_t kSmem = static_cast<size_t>(kBQ + 2 * kBK) * (HD + 8) * sizeof(__half);
   static bool configured = false;  // the attribute is per function, set once per process
   if (!configured) {
-    PAGODA_CUDA_TRY(cudaFuncSetAttribute(
-        prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+    PAGODA_CUDA_TRY(cudaFuncSetAttribute(prefill_kernel<HD, FP8>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kSmem)));
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>((plan.max_prefill_q + kBQ - 1) / kBQ),
                   static_cast<unsigned>(n_heads), static_cast<unsigned>(plan.n_prefill_seqs));
-  prefill_kernel<HD><<<grid, kThreads, kSmem, stream>>>(reinterpret_cast<const __half*>(q), kv, b,
-                                                        plan.prefill_seqs, n_heads, scale * kLog2e,
-                                                        out, out_type);
+  prefill_kernel<HD, FP8><<<grid, kThreads, kSmem, stream>>>(
+      reinterpret_cast<const __half*>(q), kv, b, plan.prefill_seqs, n_heads,
+      scale * kLog2e * kv.k_scale, out, out_type);
   return launch_status("prefill_attention");
+}
+
+template <bool FP8>
+Status launch_head(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
+                   const AttentionPlan& plan, int n_heads, float scale, void* out, ActType out_type,
+                   cudaStream_t stream) {
+  if (kv.head_dim == 64)
+    return launch<64, FP8>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
+  if (kv.head_dim == 128)
+    return launch<128, FP8>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
+  return unsupported("prefill attention: head size");
 }
 
 }  // namespace
@@ -253,9 +284,9 @@ Status launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
 Status prefill_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                          const AttentionPlan& plan, int n_heads, float scale, void* out,
                          ActType out_type, cudaStream_t stream) {
-  if (kv.head_dim == 64) return launch<64>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
-  if (kv.head_dim == 128) return launch<128>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
-  return unsupported("prefill attention: head size");
+  if (kv.type == KvType::kFp8E4M3)
+    return launch_head<true>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
+  return launch_head<false>(q, kv, b, plan, n_heads, scale, out, out_type, stream);
 }
 
 }  // namespace pagoda::cuda

@@ -3,6 +3,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <utility>
@@ -40,6 +41,14 @@ __device__ __forceinline__ void store_act(void* out, ActType t, int64_t i, float
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));
+}
+
+// Four FP8 E4M3 values (one 32-bit word, the first in the lowest byte) as two half2 in
+// the same order. Exact: every E4M3 value is an fp16 value.
+__device__ __forceinline__ void fp8x4_to_half2x2(uint32_t w, __half2* lo, __half2* hi) {
+  *lo = __half2(
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3));
+  *hi = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3));
 }
 
 // Programmatic dependent launch (Hopper): a kernel that feeds a weight product lets it

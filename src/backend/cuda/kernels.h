@@ -61,15 +61,26 @@ Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const flo
 // out[i][j] = silu(gu[i][j]) * gu[i][ff + j], converted to out_type ([n][ff]).
 Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cudaStream_t stream);
 
-// The paged KV pool of one layer: K and V both [block][kv_head][slot][head_dim] fp16
-// (the CPU keeps K transposed; on the GPU rows of head_dim suit 16-byte loads and the
+// How the KV pool stores K and V: fp16, or FP8 E4M3 with one scale per tensor (the
+// stored byte is x / scale, saturated to +-448; readers multiply back). FP8 halves the
+// bytes a decode step reads and the pool's size per token.
+enum class KvType : uint8_t { kF16, kFp8E4M3 };
+inline size_t kv_elem_bytes(KvType t) {
+  return t == KvType::kF16 ? 2 : 1;
+}
+
+// The paged KV pool of one layer: K and V both [block][kv_head][slot][head_dim] of `type`
+// (the CPU keeps K transposed; on the GPU rows of head_dim suit wide loads and the
 // tensor-core fragments of the prefill kernel).
 struct KvLayerView {
-  uint16_t* k = nullptr;
-  uint16_t* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int block_size = 16;
   int n_kv_heads = 0;
   int head_dim = 0;
+  KvType type = KvType::kF16;
+  float k_scale = 1.0f;  // FP8 only: real value = stored value * scale
+  float v_scale = 1.0f;
 };
 
 // A batch as index arrays on the device (FlashInfer's style): sequence s owns rows
@@ -105,7 +116,7 @@ Status rope_tables(const RopeParams& p, const DeviceBatch& b, float* cs, cudaStr
 
 // For each row of qkv ([n_rows][q_dim + 2 kv_dim], f32): adds `bias` (or not), rotates q
 // and k by the angles in `cs` (rope_tables), writes q rounded to fp16 into q_out
-// ([n_rows][q_dim]) and k, v as fp16 into the row's cache slot.
+// ([n_rows][q_dim]) and k, v in the pool's type into the row's cache slot.
 Status rope_qkv_store(const float* qkv, const float* bias, const RopeParams& p, const float* cs,
                       const DeviceBatch& b, uint16_t* q_out, const KvLayerView& kv,
                       cudaStream_t stream);
@@ -143,6 +154,9 @@ constexpr int kDecodeMaxQueries = 4;
 bool has_prefill_kernel(int head_dim);
 // Splits for n_rows decode rows: enough blocks to fill the GPU twice.
 int decode_splits(int n_rows, int n_kv_heads);
+// Tests and benchmarks: keys per worker step of the decode kernel on an FP8 pool (4 or
+// 8, the default).
+void set_decode_fp8_unroll(int keys);
 // Workspace for up to max_rows decode rows with any context.
 size_t attention_workspace_bytes(int max_rows, int n_heads, int head_dim);
 

@@ -74,11 +74,18 @@ __global__ void rope_qkv_kernel(const float* __restrict__ qkv, const float* __re
       ((static_cast<size_t>(block) * kv.n_kv_heads + h) * kv.block_size + pos % kv.block_size) *
           hd +
       d;
-  if (part == 1) {
-    reinterpret_cast<__half*>(kv.k)[off] = __float2half_rn(rotated(p, rcs, head, hb, d));
+  const float val = part == 1 ? rotated(p, rcs, head, hb, d)
+                    : hb      ? __fadd_rn(head[d], hb[d])
+                              : head[d];
+  void* pool = part == 1 ? kv.k : kv.v;
+  if (kv.type == KvType::kF16) {
+    static_cast<__half*>(pool)[off] = __float2half_rn(val);
   } else {
-    const float v = hb ? __fadd_rn(head[d], hb[d]) : head[d];
-    reinterpret_cast<__half*>(kv.v)[off] = __float2half_rn(v);
+    // Divided, not multiplied by a reciprocal, so the byte is the correctly rounded
+    // quotient whatever the scale.
+    const float scale = part == 1 ? kv.k_scale : kv.v_scale;
+    static_cast<__nv_fp8_storage_t*>(pool)[off] =
+        __nv_cvt_float_to_fp8(__fdiv_rn(val, scale), __NV_SATFINITE, __NV_E4M3);
   }
 }
 

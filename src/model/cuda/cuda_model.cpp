@@ -3,6 +3,7 @@
 // device), q/k/v and gate/up stacked so each layer runs two wide products instead of five.
 #include "model/cuda/cuda_model.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -123,6 +124,9 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
                                                    const RunnerOptions& options) {
   if (options.kv_block_size <= 0 || options.kv_block_size % 16 != 0)
     return invalid_argument("KV block size must be a positive multiple of 16");
+  if (!(options.kv_k_scale > 0 && options.kv_v_scale > 0 && std::isfinite(options.kv_k_scale) &&
+        std::isfinite(options.kv_v_scale)))
+    return invalid_argument("KV cache scales must be positive and finite");
   std::unique_ptr<CudaModel> m(new CudaModel());
   m->options_ = options;
   PAGODA_ASSIGN_OR_RETURN(m->dev_, cuda::DeviceContext::open(options.device));
@@ -213,7 +217,7 @@ Status CudaModel::allocate_kv() {
   if (options_.n_kv_blocks <= 0) return invalid_argument("the KV pool needs at least one block");
   kv_layer_elems_ = static_cast<size_t>(options_.n_kv_blocks) * options_.kv_block_size *
                     c.n_kv_heads * c.head_dim;
-  const size_t bytes = kv_layer_elems_ * c.n_layers * sizeof(uint16_t);
+  const size_t bytes = kv_layer_elems_ * c.n_layers * cuda::kv_elem_bytes(kv_type());
   PAGODA_ASSIGN_OR_RETURN(kv_k_, cuda::DeviceBuffer::alloc(bytes));
   PAGODA_ASSIGN_OR_RETURN(kv_v_, cuda::DeviceBuffer::alloc(bytes));
   // Zeroed: a kernel bug that reads an unwritten slot then shows as a wrong value, not NaN.
@@ -227,13 +231,14 @@ Status CudaModel::copy_block(int src, int dst) {
     return invalid_argument("KV block copy outside the pool");
   // A block is contiguous within each layer's pool (all its KV heads): one copy per
   // layer and tensor, queued on the model's stream before the next step.
-  const size_t block = kv_layer_elems_ / static_cast<size_t>(options_.n_kv_blocks);
+  const size_t elem = cuda::kv_elem_bytes(kv_type());
+  const size_t block = kv_layer_elems_ / static_cast<size_t>(options_.n_kv_blocks) * elem;
   for (int l = 0; l < config_.n_layers; ++l) {
     for (const cuda::DeviceBuffer* buf : {&kv_k_, &kv_v_}) {
-      uint16_t* base = buf->as<uint16_t>() + kv_layer_elems_ * static_cast<size_t>(l);
-      PAGODA_CUDA_TRY(cudaMemcpyAsync(
-          base + block * static_cast<size_t>(dst), base + block * static_cast<size_t>(src),
-          block * sizeof(uint16_t), cudaMemcpyDeviceToDevice, dev_->stream()));
+      uint8_t* base = buf->as<uint8_t>() + kv_layer_elems_ * elem * static_cast<size_t>(l);
+      PAGODA_CUDA_TRY(cudaMemcpyAsync(base + block * static_cast<size_t>(dst),
+                                      base + block * static_cast<size_t>(src), block,
+                                      cudaMemcpyDeviceToDevice, dev_->stream()));
     }
   }
   return Status::ok();
@@ -241,8 +246,14 @@ Status CudaModel::copy_block(int src, int dst) {
 
 cuda::KvLayerView CudaModel::kv_layer(int l) const {
   cuda::KvLayerView v;
-  v.k = kv_k_.as<uint16_t>() + kv_layer_elems_ * static_cast<size_t>(l);
-  v.v = kv_v_.as<uint16_t>() + kv_layer_elems_ * static_cast<size_t>(l);
+  v.type = kv_type();
+  const size_t layer_bytes = kv_layer_elems_ * cuda::kv_elem_bytes(v.type);
+  v.k = kv_k_.as<uint8_t>() + layer_bytes * static_cast<size_t>(l);
+  v.v = kv_v_.as<uint8_t>() + layer_bytes * static_cast<size_t>(l);
+  if (v.type == cuda::KvType::kFp8E4M3) {
+    v.k_scale = options_.kv_k_scale;
+    v.v_scale = options_.kv_v_scale;
+  }
   v.block_size = options_.kv_block_size;
   v.n_kv_heads = config_.n_kv_heads;
   v.head_dim = config_.head_dim;
@@ -251,9 +262,9 @@ cuda::KvLayerView CudaModel::kv_layer(int l) const {
 
 std::string CudaModel::describe() const {
   return str_format(
-      "cuda:%d %s, weights %s %.2f GB", dev_->index(), dev_->describe().c_str(),
+      "cuda:%d %s, weights %s %.2f GB, KV cache %s", dev_->index(), dev_->describe().c_str(),
       std::string(dtype_name(layers_.empty() ? tok_embd_.type : layers_[0].qkv.type)).c_str(),
-      weight_bytes_ / 1e9);
+      weight_bytes_ / 1e9, kv_type() == cuda::KvType::kFp8E4M3 ? "fp8 e4m3" : "fp16");
 }
 
 size_t CudaModel::decode_weight_bytes() const {

@@ -1,5 +1,5 @@
 // The CUDA backend's model: weights in GPU memory in the layouts of backend/cuda, the
-// paged fp16 KV pool, and the forward pass of the llama-like architectures (the same
+// paged KV pool (fp16 or FP8), and the forward pass of the llama-like architectures (the same
 // layer as model/forward.cpp, op for op, on the GPU).
 #pragma once
 
@@ -73,6 +73,10 @@ class CudaModel : public ModelRunner {
   Status launch_graph(const Step& step);
   void drop_graphs();
   cuda::KvLayerView kv_layer(int l) const;
+  cuda::KvType kv_type() const {
+    return options_.kv_cache_type == KvCacheType::kFp8 ? cuda::KvType::kFp8E4M3
+                                                       : cuda::KvType::kF16;
+  }
 
   RunnerOptions options_;
   ModelConfig config_;
@@ -84,7 +88,7 @@ class CudaModel : public ModelRunner {
   std::vector<Layer> layers_;
   size_t weight_bytes_ = 0;
 
-  cuda::DeviceBuffer kv_k_, kv_v_;  // [layer][block][kv_head][slot][head_dim] fp16
+  cuda::DeviceBuffer kv_k_, kv_v_;  // [layer][block][kv_head][slot][head_dim] of kv_type()
   size_t kv_layer_elems_ = 0;
 
   // Scratch sized for capacity_ tokens / logit_capacity_ logit rows.
