@@ -13,7 +13,8 @@
 # testdata/tokenizer/*.gguf; default ../shared), OUT_DIR (logs; default build-gpu/check),
 # MODEL_DIR (random models; default /dev/shm), JOBS (default: all cores),
 # MEMCHECK_TIMEOUT (seconds; default 240), BUILD_DIR (default build-gpu), BENCH_RUNNER=0
-# (skip the `pagoda bench` runs), THROUGHPUT_REQUESTS (offline throughput run; default
+# (skip the `pagoda bench` runs), THROUGHPUT_KV (KV cache types of the offline runs;
+# default "fp8 auto"), THROUGHPUT_REQUESTS (offline throughput run; default
 # 1000, 0 skips), THROUGHPUT_SEQS / THROUGHPUT_TOKENS (its --max-num-seqs and
 # --max-num-batched-tokens), THROUGHPUT_TIMEOUT (seconds; default 400), PEERS=0 (skip
 # bench/peer_transformers.py, run when torch and transformers import).
@@ -91,6 +92,16 @@ rc=$?
 cat "$OUT_DIR/e2e_smol.log"
 row "greedy 64 SmolLM2-shape random F16" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_smol.log" | sed 's/cuda-check: //')"
 [ $rc = 0 ] || FAILED=1
+# FP8 KV cache: the GPU's greedy tokens against the CPU's top 5 under teacher forcing.
+for m in "stories260K stories260K $DATA/models/stories260K.gguf" "SmolLM2-shape SmolLM2-F16 $SMOL"; do
+  read -r name tokens path <<< "$m"
+  $BIN/pagoda cuda-check -m "$path" --tokens-file "$OUT_DIR/$tokens.tokens" -n 64 \
+    --kv-cache-dtype fp8 > "$OUT_DIR/e2e_fp8_$name.log" 2>&1
+  rc=$?
+  tail -n 1 "$OUT_DIR/e2e_fp8_$name.log"
+  row "greedy 64 $name, fp8 KV" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_fp8_$name.log" | sed 's/cuda-check fp8 KV: //')"
+  [ $rc = 0 ] || FAILED=1
+done
 
 echo "== the engine on CUDA: pagoda generate --device cuda against --device cpu =="
 # The same 10 fixture prompts through the batching engine (scheduler, paged KV, greedy
@@ -149,6 +160,8 @@ if [ $SKIP_BENCH = 0 ]; then
     $B -p 0 -n 64 --depth 4096 -r 3 > "$OUT_DIR/bench_${TYPE}_tg64_d4096.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 32 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b32.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b128.json" 2>&1
+    $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 --kv-cache-dtype fp8 > "$OUT_DIR/bench_${TYPE}_b128_fp8.json" 2>&1
+    $B -p 0 -n 64 --depth 4096 -r 3 --kv-cache-dtype fp8 > "$OUT_DIR/bench_${TYPE}_tg64_d4096_fp8.json" 2>&1
     PAGODA_CUDA_PDL=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nopdl.json" 2>&1
     }
     if [ $PROFILE = 1 ]; then
@@ -171,6 +184,8 @@ def load(name):
 rows = [("pp512_tg128", "prefill 512", "prefill_tok_s"), ("pp512_tg128", "decode tg128 batch 1", "decode_tok_s"),
         ("pp2048", "prefill 2048", "prefill_tok_s"), ("tg64_d4096", "decode batch 1 @ depth 4096", "decode_tok_s"),
         ("b32", "decode 32 seqs @ depth 512", "decode_tok_s"), ("b128", "decode 128 seqs @ depth 512", "decode_tok_s"),
+        ("b128_fp8", "decode 128 seqs @ depth 512, fp8 KV", "decode_tok_s"),
+        ("tg64_d4096_fp8", "decode batch 1 @ depth 4096, fp8 KV", "decode_tok_s"),
         ("tg128_nopdl", "decode tg128 batch 1, no PDL", "decode_tok_s")]
 for name, label, key in rows:
     d = load(name)
@@ -193,22 +208,28 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": i, "prompt": [rng.randrange(1000, 120000) for _ in range(1000)],
                             "max_tokens": 1000, "temperature": 0, "ignore_eos": True}) + "\n")
 PY
-      PAGODA_LOG=info timeout ${THROUGHPUT_TIMEOUT:-400} $BIN/pagoda generate -m "$M" --device cuda --input "$MODEL_DIR/tp_in.jsonl" \
-        --output "$MODEL_DIR/tp_out.jsonl" --stats-json "$OUT_DIR/throughput_$TYPE.json" --quiet \
-        --max-num-seqs ${THROUGHPUT_SEQS:-256} --max-num-batched-tokens ${THROUGHPUT_TOKENS:-8192} \
-        > "$OUT_DIR/throughput_$TYPE.log" 2>&1
-      rc=$?
-      grep -h "plan .* GiB" "$OUT_DIR/throughput_$TYPE.log" | tail -n 1
-      python3 - "$OUT_DIR/throughput_$TYPE.json" "$N" "$rc" <<'PY' | tee -a "$SUMMARY"
+      # Each KV cache type at the sequence count its pool holds without preemption (fp8
+      # halves the bytes per token, so twice the sequences fit).
+      for kv in ${THROUGHPUT_KV:-fp8 auto}; do
+        seqs=${THROUGHPUT_SEQS:-$([ $kv = fp8 ] && echo 512 || echo 256)}
+        PAGODA_LOG=info timeout ${THROUGHPUT_TIMEOUT:-400} $BIN/pagoda generate -m "$M" --device cuda \
+          --kv-cache-dtype $kv --input "$MODEL_DIR/tp_in.jsonl" --output "$MODEL_DIR/tp_out.jsonl" \
+          --stats-json "$OUT_DIR/throughput_${TYPE}_$kv.json" --quiet --max-num-seqs $seqs \
+          --max-num-batched-tokens ${THROUGHPUT_TOKENS:-8192} > "$OUT_DIR/throughput_${TYPE}_$kv.log" 2>&1
+        rc=$?
+        grep -h "plan .* GiB" "$OUT_DIR/throughput_${TYPE}_$kv.log" | tail -n 1
+        python3 - "$OUT_DIR/throughput_${TYPE}_$kv.json" "$N" "$rc" "$kv" "$seqs" <<'PY' | tee -a "$SUMMARY"
 import json, sys
+label = f"8B BF16 offline {sys.argv[2]}x1000/1000, {sys.argv[4]} KV, {sys.argv[5]} seqs"
 try:
     d = json.load(open(sys.argv[1]))
-    print(f"{'8B BF16 offline ' + sys.argv[2] + 'x1000/1000':44s} {d['output_tokens_per_s']:10.1f} out tok/s "
+    print(f"{label:44s} {d['output_tokens_per_s']:10.1f} out tok/s "
           f"({d['elapsed_s']:.1f} s, {d['preemptions']} preemptions)")
 except Exception as e:
-    print(f"{'8B BF16 offline throughput':44s} ERROR rc {sys.argv[3]}: {e}")
+    print(f"{label:44s} ERROR rc {sys.argv[3]}: {e}")
 PY
-      tail -n 3 "$OUT_DIR/throughput_$TYPE.log"
+        tail -n 3 "$OUT_DIR/throughput_${TYPE}_$kv.log"
+      done
       rm -f "$MODEL_DIR/tp_in.jsonl" "$MODEL_DIR/tp_out.jsonl"
     fi
     if [ "$TYPE" = BF16 ]; then

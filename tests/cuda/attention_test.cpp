@@ -35,6 +35,8 @@ float from_fp8(uint8_t b) {
 constexpr uint8_t kFp8Nan = 0x7f;
 // Scales of the FP8 cases: powers of two, so x / scale and back are exact on both sides.
 constexpr float kFp8KScale = 0.5f, kFp8VScale = 2.0f;
+// Which decode kernel the cases run (set_decode_tensor_cores), for their names.
+bool g_decode_mma = true;
 
 // Host copy of a batch and its device arrays.
 struct TestBatch {
@@ -319,15 +321,23 @@ CUDA_TEST(attention_matches_cpu) {
   ThreadPool pool(4);
   const std::vector<SeqSpec> mixed = {{0, 1}, {37, 1}, {300, 1}, {1000, 2}, {37, 29}, {0, 130}};
   const std::vector<SeqSpec> long_prefill = {{0, 200}, {64, 64}, {5, 300}};
-  for (int hd : {64, 128}) {
-    for (auto [h, kv] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{28, 4}, std::pair{9, 3}}) {
-      run_attention_case({h, kv, hd, mixed, true, 0, ActType::kF32}, rng, pool);
-      run_attention_case({h, kv, hd, long_prefill, true, 0, ActType::kF16}, rng, pool);
+  // Decode rows through the tensor-core kernel (where it applies), then the row kernel.
+  for (bool mma : {true, false}) {
+    set_decode_tensor_cores(mma);
+    g_decode_mma = mma;
+    for (int hd : {64, 128}) {
+      for (auto [h, kv] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{28, 4}, std::pair{9, 3},
+                           std::pair{32, 2}}) {
+        run_attention_case({h, kv, hd, mixed, true, 0, ActType::kF32}, rng, pool);
+        run_attention_case({h, kv, hd, long_prefill, true, 0, ActType::kF16}, rng, pool);
+      }
+      run_attention_case({8, 2, hd, mixed, false, 1, ActType::kF32}, rng, pool);
+      run_attention_case({8, 2, hd, mixed, false, 7, ActType::kBF16}, rng, pool);
+      run_attention_case({32, 8, hd, {{4000, 1}}, false, 0, ActType::kF32}, rng, pool);
     }
-    run_attention_case({8, 2, hd, mixed, false, 1, ActType::kF32}, rng, pool);
-    run_attention_case({8, 2, hd, mixed, false, 7, ActType::kBF16}, rng, pool);
-    run_attention_case({32, 8, hd, {{4000, 1}}, false, 0, ActType::kF32}, rng, pool);
   }
+  set_decode_tensor_cores(true);
+  g_decode_mma = true;
   // Head sizes without a tensor-core kernel go through the row kernel only.
   for (int hd : {8, 32, 80, 256})
     run_attention_case({4, 2, hd, mixed, false, 0, ActType::kF32}, rng, pool);
@@ -338,8 +348,11 @@ CUDA_TEST(attention_fp8_kv_matches_cpu) {
   ThreadPool pool(4);
   const std::vector<SeqSpec> mixed = {{0, 1}, {37, 1}, {300, 1}, {1000, 2}, {37, 29}, {0, 130}};
   const std::vector<SeqSpec> long_prefill = {{0, 200}, {64, 64}, {5, 300}};
-  for (int unroll : {8, 4}) {
-    set_decode_fp8_unroll(unroll);
+  // The tensor-core decode kernel, then the row kernel at both of its FP8 unrolls.
+  for (int variant = 0; variant < 3; ++variant) {
+    set_decode_tensor_cores(variant == 0);
+    g_decode_mma = variant == 0;
+    set_decode_fp8_unroll(variant == 2 ? 4 : 8);
     for (int hd : {64, 128}) {
       for (auto [h, kv] : {std::pair{8, 2}, std::pair{28, 4}, std::pair{9, 3}})
         run_attention_case({h, kv, hd, mixed, true, 0, ActType::kF32, true}, rng, pool);
@@ -350,6 +363,8 @@ CUDA_TEST(attention_fp8_kv_matches_cpu) {
     for (int hd : {8, 80, 256})
       run_attention_case({4, 2, hd, mixed, false, 0, ActType::kF32, true}, rng, pool);
   }
+  set_decode_tensor_cores(true);
+  g_decode_mma = true;
   set_decode_fp8_unroll(8);
 }
 

@@ -224,19 +224,23 @@ CUDA_TEST(perf_attention_batch) {
     plan.n_decode_rows = rows;
     plan.workspace = ws.get();
     plan.workspace_bytes = ws.bytes();
-    // fp16, then the same bytes read as an FP8 pool (half of them) at both unrolls.
-    for (int variant = 0; variant < 3; ++variant) {
-      kv.type = variant == 0 ? KvType::kF16 : KvType::kFp8E4M3;
-      set_decode_fp8_unroll(variant == 2 ? 4 : 8);
+    // fp16, then the same bytes read as an FP8 pool (half of them); the row kernel, then
+    // the tensor-core kernel.
+    for (int variant = 0; variant < 4; ++variant) {
+      kv.type = variant % 2 == 0 ? KvType::kF16 : KvType::kFp8E4M3;
+      set_decode_tensor_cores(variant >= 2);
       const double t = time_ms(20, [&](int) {
         (void)attention(q.as<uint16_t>(), kv, b, plan, n_heads, 0.088f, out.get(), ActType::kBF16,
                         nullptr);
       });
       const size_t elem = kv_elem_bytes(kv.type);
-      std::printf("  perf attention decode %d rows x ctx %d, %s KV%s: %.1f us, KV %.0f GB/s\n",
-                  rows, ctx, variant == 0 ? "fp16" : "fp8", variant == 2 ? " (unroll 4)" : "",
-                  t * 1e3, 2.0 * rows * ctx * n_kv * hd * elem / t / 1e6);
+      std::printf(
+          "  perf attention decode %d rows x ctx %d, %s KV, %s kernel: %.1f us, KV %.0f "
+          "GB/s\n",
+          rows, ctx, elem == 2 ? "fp16" : "fp8", variant >= 2 ? "mma" : "row", t * 1e3,
+          2.0 * rows * ctx * n_kv * hd * elem / t / 1e6);
     }
+    set_decode_tensor_cores(true);
     set_decode_fp8_unroll(8);
   }
 }

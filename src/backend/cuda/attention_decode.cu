@@ -24,6 +24,7 @@ constexpr int kHeadsPerPass = 4;
 // bytes, so it takes kFp8Unroll keys per step for the same bytes in flight.
 constexpr int kUnroll = 4;
 int g_fp8_unroll = 8;
+bool g_tensor_cores = true;
 constexpr int kMinBlocksPerSm = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -280,6 +281,9 @@ void launch_lanes(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b
 void set_decode_fp8_unroll(int keys) {
   g_fp8_unroll = keys == 4 ? 4 : 8;
 }
+void set_decode_tensor_cores(bool on) {
+  g_tensor_cores = on;
+}
 
 Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                         const AttentionPlan& plan, int n_heads, float scale, void* out,
@@ -290,7 +294,10 @@ Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBa
   const size_t need = static_cast<size_t>(plan.n_decode_rows) * n_heads * splits * (hd + 2) * 4;
   if (splits > 1 && need > plan.workspace_bytes)
     return internal_error("attention workspace too small for the split-KV partials");
-  if (kv.type == KvType::kF16)
+  if (g_tensor_cores && has_decode_tc_kernel(n_heads / kv.n_kv_heads, hd))
+    PAGODA_RETURN_IF_ERROR(
+        decode_attention_tc(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream));
+  else if (kv.type == KvType::kF16)
     launch_lanes<F16Kv, kUnroll>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);
   else if (g_fp8_unroll == 4)
     launch_lanes<Fp8Kv, 4>(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream);

@@ -12,6 +12,12 @@ constexpr int kDecodeMinChunk = 64;       // keys per split at least
 Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                         const AttentionPlan& plan, int n_heads, float scale, void* out,
                         ActType out_type, cudaStream_t stream);
+// Decode rows on tensor cores (attention_decode_tc.cu), for GQA groups of up to 16 heads
+// and head sizes 64 and 128; `splits` as decode_attention chose it.
+bool has_decode_tc_kernel(int group, int head_dim);
+Status decode_attention_tc(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
+                           const AttentionPlan& plan, int n_heads, float scale, int splits,
+                           void* out, ActType out_type, cudaStream_t stream);
 Status prefill_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                          const AttentionPlan& plan, int n_heads, float scale, void* out,
                          ActType out_type, cudaStream_t stream);

@@ -4,15 +4,12 @@
 // mma.m16n8k16 fragment layout; the probabilities are repacked from the score
 // fragments into operand fragments without leaving registers. K and V tiles are
 // gathered from the paged cache through the block table with cp.async; keys past the
-// context are zero-filled so no stale cache content reaches the sums.
-//
-// Fragment layouts (PTX ISA, mma.m16n8k16 with f16 operands; g = lane / 4, c = lane % 4):
-// A (16x16): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..)
-// B (16x8):  b0 = (k 2c..2c+1, n g), b1 = (k 2c+8.., n g)
-// C (16x8):  c0,c1 = (g, 2c..2c+1), c2,c3 = (g+8, 2c..2c+1)
+// context are zero-filled so no stale cache content reaches the sums. Fragment layouts:
+// mma.cuh.
 #include "backend/cuda/attention_impl.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -21,43 +18,6 @@ constexpr int kBQ = 64;  // queries per block
 constexpr int kBK = 64;  // keys per tile
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  // src-size 0 writes zeros: rows outside the context are zero-filled.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
 
 // FP8: the pool holds E4M3 bytes, widened to fp16 as the tiles are loaded; the K scale
 // is folded into scale_log2 and the V scale into the output.
@@ -134,13 +94,8 @@ __global__ void __launch_bounds__(kThreads)
         const uint2 vb =
             valid ? *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(kv.v) + base)
                   : make_uint2(0, 0);
-        __half2 h[4];
-        fp8x4_to_half2x2(kb.x, &h[0], &h[1]);
-        fp8x4_to_half2x2(kb.y, &h[2], &h[3]);
-        *reinterpret_cast<uint4*>(k_s + r * kStride + c * 8) = *reinterpret_cast<const uint4*>(h);
-        fp8x4_to_half2x2(vb.x, &h[0], &h[1]);
-        fp8x4_to_half2x2(vb.y, &h[2], &h[3]);
-        *reinterpret_cast<uint4*>(v_s + r * kStride + c * 8) = *reinterpret_cast<const uint4*>(h);
+        *reinterpret_cast<uint4*>(k_s + r * kStride + c * 8) = fp8x8_to_half8(kb);
+        *reinterpret_cast<uint4*>(v_s + r * kStride + c * 8) = fp8x8_to_half8(vb);
       }
     }
     if constexpr (!FP8) cp_async_wait_all();

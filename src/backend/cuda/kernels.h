@@ -129,9 +129,10 @@ Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaSt
 Status sample_rows(float* logits, int n, int n_vocab, const SamplingRow* rows,
                    const int32_t* penalties, int32_t* out, cudaStream_t stream);
 
-// The work of one attention call. Rows listed in decode_rows go to the row kernel
+// The work of one attention call. Rows listed in decode_rows go to a decode kernel
 // (split-KV flash-decoding: one query row, all query heads of a KV head, the context cut
-// into splits merged afterwards); sequences in prefill_seqs go to the tiled tensor-core
+// into splits merged afterwards; on tensor cores for head sizes 64 and 128 and groups of
+// up to 16 heads, else the row kernel); sequences in prefill_seqs go to the tiled tensor-core
 // kernel (64 queries of one head per block; head sizes 64 and 128). The caller sends
 // decodes and short chunks to the first, prefill chunks to the second, and every row
 // to the first when the head size has no tensor-core kernel.
@@ -157,6 +158,9 @@ int decode_splits(int n_rows, int n_kv_heads);
 // Tests and benchmarks: keys per worker step of the decode kernel on an FP8 pool (4 or
 // 8, the default).
 void set_decode_fp8_unroll(int keys);
+// Tests and benchmarks: whether decode rows go to the tensor-core kernel where it applies
+// (true, the default) or always to the row kernel.
+void set_decode_tensor_cores(bool on);
 // Workspace for up to max_rows decode rows with any context.
 size_t attention_workspace_bytes(int max_rows, int n_heads, int head_dim);
 
