@@ -185,11 +185,13 @@ class EngineImpl : public Engine {
     PAGODA_RETURN_IF_ERROR(set_max_model_len(model_config_));
     if (auto after = cuda_memory_info(gpu)) {
       log_info(
-          str_format("%s: plan %.2f GiB (weights %.2f, KV pool %.2f in %d blocks, overheads %.2f); "
-                     "the GPU reports %.2f GiB more in use since start (%.2f GiB free of %.2f)",
+          str_format("%s: plan %.2f GiB (weights %.2f, KV pool %.2f in %d blocks of %s, overheads "
+                     "%.2f); the GPU reports %.2f GiB more in use since start (%.2f GiB free of "
+                     "%.2f)",
                      config_.device.c_str(),
                      (g.weight_bytes + g.kv.pool_bytes + g.overhead_bytes) / 1073741824.0,
                      g.weight_bytes / 1073741824.0, g.kv.pool_bytes / 1073741824.0, g.kv.n_blocks,
+                     o.kv_cache_type == KvCacheType::kFp8 ? "fp8" : "fp16",
                      g.overhead_bytes / 1073741824.0, (before.free - after->free) / 1073741824.0,
                      after->free / 1073741824.0, after->total / 1073741824.0));
     }

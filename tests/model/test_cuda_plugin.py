@@ -58,3 +58,31 @@ def test_unknown_device_is_rejected(tmp_path):
     proc, _ = generate(tmp_path, "--device", "tpu")
     assert proc.returncode != 0
     assert "--device must be cpu, cuda or cuda:N" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("dtype, message", [
+    ("fp8", "--kv-cache-dtype fp8: the CPU backend keeps the KV cache in fp16; FP8 needs --device cuda"),
+    ("int8", "--kv-cache-dtype int8 is not built"),
+    ("fp4", "unknown --kv-cache-dtype 'fp4'"),
+])
+def test_kv_cache_dtypes_the_cpu_cannot_store_are_refused(tmp_path, dtype, message):
+    proc, out = generate(tmp_path, "--kv-cache-dtype", dtype)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+    assert not out.exists() or out.read_text() == ""
+
+
+def test_fp16_kv_cache_is_the_cpu_default(tmp_path):
+    proc, out = generate(tmp_path, "--kv-cache-dtype", "fp16")
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "auto").mkdir()
+    auto_proc, auto_out = generate(tmp_path / "auto")
+    assert auto_proc.returncode == 0, auto_proc.stderr
+    assert json.loads(out.read_text())["token_ids"] == json.loads(auto_out.read_text())["token_ids"]
+
+
+def test_bench_refuses_fp8_kv_on_the_cpu():
+    proc = run_pagoda("bench", "-m", STORIES, "--kv-cache-dtype", "fp8", "-p", "8", "-n", "8",
+                      check=False)
+    assert proc.returncode != 0
+    assert "FP8 needs --device cuda" in proc.stderr, proc.stderr
