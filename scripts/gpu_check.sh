@@ -17,12 +17,15 @@
 # default "fp8 auto"), THROUGHPUT_REQUESTS (offline throughput run; default
 # 1000, 0 skips), THROUGHPUT_SEQS / THROUGHPUT_TOKENS (its --max-num-seqs and
 # --max-num-batched-tokens), THROUGHPUT_TIMEOUT (seconds; default 400), PEERS=0 (skip
-# bench/peer_transformers.py, run when torch and transformers import).
+# bench/peer_transformers.py, run when torch and transformers import, and the llama.cpp
+# peer, run when LLAMACPP_SRC holds bench/fetch_llamacpp.sh's tree; default
+# build-peers/llama.cpp), LLAMACPP_TIMEOUT (seconds for its build and runs; default 900).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DATA=${PAGODA_DATA:-../shared}
 OUT_DIR=${OUT_DIR:-build-gpu/check}
 MODEL_DIR=${MODEL_DIR:-/dev/shm}
+LLAMACPP_SRC=${LLAMACPP_SRC:-build-peers/llama.cpp}
 JOBS=${JOBS:-$(nproc)}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 SKIP_BENCH=0
@@ -272,6 +275,14 @@ for line in open(sys.argv[1]):
             print(f"{'transformers decode batch ' + str(d['batch']) + ' (' + str(d['input']) + ' in)':44s} {d['decode_tok_s']:10.1f} tok/s")
 PY
       fi
+    fi
+    # The llama.cpp peer in the same call, when its trimmed source is here
+    # (bench/fetch_llamacpp.sh; built once per machine, ~4 minutes with CUDA).
+    if [ "${PEERS:-1}" = 1 ] && [ -f "$LLAMACPP_SRC/CMakeLists.txt" ]; then
+      timeout "${LLAMACPP_TIMEOUT:-900}" bash bench/peer_llamacpp.sh "$LLAMACPP_SRC" \
+        "$BUILD_DIR/llama.cpp" "$M" > "$OUT_DIR/peer_llamacpp_$TYPE.log" 2>&1 ||
+        echo "llama.cpp peer failed: $(tail -n 3 "$OUT_DIR/peer_llamacpp_$TYPE.log")"
+      grep "^llama.cpp " "$OUT_DIR/peer_llamacpp_$TYPE.log" | tee -a "$SUMMARY"
     fi
     rm -f "$M"
   done
