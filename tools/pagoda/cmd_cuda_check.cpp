@@ -17,6 +17,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "engine/kv_budget.h"
 #include "engine/runner_session.h"
 #include "engine/sampler.h"
 
@@ -139,11 +140,11 @@ int cmd_cuda_check(int argc, char** argv) {
   RunnerOptions o;
   o.n_kv_blocks = (n_ctx + 15) / 16;
   o.device = device;
-  const std::string kv_dtype = args->get_or("--kv-cache-dtype", "auto");
-  if (kv_dtype == "fp8" || kv_dtype == "fp8_e4m3")
-    o.kv_cache_type = KvCacheType::kFp8;
-  else if (kv_dtype != "auto" && kv_dtype != "fp16")
-    return fail("cuda-check", invalid_argument("--kv-cache-dtype must be auto, fp16 or fp8"));
+  EngineConfig kv_flag;  // the engine's reading of --kv-cache-dtype
+  kv_flag.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
+  const Result<KvCacheType> kv_type = kv_cache_type(kv_flag, /*gpu=*/true);
+  if (!kv_type) return fail("cuda-check", kv_type.status());
+  o.kv_cache_type = *kv_type;
   ThreadPool pool(threads);
   auto cpu = make_cpu_runner(*loaded->model, pool, o);
   auto gpu = make_cuda_runner(*loaded->file, o);
