@@ -44,6 +44,9 @@ struct EngineConfig {
   // How the KV cache is stored, as vLLM's --kv-cache-dtype: "auto" (16-bit floats), or
   // "fp8" (E4M3 with a scale per tensor: half the bytes per token; CUDA only).
   std::string kv_cache_dtype = "auto";
+  // Weight quantization at load, as vLLM's --quantization: "" (none) or "fp8" (the
+  // blocks' float matrices to FP8 E4M3 with one scale each; CUDA only).
+  std::string quantization;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -151,6 +151,7 @@ class EngineImpl : public Engine {
 
   Result<KvBudget> load_cpu() {
     PAGODA_RETURN_IF_ERROR(kv_cache_type(config_, /*gpu=*/false).status());
+    PAGODA_RETURN_IF_ERROR(fp8_weights(config_, /*gpu=*/false).status());
     auto m = Model::load(*file_);
     if (!m) return m.status().with_context("loading the model '" + config_.model_path + "'");
     model_ = std::move(m).value();
@@ -177,6 +178,7 @@ class EngineImpl : public Engine {
     o.max_logit_rows = config_.max_num_seqs;
     o.device = gpu;
     PAGODA_ASSIGN_OR_RETURN(o.kv_cache_type, kv_cache_type(config_, /*gpu=*/true));
+    PAGODA_ASSIGN_OR_RETURN(o.fp8_weights, fp8_weights(config_, /*gpu=*/true));
     auto runner = make_cuda_runner(*file_, o);
     if (!runner)
       return runner.status().with_context("loading '" + config_.model_path + "' on " +

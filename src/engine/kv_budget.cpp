@@ -37,6 +37,14 @@ Result<KvCacheType> kv_cache_type(const EngineConfig& config, bool gpu) {
   return invalid_argument("unknown --kv-cache-dtype '" + n + "' (auto, fp16 or fp8)");
 }
 
+Result<bool> fp8_weights(const EngineConfig& config, bool gpu) {
+  const std::string& q = config.quantization;
+  if (q.empty() || q == "none") return false;
+  if (q != "fp8") return invalid_argument("unknown --quantization '" + q + "' (fp8)");
+  if (!gpu) return unsupported("--quantization fp8 needs --device cuda");
+  return true;
+}
+
 Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& config) {
   KvBudget b;
   // The ledger's arithmetic, so `pagoda plan` states exactly what is allocated here.
@@ -80,6 +88,13 @@ Result<GpuKvBudget> plan_gpu_kv_pool(const GgufFile& file, int64_t model_context
   ledger::PlanInput in = ledger::input_from_source(src);
   PAGODA_ASSIGN_OR_RETURN(const KvCacheType kv, kv_cache_type(config, /*gpu=*/true));
   in.kv_dtype = kv == KvCacheType::kFp8 ? ledger::KvDtype::kFp8 : ledger::KvDtype::kFp16;
+  PAGODA_ASSIGN_OR_RETURN(const bool fp8, fp8_weights(config, /*gpu=*/true));
+  if (fp8) {
+    // The ledger's fp8 convention is what the loader does: the blocks' linear layers in
+    // one byte, embeddings, LM head and norms as before (counted 16-bit).
+    PAGODA_ASSIGN_OR_RETURN(in.weight_type, ledger::parse_weight_type("fp8"));
+    in.exact_weights = false;
+  }
   in.context = config.max_model_len > 0 ? config.max_model_len : model_context;
   in.concurrency = 1;
   in.device = {config.device, total_bytes, true};

@@ -26,6 +26,10 @@ struct KvBudget {
 // are refused as not built, unknown ones as unknown.
 Result<KvCacheType> kv_cache_type(const EngineConfig& config, bool gpu);
 
+// Whether config.quantization asks for FP8 weights ("fp8"; "" and "none" do not); other
+// names are refused, as is FP8 on the CPU.
+Result<bool> fp8_weights(const EngineConfig& config, bool gpu);
+
 // Fails with advice when the pool cannot hold even one max_model_len sequence.
 Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& config);
 

@@ -34,6 +34,9 @@ struct RunnerOptions {
   // FP8: real value = stored value x scale. 1.0 as vLLM uses without calibrated scales;
   // K and V of models in use stay far inside E4M3's +-448 at that scale.
   float kv_k_scale = 1.0f, kv_v_scale = 1.0f;
+  // CUDA: quantize the blocks' float matrices to FP8 E4M3 at load, one scale per matrix
+  // (vLLM's --quantization fp8); embeddings, LM head and norms stay as in the file.
+  bool fp8_weights = false;
 };
 
 class ModelRunner {
@@ -84,6 +87,6 @@ Result<GpuMemory> cuda_memory_info(int device);
 bool cuda_built();
 // Bumped whenever make_cuda_runner's types change, so a stale plugin is refused rather
 // than called with the wrong layout.
-inline constexpr int kCudaPluginAbi = 4;
+inline constexpr int kCudaPluginAbi = 5;
 
 }  // namespace pagoda

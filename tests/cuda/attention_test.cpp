@@ -3,8 +3,6 @@
 // prefill chunks at offsets, GQA groups, head sizes with and without a tensor-core
 // kernel, forced KV splits, fp16 and FP8 E4M3 pools (FP8 values from CUDA's own host
 // conversion, cuda_fp8.h, with scales that are not 1).
-#include <cuda_fp8.h>
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -23,15 +21,6 @@ struct SeqSpec {
   int pos0, n_q;
 };
 
-// FP8 E4M3 through CUDA's host conversion (round to nearest even, saturating).
-uint8_t to_fp8(float x) {
-  return __nv_fp8_e4m3(x).__x;
-}
-float from_fp8(uint8_t b) {
-  __nv_fp8_e4m3 f;
-  f.__x = b;
-  return static_cast<float>(f);
-}
 constexpr uint8_t kFp8Nan = 0x7f;
 // Scales of the FP8 cases: powers of two, so x / scale and back are exact on both sides.
 constexpr float kFp8KScale = 0.5f, kFp8VScale = 2.0f;

@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <cuda_fp8.h>
+
 #include <cstring>
 
 #include "core/dtype.h"
@@ -105,6 +107,23 @@ std::vector<float> decode_act(const std::vector<uint8_t>& raw, ActType t) {
 
 const char* act_name(ActType t) {
   return t == ActType::kF32 ? "f32" : t == ActType::kF16 ? "f16" : "bf16";
+}
+
+void expect(bool ok, const std::string& what) {
+  ++g_checks;
+  if (ok)
+    std::printf("  ok   %s\n", what.c_str());
+  else
+    fail(what);
+}
+
+uint8_t to_fp8(float x) {
+  return __nv_fp8_e4m3(x).__x;
+}
+float from_fp8(uint8_t b) {
+  __nv_fp8_e4m3 f;
+  f.__x = b;
+  return static_cast<float>(f);
 }
 
 }  // namespace pagoda::cuda::testing

@@ -33,6 +33,8 @@ struct Registrar {
 
 // Records a failed check (the test goes on; main() reports).
 void fail(const std::string& what);
+// A yes/no check, counted and printed like the others.
+void expect(bool ok, const std::string& what);
 // Normalised error check: sum((a - ref)^2) / sum(ref^2) <= bound, NaN fails.
 void expect_nmse(const std::string& what, const float* a, const double* ref, size_t n,
                  double bound);
@@ -64,6 +66,9 @@ std::vector<T> to_host(const DeviceBuffer& b, size_t n) {
 // Device activations as the host sees them: f32 values to/from `t` (rounded on the way in).
 std::vector<uint8_t> encode_act(const std::vector<float>& v, ActType t);
 std::vector<float> decode_act(const std::vector<uint8_t>& raw, ActType t);
+// FP8 E4M3 through CUDA's host conversion (cuda_fp8.h: round to nearest even, saturated).
+uint8_t to_fp8(float x);
+float from_fp8(uint8_t b);
 const char* act_name(ActType t);
 
 }  // namespace pagoda::cuda::testing

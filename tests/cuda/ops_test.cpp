@@ -1,5 +1,6 @@
 // The row-wise ops, embedding lookups and weight products on the GPU against the CPU
 // reference functions (backend/cpu) on fresh random inputs, outputs poisoned with NaN.
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/matmul.h"
@@ -192,6 +193,91 @@ CUDA_TEST(weight_products_match_reference) {
           }
         }
       }
+    }
+  }
+}
+
+// FP8 weights (--quantization fp8): the device's per-tensor quantization against CUDA's
+// host conversion (same scale, same bytes), then the products: the GEMV over the FP8
+// weights and the activations as given; cuBLASLt over FP8 weights and FP8 activations
+// with their own per-tensor scale, both against a double reference built from the host's
+// bytes, and against the unquantized product (loosely: FP8 rounds each operand by up to
+// 1/16).
+CUDA_TEST(fp8_weight_products_match_reference) {
+  std::mt19937 rng(14);
+  auto gemm = Gemm::create();
+  if (!gemm) return fail(gemm.status().message());
+  for (DType type : {DType::kBF16, DType::kF16, DType::kF32}) {
+    // Rows and columns multiples of 16, as the loader quantizes only such matrices;
+    // token counts that are not (17) are padded by the product.
+    const int64_t rows = 320, cols = type == DType::kF32 ? 256 : 1024;
+    TestMatrix tm = make_matrix(rng, type, rows, cols);
+    const ActType at = act_type_for(type);
+    const size_t n_w = static_cast<size_t>(rows * cols);
+    DeviceBuffer q = poisoned(n_w);
+    DeviceBuffer meta = to_device(std::vector<uint32_t>{0, 0});
+    EXPECT_OK(fp8_amax(tm.m.data, at, rows, cols, cols, meta.as<uint32_t>(), nullptr));
+    EXPECT_OK(fp8_quantize(tm.m.data, at, rows, cols, cols, meta.as<uint32_t>(), q.as<uint8_t>(),
+                           reinterpret_cast<float*>(meta.as<uint32_t>() + 1), nullptr));
+    const auto bytes = to_host<uint8_t>(q, n_w);
+    const auto m = to_host<uint32_t>(meta, 2);
+    float w_amax = 0;
+    for (float v : tm.deq) w_amax = std::max(w_amax, std::fabs(v));
+    const float w_scale = w_amax / kFp8Max;
+    float got_scale;
+    std::memcpy(&got_scale, &m[1], 4);
+    const std::string name = std::string(dtype_name(type));
+    int differ = 0;
+    std::vector<float> wq(n_w);
+    for (size_t i = 0; i < n_w; ++i) {
+      differ += bytes[i] != to_fp8(tm.deq[i] / w_scale);
+      wq[i] = from_fp8(bytes[i]) * w_scale;
+    }
+    expect(got_scale == w_scale, str_format("fp8 weight scale %s: device %.9g, host %.9g",
+                                            name.c_str(), got_scale, w_scale));
+    expect(differ == 0, str_format("fp8 weight bytes %s: %d of %zu differ from cuda_fp8.h's",
+                                   name.c_str(), differ, n_w));
+    DeviceMatrix fm = tm.m;
+    fm.data = q.get();
+    fm.fp8 = true;
+    fm.fp8_scale = w_scale;
+    fm.fp8_scale_dev = reinterpret_cast<const float*>(meta.as<uint32_t>() + 1);
+    for (int n : {1, 3, 8, 17, 64, 9}) {
+      const bool acc = n == 9;  // padded, accumulating into y
+      const auto x_raw = encode_act(random_floats(rng, static_cast<size_t>(n * cols)), at);
+      const auto x = decode_act(x_raw, at);
+      const auto y0 = random_floats(rng, static_cast<size_t>(n * rows));
+      DeviceBuffer dx = to_device(x_raw);
+      DeviceBuffer dy = acc ? to_device(y0) : poisoned(static_cast<size_t>(n * rows) * 4);
+      EXPECT_OK((*gemm)->matmul(fm, dx.get(), cols, n, dy.as<float>(), rows, acc, nullptr));
+      const auto got = to_host<float>(dy, static_cast<size_t>(n * rows));
+      // Activations as the product sees them: as given (GEMV) or FP8 with their own scale.
+      std::vector<float> xq = x;
+      if (n > kGemvMaxTokens) {
+        float x_amax = 0;
+        for (float v : x) x_amax = std::max(x_amax, std::fabs(v));
+        const float x_scale = x_amax / kFp8Max;
+        for (float& v : xq) v = from_fp8(to_fp8(v / x_scale)) * x_scale;
+      }
+      std::vector<double> ref(static_cast<size_t>(n * rows)), exact(ref.size());
+      for (int t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          const double base = acc ? y0[static_cast<size_t>(t * rows + r)] : 0.0;
+          double s = base, e = base;
+          for (int64_t c = 0; c < cols; ++c) {
+            const size_t wi = static_cast<size_t>(r * cols + c),
+                         xi = static_cast<size_t>(t * cols + c);
+            s += static_cast<double>(wq[wi]) * xq[xi];
+            e += static_cast<double>(tm.deq[wi]) * x[xi];
+          }
+          ref[static_cast<size_t>(t * rows + r)] = s;
+          exact[static_cast<size_t>(t * rows + r)] = e;
+        }
+      const std::string what = str_format(
+          "fp8 matmul %s %lldx%lld n=%d (%s)", name.c_str(), static_cast<long long>(rows),
+          static_cast<long long>(cols), n, n <= kGemvMaxTokens ? "gemv" : "cublasLt fp8");
+      expect_nmse(what, got.data(), ref.data(), ref.size(), 1e-8);
+      expect_nmse(what + " vs unquantized", got.data(), exact.data(), exact.size(), 5e-3);
     }
   }
 }

@@ -72,6 +72,16 @@ def test_kv_cache_dtypes_the_cpu_cannot_store_are_refused(tmp_path, dtype, messa
     assert not out.exists() or out.read_text() == ""
 
 
+@pytest.mark.parametrize("value, message", [
+    ("fp8", "--quantization fp8 needs --device cuda"),
+    ("awq", "unknown --quantization 'awq'"),
+])
+def test_quantization_at_load_is_refused_on_the_cpu(tmp_path, value, message):
+    proc, _ = generate(tmp_path, "--quantization", value)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
 def test_fp16_kv_cache_is_the_cpu_default(tmp_path):
     proc, out = generate(tmp_path, "--kv-cache-dtype", "fp16")
     assert proc.returncode == 0, proc.stderr

@@ -34,6 +34,7 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
   o.max_logit_rows = B;
   o.device = bc.device;
   o.kv_cache_type = bc.kv_cache_type;
+  o.fp8_weights = bc.fp8_weights;
   auto runner = make_cuda_runner(**file, o);
   if (!runner) return fail("bench", runner.status());
   ModelRunner& r = **runner;

@@ -18,6 +18,7 @@ struct RunnerBenchConfig {
   int device = 0;
   bool json = false;
   KvCacheType kv_cache_type = KvCacheType::k16Bit;
+  bool fp8_weights = false;
 };
 
 int bench_runner(const std::string& model_path, const RunnerBenchConfig& config);

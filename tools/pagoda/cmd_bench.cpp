@@ -39,6 +39,7 @@ int cmd_bench(int argc, char** argv) {
        "--device cuda: tokens already in context for the decode test (default 0)"},
       {"--parallel", "", true, "--device cuda: sequences decoded together (default 1)"},
       {"--kv-cache-dtype", "", true, "auto (16-bit) or fp8 (--device cuda) (default auto)"},
+      {"--quantization", "", true, "fp8: layers' float weights to FP8 at load (--device cuda)"},
       {"--json", "", false, "print JSON"},
       {"--help", "-h", false, "show this help"},
   };
@@ -66,10 +67,14 @@ int cmd_bench(int argc, char** argv) {
     return fail("bench", invalid_argument("--device must be cpu or cuda"));
   EngineConfig kv_flag;
   kv_flag.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
+  kv_flag.quantization = args->get_or("--quantization", "");
   const Result<KvCacheType> kv_type = kv_cache_type(kv_flag, device != DeviceKind::kCpu);
   if (!kv_type) return fail("bench", kv_type.status());
+  const Result<bool> fp8 = fp8_weights(kv_flag, device != DeviceKind::kCpu);
+  if (!fp8) return fail("bench", fp8.status());
   if (device != DeviceKind::kCpu) {
-    RunnerBenchConfig bc{P, G, depth, parallel, n_batch, reps, gpu, args->has("--json"), *kv_type};
+    RunnerBenchConfig bc{P,        G,   depth, parallel, n_batch, reps, gpu, args->has("--json"),
+                         *kv_type, *fp8};
     return bench_runner(*args->get("--model"), bc);
   }
   if (depth != 0 || parallel != 1)

@@ -4,9 +4,9 @@
 // --tie-margin of the CPU's best (the two backends round differently, so exact ties can
 // go either way; anything else is a bug). Exit status 0 when every prompt passes.
 //
-// With --kv-cache-dtype fp8 the GPU attends over a rounded cache, so its tokens need not
-// match: the CPU is then run over the GPU's tokens (teacher forcing) and every token the
-// GPU chose must be in the CPU's top 5 at that position (the criterion for
+// With --kv-cache-dtype fp8 (or --quantization fp8) the GPU computes with rounded values,
+// so its tokens need not match: the CPU is then run over the GPU's tokens (teacher forcing) and
+// every token the GPU chose must be in the CPU's top 5 at that position (the criterion for
 // BF16); the top-1 agreement and the logit error are reported.
 #include <algorithm>
 #include <cmath>
@@ -89,6 +89,7 @@ int cmd_cuda_check(int argc, char** argv) {
       {"--device", "", true, "GPU index (default 0)"},
       {"--kv-cache-dtype", "", true,
        "the GPU's KV cache: auto (fp16, token-exact check) or fp8 (top-5 check)"},
+      {"--quantization", "", true, "fp8: the GPU's layer weights in FP8 (top-5 check)"},
       {"--threads", "-t", true, "CPU threads (default: all cores)"},
       {"--help", "-h", false, "show this help"},
   };
@@ -140,18 +141,22 @@ int cmd_cuda_check(int argc, char** argv) {
   RunnerOptions o;
   o.n_kv_blocks = (n_ctx + 15) / 16;
   o.device = device;
-  EngineConfig kv_flag;  // the engine's reading of --kv-cache-dtype
-  kv_flag.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
-  const Result<KvCacheType> kv_type = kv_cache_type(kv_flag, /*gpu=*/true);
+  EngineConfig flags;  // the engine's reading of --kv-cache-dtype and --quantization
+  flags.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
+  flags.quantization = args->get_or("--quantization", "");
+  const Result<KvCacheType> kv_type = kv_cache_type(flags, /*gpu=*/true);
   if (!kv_type) return fail("cuda-check", kv_type.status());
   o.kv_cache_type = *kv_type;
+  const Result<bool> fp8 = fp8_weights(flags, /*gpu=*/true);
+  if (!fp8) return fail("cuda-check", fp8.status());
+  o.fp8_weights = *fp8;
   ThreadPool pool(threads);
   auto cpu = make_cpu_runner(*loaded->model, pool, o);
   auto gpu = make_cuda_runner(*loaded->file, o);
   if (!gpu) return fail("cuda-check", gpu.status());
   std::printf("model %s (%s)\n  cpu:  %s\n  cuda: %s\n", args->get("--model")->c_str(),
               c.name.c_str(), cpu->describe().c_str(), (*gpu)->describe().c_str());
-  if (o.kv_cache_type == KvCacheType::kFp8) {
+  if (o.kv_cache_type == KvCacheType::kFp8 || o.fp8_weights) {
     int top1 = 0, outside = 0, total = 0;
     double worst = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -178,8 +183,11 @@ int cmd_cuda_check(int argc, char** argv) {
           i, prompts[i].size(), p_top1, n_gen, p_worst_rank + 1, p_nmse);
     }
     std::printf(
-        "cuda-check fp8 KV: %zu prompts, %d tokens: cpu top 1 at %d (%.1f%%), outside the "
+        "cuda-check %s: %zu prompts, %d tokens: cpu top 1 at %d (%.1f%%), outside the "
         "cpu's top 5 at %d; worst logit nmse %.2e\n",
+        o.fp8_weights && o.kv_cache_type == KvCacheType::kFp8 ? "fp8 weights + KV"
+        : o.fp8_weights                                       ? "fp8 weights"
+                                                              : "fp8 KV",
         prompts.size(), total, top1, 100.0 * top1 / std::max(1, total), outside, worst);
     return outside == 0 ? 0 : 1;
   }

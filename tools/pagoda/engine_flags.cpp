@@ -29,6 +29,8 @@ std::vector<FlagSpec> engine_flag_specs() {
        "leaves (default 0.9)"},
       {"--kv-cache-dtype", "", true,
        "auto (16-bit) or fp8 (E4M3, half the KV bytes; --device cuda) (default auto)"},
+      {"--quantization", "", true,
+       "fp8: the layers' float weights to FP8 E4M3 at load (--device cuda) (default none)"},
   };
 }
 
@@ -52,6 +54,7 @@ Status read_engine_flags(const Args& args, EngineConfig* c) {
       f.number("--gpu-memory-utilization", c->gpu_memory_utilization, 1e-6, 1);
   c->device = args.get_or("--device", c->device);
   c->kv_cache_dtype = args.get_or("--kv-cache-dtype", c->kv_cache_dtype);
+  c->quantization = args.get_or("--quantization", c->quantization);
   PAGODA_RETURN_IF_ERROR(f.status());
   if (args.has("--kv-cache-memory")) {
     PAGODA_ASSIGN_OR_RETURN(c->kv_cache_memory, parse_bytes(*args.get("--kv-cache-memory")));

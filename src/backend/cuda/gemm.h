@@ -3,7 +3,10 @@
 // batches to cuBLASLt with f32 accumulation and an f32 output (the residual stream's
 // type; with accumulate the product is added to it in the same pass, beta = 1).
 // Quantized weights: a few tokens go to gemv_q8 (8-bit activations, integer dot
-// products); larger batches are dequantized to fp16 into scratch for cuBLASLt.
+// products); larger batches are dequantized to fp16 into scratch for cuBLASLt. FP8
+// weights: larger batches quantize their activations to E4M3 with a per-tensor scale
+// taken on the device (amax / 448) and multiply in FP8 on the tensor cores (cuBLASLt,
+// Hopper and Ada), the two scales applied by cuBLASLt.
 #pragma once
 
 #include <cublasLt.h>
@@ -35,6 +38,8 @@ class Gemm {
   // (type, m, n, k, ldb, ldc, accumulate)
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
   Result<const Plan*> plan(const Key& key);
+  Status matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+                    int64_t y_stride, bool accumulate, cudaStream_t stream);
 
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
@@ -43,6 +48,10 @@ class Gemm {
   size_t dequant_bytes_ = 0;
   void* q8_ = nullptr;  // 8-bit activations for the quantized matrix-vector kernel
   size_t q8_bytes_ = 0;
+  void* x8_ = nullptr;  // E4M3 activations of an FP8 product
+  size_t x8_bytes_ = 0;
+  uint32_t* amax_ = nullptr;  // their max |x| (float bits), then their scale
+  float* x_scale_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -1,7 +1,8 @@
 // Matrix-vector products for a few tokens (decode steps): one warp per weight row, each
 // lane reading 8 consecutive columns per step as one wide load, several steps in flight,
 // so the weights stream from memory once at close to full bandwidth. cuBLASLt takes
-// larger batches (gemm.cpp).
+// larger batches (gemm.cpp). FP8 weights (DeviceMatrix::fp8) are widened in registers
+// and the sums multiplied by the matrix's scale.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 
@@ -17,6 +18,14 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint2 load_stream8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
+               : "=r"(v.x), "=r"(v.y)
                : "l"(p));
   return v;
 }
@@ -37,11 +46,15 @@ struct Raw8 {
   uint4 a, b;  // b: second half of f32 rows
 };
 
-template <DType T>
+template <DType T, bool F8>
 __device__ __forceinline__ Raw8 load_w8(const DeviceMatrix& w, int64_t r, int64_t c) {
   Raw8 v{};
   const int64_t i = r * w.cols + c;
-  if constexpr (T == DType::kF32) {
+  if constexpr (F8) {
+    const uint2 u = load_stream8(static_cast<const uint8_t*>(w.data) + i);
+    v.a.x = u.x;
+    v.a.y = u.y;
+  } else if constexpr (T == DType::kF32) {
     const float* p = static_cast<const float*>(w.data) + i;
     v.a = load_stream16(p);
     v.b = load_stream16(p + 4);
@@ -51,9 +64,19 @@ __device__ __forceinline__ Raw8 load_w8(const DeviceMatrix& w, int64_t r, int64_
   return v;
 }
 
-template <DType T>
+template <DType T, bool F8>
 __device__ __forceinline__ void decode_w8(const Raw8& v, float* f) {
-  if constexpr (T == DType::kF32) {
+  if constexpr (F8) {
+    __half2 h[4];
+    fp8x4_to_half2x2(v.a.x, &h[0], &h[1]);
+    fp8x4_to_half2x2(v.a.y, &h[2], &h[3]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 p = __half22float2(h[k]);
+      f[2 * k] = p.x;
+      f[2 * k + 1] = p.y;
+    }
+  } else if constexpr (T == DType::kF32) {
     f[0] = __uint_as_float(v.a.x), f[1] = __uint_as_float(v.a.y);
     f[2] = __uint_as_float(v.a.z), f[3] = __uint_as_float(v.a.w);
     f[4] = __uint_as_float(v.b.x), f[5] = __uint_as_float(v.b.y);
@@ -89,9 +112,12 @@ __device__ __forceinline__ float load_x1(const void* x, int64_t i) {
   return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
 }
 
-template <DType T>
+template <DType T, bool F8>
 __device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64_t c) {
   const int64_t i = r * w.cols + c;
+  if constexpr (F8)
+    return __half2float(__half(
+        __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(w.data)[i], __NV_E4M3)));
   if constexpr (T == DType::kF32) return static_cast<const float*>(w.data)[i];
   if constexpr (T == DType::kF16) return __half2float(static_cast<const __half*>(w.data)[i]);
   if constexpr (T == DType::kBF16)
@@ -103,7 +129,7 @@ __device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64
 // (each takes every SPLIT-th column step; partial sums meet in shared memory), so
 // matrices with few rows still put enough warps on every SM. `vec`: rows and x rows are
 // 16-byte aligned so the 8-wide path applies; otherwise one element at a time.
-template <DType T, ActType A, int NT, int SPLIT>
+template <DType T, bool F8, ActType A, int NT, int SPLIT>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     gemv_kernel(DeviceMatrix w, const void* __restrict__ x, int64_t x_stride, int n,
                 float* __restrict__ y, int64_t y_stride, bool accumulate, bool vec) {
@@ -128,13 +154,13 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   bool full = c + (kUnroll - 1) * kStep < cols8;
   if (full)
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T>(w, r, c + u * kStep);
+    for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T, F8>(w, r, c + u * kStep);
   pdl_wait();
   for (; full;) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float wf[8];
-      decode_w8<T>(raw[u], wf);
+      decode_w8<T, F8>(raw[u], wf);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t < n) {
@@ -149,11 +175,11 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     full = c + (kUnroll - 1) * kStep < cols8;
     if (full)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T>(w, r, c + u * kStep);
+      for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T, F8>(w, r, c + u * kStep);
   }
   for (; c < cols8; c += kStep) {
     float wf[8];
-    decode_w8<T>(load_w8<T>(w, r, c), wf);
+    decode_w8<T, F8>(load_w8<T, F8>(w, r, c), wf);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < n) {
@@ -165,7 +191,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     }
   }
   for (int64_t cc = cols8 + lane + kWarp * part; cc < cols; cc += kWarp * SPLIT) {
-    const float wv = load_w1<T>(w, r, cc);
+    const float wv = load_w1<T, F8>(w, r, cc);
 #pragma unroll
     for (int t = 0; t < NT; ++t)
       if (t < n) acc[t] = fmaf(wv, load_x1<A>(x, t * x_stride + cc), acc[t]);
@@ -185,6 +211,10 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
       for (int p = 0; p < SPLIT; ++p) acc[t] += red[warp + p][t];
     }
   }
+  if constexpr (F8) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] *= w.fp8_scale;
+  }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     if (t < n && lane == 0) {
@@ -194,31 +224,31 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   }
 }
 
-template <DType T, ActType A, int NT>
+template <DType T, bool F8, ActType A, int NT>
 void launch_nt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                int64_t y_stride, bool accumulate, bool vec, int split, cudaStream_t stream) {
   const unsigned threads = kRowsPerBlock * kWarp;
   const unsigned grid = blocks_for(w.rows, kRowsPerBlock / split);
   if (split == 1)
-    launch_dependent(gemv_kernel<T, A, NT, 1>, grid, threads, stream, w, x, x_stride, n, y,
+    launch_dependent(gemv_kernel<T, F8, A, NT, 1>, grid, threads, stream, w, x, x_stride, n, y,
                      y_stride, accumulate, vec);
   else
-    launch_dependent(gemv_kernel<T, A, NT, 2>, grid, threads, stream, w, x, x_stride, n, y,
+    launch_dependent(gemv_kernel<T, F8, A, NT, 2>, grid, threads, stream, w, x, x_stride, n, y,
                      y_stride, accumulate, vec);
 }
 
-template <DType T, ActType A>
+template <DType T, ActType A, bool F8 = false>
 Status launch(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
               int64_t y_stride, bool accumulate, bool vec, cudaStream_t stream) {
   // Two warps per row while one warp per row would not fill the GPU twice over.
   int split = w.rows < 16384 ? 2 : 1;
   if (g_split_override > 0) split = g_split_override;
   if (n == 1)
-    launch_nt<T, A, 1>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+    launch_nt<T, F8, A, 1>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
   else if (n <= 4)
-    launch_nt<T, A, 4>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+    launch_nt<T, F8, A, 4>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
   else
-    launch_nt<T, A, 8>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+    launch_nt<T, F8, A, 8>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
   return launch_status("gemv");
 }
 
@@ -234,11 +264,25 @@ Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float
   if (n > kGemvMaxTokens) return invalid_argument("gemv takes at most 8 tokens");
   const ActType at = act_type_for(w.type);
   const size_t xb = act_bytes(at);
-  const size_t wb = w.type == DType::kF32 ? 4 : 2;
+  const size_t wb = w.fp8 ? 1 : w.type == DType::kF32 ? 4 : 2;
   const bool vec = (static_cast<size_t>(w.cols) * wb) % 16 == 0 &&
                    (static_cast<size_t>(x_stride) * xb) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  if (w.fp8) {
+    // The activations are in the type the original weights asked for.
+    switch (at) {
+      case ActType::kF32:
+        return launch<DType::kF32, ActType::kF32, true>(w, x, x_stride, n, y, y_stride, accumulate,
+                                                        vec, stream);
+      case ActType::kF16:
+        return launch<DType::kF16, ActType::kF16, true>(w, x, x_stride, n, y, y_stride, accumulate,
+                                                        vec, stream);
+      case ActType::kBF16:
+        return launch<DType::kBF16, ActType::kBF16, true>(w, x, x_stride, n, y, y_stride,
+                                                          accumulate, vec, stream);
+    }
+  }
   switch (w.type) {
     case DType::kF32:
       return launch<DType::kF32, ActType::kF32>(w, x, x_stride, n, y, y_stride, accumulate, vec,

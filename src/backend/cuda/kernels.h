@@ -29,6 +29,11 @@ inline size_t act_bytes(ActType t) {
 // the quants (Q8_0: int8 [rows][cols]; Q4_0/Q4_1: [rows][cols/2] bytes, each 32-element
 // block's 16 bytes in GGUF nibble order), `scales` the fp16 d per 32-element block
 // ([rows][cols/32]) and `mins` Q4_1's fp16 m.
+//
+// FP8 weights (`fp8`, from float weights quantized at load, as vLLM's --quantization fp8):
+// `data` holds E4M3 bytes [rows][cols] and the real weight is byte x fp8_scale (one scale
+// per matrix, also on the device at fp8_scale_dev for cuBLASLt). `type` keeps the type
+// the file had, which still decides the activation type the producers write.
 struct DeviceMatrix {
   DType type = DType::kF32;
   int64_t rows = 0;
@@ -36,7 +41,12 @@ struct DeviceMatrix {
   void* data = nullptr;
   uint16_t* scales = nullptr;
   uint16_t* mins = nullptr;
+  bool fp8 = false;
+  float fp8_scale = 1.0f;
+  const float* fp8_scale_dev = nullptr;
 };
+// The largest E4M3 magnitude: a per-tensor scale maps a tensor's largest |x| onto it.
+constexpr float kFp8Max = 448.0f;
 bool is_supported_device_type(DType t);
 // The activation type a product with weights of type `t` consumes.
 ActType act_type_for(DType t);
@@ -179,6 +189,17 @@ Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float
 void set_gemv_split_override(int split);
 // Dequantizes a quantized matrix into fp16 rows ([rows][cols]) for the GEMM path.
 Status dequantize_to_f16(const DeviceMatrix& w, uint16_t* out, cudaStream_t stream);
+
+// Per-tensor FP8 quantization of a rows x cols matrix of `t` (row stride `stride`
+// elements): *amax_bits must be 0 before fp8_amax, which max-reduces |x| into it (the
+// bits of a non-negative float order as the float does); fp8_quantize then writes
+// out[r][c] = E4M3(x / scale), saturated, with scale = amax / 448 (1 when amax is 0),
+// to `out` ([rows][cols]) and the scale to *scale. Both stay on the device, so a
+// product quantizes its activations inside a CUDA graph.
+Status fp8_amax(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
+                uint32_t* amax_bits, cudaStream_t stream);
+Status fp8_quantize(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
+                    const uint32_t* amax_bits, uint8_t* out, float* scale, cudaStream_t stream);
 
 // Fills n floats with NaN (tests poison outputs with it).
 Status fill_nan(void* p, size_t bytes, cudaStream_t stream);

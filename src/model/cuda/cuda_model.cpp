@@ -3,6 +3,7 @@
 // device), q/k/v and gate/up stacked so each layer runs two wide products instead of five.
 #include "model/cuda/cuda_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -96,6 +97,51 @@ class Loader {
     return m;
   }
 
+  // Replaces a float matrix this loader made by an E4M3 copy with one scale per matrix
+  // (amax / 448), as vLLM's --quantization fp8 does to a 16-bit checkpoint at load. A
+  // matrix with a dimension that is not a multiple of 16 (cuBLASLt's FP8 kernels need
+  // that) stays as it is.
+  Status to_fp8(cuda::DeviceMatrix* m, const std::string& what) {
+    if (m->rows % 16 != 0 || m->cols % 16 != 0) return Status::ok();
+    if (m->type != DType::kF32 && m->type != DType::kF16 && m->type != DType::kBF16)
+      return unsupported("--quantization fp8 takes float weights; " + what + " is " +
+                         std::string(dtype_name(m->type)));
+    auto old = std::find_if(owned_.rbegin(), owned_.rend(),
+                            [&](const cuda::DeviceBuffer& b) { return b.get() == m->data; });
+    if (old == owned_.rend()) return internal_error("to_fp8: not a matrix of this loader");
+    PAGODA_RETURN_IF_ERROR(up_.finish());  // the float rows have arrived
+    const size_t n = static_cast<size_t>(m->rows) * static_cast<size_t>(m->cols);
+    const size_t body = (n + 15) / 16 * 16;
+    PAGODA_ASSIGN_OR_RETURN(cuda::DeviceBuffer q, cuda::DeviceBuffer::alloc(body + 16));
+    uint32_t* amax = reinterpret_cast<uint32_t*>(q.as<uint8_t>() + body);
+    float* scale = reinterpret_cast<float*>(amax + 1);
+    cudaStream_t st = dev_.stream();
+    const cuda::ActType t = cuda::act_type_for(m->type);
+    const size_t elem = cuda::act_bytes(t);
+    constexpr int64_t kChunk = 32768;  // rows per launch (a grid's y extent)
+    PAGODA_CUDA_TRY(cudaMemsetAsync(amax, 0, sizeof(uint32_t), st));
+    for (int64_t r0 = 0; r0 < m->rows; r0 += kChunk)
+      PAGODA_RETURN_IF_ERROR(cuda::fp8_amax(
+          static_cast<const uint8_t*>(m->data) + static_cast<size_t>(r0 * m->cols) * elem, t,
+          std::min(kChunk, m->rows - r0), m->cols, m->cols, amax, st));
+    for (int64_t r0 = 0; r0 < m->rows; r0 += kChunk)
+      PAGODA_RETURN_IF_ERROR(cuda::fp8_quantize(
+          static_cast<const uint8_t*>(m->data) + static_cast<size_t>(r0 * m->cols) * elem, t,
+          std::min(kChunk, m->rows - r0), m->cols, m->cols, amax,
+          q.as<uint8_t>() + static_cast<size_t>(r0 * m->cols), scale, st));
+    float host_scale = 0;
+    PAGODA_CUDA_TRY(
+        cudaMemcpyAsync(&host_scale, scale, sizeof host_scale, cudaMemcpyDeviceToHost, st));
+    PAGODA_CUDA_TRY(cudaStreamSynchronize(st));
+    bytes_ = bytes_ - n * elem + body + 16;
+    m->data = q.get();
+    m->fp8 = true;
+    m->fp8_scale = host_scale;
+    m->fp8_scale_dev = scale;
+    *old = std::move(q);  // frees the float copy
+    return Status::ok();
+  }
+
   Status release() {
     PAGODA_RETURN_IF_ERROR(up_.finish());
     for (const GgufTensorInfo* t : pending_release_) f_.release_tensor(*t);
@@ -184,6 +230,7 @@ Status CudaModel::load_weights(const GgufFile& f) {
     PAGODA_ASSIGN_OR_RETURN(
         L.qkv, ld.matrix({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
                          {q, kv, kv}, c.dim));
+    if (options_.fp8_weights) PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.qkv, p + "attn_q/k/v"));
     if (c.qkv_bias) {
       // One bias vector for the stacked rows: upload the three pieces side by side.
       std::vector<float> bias;
@@ -206,6 +253,11 @@ Status CudaModel::load_weights(const GgufFile& f) {
     PAGODA_ASSIGN_OR_RETURN(L.gate_up, ld.matrix({p + "ffn_gate.weight", p + "ffn_up.weight"},
                                                  {c.ffn_dim, c.ffn_dim}, c.dim));
     PAGODA_ASSIGN_OR_RETURN(L.down, ld.matrix({p + "ffn_down.weight"}, {c.dim}, c.ffn_dim));
+    if (options_.fp8_weights) {
+      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.wo, p + "attn_output"));
+      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.gate_up, p + "ffn_gate/up"));
+      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.down, p + "ffn_down"));
+    }
   }
   PAGODA_RETURN_IF_ERROR(ld.release());
   weight_bytes_ = ld.bytes();
@@ -262,9 +314,10 @@ cuda::KvLayerView CudaModel::kv_layer(int l) const {
 
 std::string CudaModel::describe() const {
   return str_format(
-      "cuda:%d %s, weights %s %.2f GB, KV cache %s", dev_->index(), dev_->describe().c_str(),
+      "cuda:%d %s, weights %s%s %.2f GB, KV cache %s", dev_->index(), dev_->describe().c_str(),
       std::string(dtype_name(layers_.empty() ? tok_embd_.type : layers_[0].qkv.type)).c_str(),
-      weight_bytes_ / 1e9, kv_type() == cuda::KvType::kFp8E4M3 ? "fp8 e4m3" : "fp16");
+      options_.fp8_weights ? " (layers in fp8 e4m3)" : "", weight_bytes_ / 1e9,
+      kv_type() == cuda::KvType::kFp8E4M3 ? "fp8 e4m3" : "fp16");
 }
 
 size_t CudaModel::decode_weight_bytes() const {

@@ -1,0 +1,77 @@
+// Per-tensor FP8 E4M3 quantization (weights at load, activations before each FP8
+// product): a max-|x| reduction, then a pass dividing by amax / 448 with saturation.
+#include <algorithm>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/common.cuh"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float load_act(const void* x, ActType t, int64_t i) {
+  switch (t) {
+    case ActType::kF32:
+      return static_cast<const float*>(x)[i];
+    case ActType::kF16:
+      return __half2float(static_cast<const __half*>(x)[i]);
+    default:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+  }
+}
+
+__device__ __forceinline__ float scale_of(const uint32_t* amax_bits) {
+  const float amax = __uint_as_float(*amax_bits);
+  return amax > 0.0f && isfinite(amax) ? amax / kFp8Max : 1.0f;
+}
+
+__global__ void amax_kernel(const void* __restrict__ x, ActType t, int64_t cols, int64_t stride,
+                            uint32_t* __restrict__ amax_bits) {
+  float m = 0.0f;
+  const int64_t row = static_cast<int64_t>(blockIdx.y) * stride;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(load_act(x, t, row + c)));
+  m = warp_max(m);
+  if (threadIdx.x % kWarp == 0) atomicMax(amax_bits, __float_as_uint(m));
+}
+
+__global__ void quantize_kernel(const void* __restrict__ x, ActType t, int64_t cols, int64_t stride,
+                                const uint32_t* __restrict__ amax_bits,
+                                __nv_fp8_storage_t* __restrict__ out, float* __restrict__ scale) {
+  const float s = scale_of(amax_bits);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
+  const int64_t r = blockIdx.y;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[r * cols + c] = __nv_cvt_float_to_fp8(__fdiv_rn(load_act(x, t, r * stride + c), s),
+                                              __NV_SATFINITE, __NV_E4M3);
+}
+
+// One grid row per matrix row (rows <= 65,535: a weight matrix or a step's tokens).
+dim3 grid_for(int64_t rows, int64_t cols) {
+  return dim3(static_cast<unsigned>(std::min<int64_t>(64, (cols + kThreads - 1) / kThreads)),
+              static_cast<unsigned>(rows));
+}
+
+}  // namespace
+
+Status fp8_amax(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
+                uint32_t* amax_bits, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return Status::ok();
+  if (rows > 65535) return invalid_argument("fp8_amax: more than 65,535 rows");
+  amax_kernel<<<grid_for(rows, cols), kThreads, 0, stream>>>(x, t, cols, stride, amax_bits);
+  return launch_status("fp8_amax");
+}
+
+Status fp8_quantize(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
+                    const uint32_t* amax_bits, uint8_t* out, float* scale, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return Status::ok();
+  if (rows > 65535) return invalid_argument("fp8_quantize: more than 65,535 rows");
+  quantize_kernel<<<grid_for(rows, cols), kThreads, 0, stream>>>(
+      x, t, cols, stride, amax_bits, reinterpret_cast<__nv_fp8_storage_t*>(out), scale);
+  return launch_status("fp8_quantize");
+}
+
+}  // namespace pagoda::cuda
