@@ -141,13 +141,13 @@ int cmd_cuda_check(int argc, char** argv) {
   RunnerOptions o;
   o.n_kv_blocks = (n_ctx + 15) / 16;
   o.device = device;
-  EngineConfig flags;  // the engine's reading of --kv-cache-dtype and --quantization
-  flags.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
-  flags.quantization = args->get_or("--quantization", "");
-  const Result<KvCacheType> kv_type = kv_cache_type(flags, /*gpu=*/true);
+  EngineConfig engine_flags;  // the engine's reading of --kv-cache-dtype and --quantization
+  engine_flags.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
+  engine_flags.quantization = args->get_or("--quantization", "");
+  const Result<KvCacheType> kv_type = kv_cache_type(engine_flags, /*gpu=*/true);
   if (!kv_type) return fail("cuda-check", kv_type.status());
   o.kv_cache_type = *kv_type;
-  const Result<bool> fp8 = fp8_weights(flags, /*gpu=*/true);
+  const Result<bool> fp8 = fp8_weights(engine_flags, /*gpu=*/true);
   if (!fp8) return fail("cuda-check", fp8.status());
   o.fp8_weights = *fp8;
   ThreadPool pool(threads);

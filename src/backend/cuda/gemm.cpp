@@ -147,48 +147,34 @@ Status Gemm::matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, i
   return Status::ok();
 }
 
-// cuBLASLt's FP8 kernels want every dimension a multiple of 16: the weights' are (the
-// loader quantizes only such matrices), the token count is padded with zero rows, whose
-// outputs land in scratch and are dropped.
-Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
-                        int64_t y_stride, bool accumulate, cudaStream_t stream) {
-  const int64_t n_pad = (n + 15) / 16 * 16;
-  const bool padded = n_pad != n;
-  const size_t x8_need = static_cast<size_t>(n_pad * w.cols);
-  const size_t out_need = padded ? static_cast<size_t>(n_pad * w.rows) * sizeof(float) : 0;
-  if (x8_need + out_need > x8_bytes_) {
-    PAGODA_CUDA_TRY(cudaStreamSynchronize(stream));  // queued products may still read it
-    cudaFree(x8_);
-    x8_ = nullptr;
-    x8_bytes_ = 0;
-    PAGODA_CUDA_TRY(cudaMalloc(&x8_, x8_need + out_need));
-    x8_bytes_ = x8_need + out_need;
-  }
+Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows) {
+  // Activations for max_tokens (rounded up to 16), then a 16-token output tile for the
+  // remainder rows of a padded product, 16-byte aligned.
+  const size_t x8 = static_cast<size_t>((max_tokens + 15) / 16 * 16 * max_cols + 15) / 16 * 16;
+  const size_t need = x8 + static_cast<size_t>(16 * max_rows) * sizeof(float);
   if (!amax_) {
     PAGODA_CUDA_TRY(cudaMalloc(&amax_, 2 * sizeof(float)));
     x_scale_ = reinterpret_cast<float*>(amax_ + 1);
   }
-  uint8_t* x8 = static_cast<uint8_t*>(x8_);
-  const ActType at = act_type_for(w.type);
-  PAGODA_CUDA_TRY(cudaMemsetAsync(amax_, 0, sizeof(uint32_t), stream));
-  PAGODA_RETURN_IF_ERROR(fp8_amax(x, at, n, w.cols, x_stride, amax_, stream));
-  PAGODA_RETURN_IF_ERROR(fp8_quantize(x, at, n, w.cols, x_stride, amax_, x8, x_scale_, stream));
-  float* out = y;
-  int64_t ld_out = y_stride;
-  if (padded) {
-    PAGODA_CUDA_TRY(cudaMemsetAsync(x8 + static_cast<size_t>(n) * w.cols, 0,
-                                    static_cast<size_t>((n_pad - n) * w.cols), stream));
-    // Round up so the scratch output starts 16-byte aligned.
-    out = reinterpret_cast<float*>(x8 + (x8_need + 15) / 16 * 16);
-    ld_out = w.rows;
-    if (accumulate)
-      PAGODA_CUDA_TRY(cudaMemcpy2DAsync(out, ld_out * sizeof(float), y, y_stride * sizeof(float),
-                                        w.rows * sizeof(float), n, cudaMemcpyDeviceToDevice,
-                                        stream));
-  }
-  const Key key{kFp8Key, w.rows, n_pad, w.cols, w.cols, ld_out, accumulate};
+  if (need <= x8_bytes_) return Status::ok();
+  PAGODA_CUDA_TRY(cudaDeviceSynchronize());  // queued products may still read it
+  cudaFree(x8_);
+  x8_ = nullptr;
+  x8_bytes_ = 0;
+  PAGODA_CUDA_TRY(cudaMalloc(&x8_, need));
+  x8_bytes_ = need;
+  x8_tokens_ = max_tokens;
+  x8_cols_ = max_cols;
+  x8_rows_ = max_rows;
+  return Status::ok();
+}
+
+Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y, int64_t y_stride,
+                     bool accumulate, cudaStream_t stream) {
+  const Key key{kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
   PAGODA_ASSIGN_OR_RETURN(const Plan* p, plan(key));
-  // The plan is shared by every matrix of this shape: its scales are set per product.
+  // The plan is shared by every matrix of this shape: its scales are set per product
+  // (cuBLASLt reads the pointers when the product is queued).
   const void* a_scale = w.fp8_scale_dev;
   const void* b_scale = x_scale_;
   PAGODA_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
@@ -196,11 +182,50 @@ Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, 
   PAGODA_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                    &b_scale, sizeof(b_scale)));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  PAGODA_CUBLAS_TRY(cublasLtMatmul(lt_, p->op, &alpha, w.data, p->a, x8_, p->b, &beta, out, p->c,
-                                   out, p->c, &p->algo, workspace_, workspace_bytes_, stream));
-  if (padded)
-    PAGODA_CUDA_TRY(cudaMemcpy2DAsync(y, y_stride * sizeof(float), out, ld_out * sizeof(float),
-                                      w.rows * sizeof(float), n, cudaMemcpyDeviceToDevice, stream));
+  PAGODA_CUBLAS_TRY(cublasLtMatmul(lt_, p->op, &alpha, w.data, p->a, x8, p->b, &beta, y, p->c, y,
+                                   p->c, &p->algo, workspace_, workspace_bytes_, stream));
+  return Status::ok();
+}
+
+// The activations are quantized to E4M3 with one scale for the whole batch (amax / 448,
+// taken on the device), then cuBLASLt multiplies in FP8 and applies both scales. Its FP8
+// kernels need the weights' sides to be multiples of 16 (the loader quantizes only such
+// matrices); where it also refuses a token count that is not, the product is split: the
+// multiple-of-16 part straight into y, the last rows padded with zeros to 16 through a
+// scratch tile.
+Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+                        int64_t y_stride, bool accumulate, cudaStream_t stream) {
+  if (n > x8_tokens_ || w.cols > x8_cols_ || w.rows > x8_rows_)
+    PAGODA_RETURN_IF_ERROR(reserve_fp8(std::max<int64_t>(n, x8_tokens_),
+                                       std::max(w.cols, x8_cols_), std::max(w.rows, x8_rows_)));
+  uint8_t* x8 = static_cast<uint8_t*>(x8_);
+  const ActType at = act_type_for(w.type);
+  PAGODA_CUDA_TRY(cudaMemsetAsync(amax_, 0, sizeof(uint32_t), stream));
+  PAGODA_RETURN_IF_ERROR(fp8_amax(x, at, n, w.cols, x_stride, amax_, stream));
+  PAGODA_RETURN_IF_ERROR(fp8_quantize(x, at, n, w.cols, x_stride, amax_, x8, x_scale_, stream));
+  const Key whole{kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
+  const bool split = n % 16 != 0 && (fp8_always_pad_ || fp8_refused_.count(whole) > 0);
+  if (!split) {
+    const Status s = run_fp8(w, x8, n, y, y_stride, accumulate, stream);
+    if (s.ok() || n % 16 == 0) return s;
+    fp8_refused_.insert(whole);  // no algorithm for this token count: pad from now on
+  }
+  const int64_t n16 = n / 16 * 16, rest = n - n16;
+  if (n16 > 0) PAGODA_RETURN_IF_ERROR(run_fp8(w, x8, n16, y, y_stride, accumulate, stream));
+  uint8_t* tail = x8 + static_cast<size_t>(n16 * w.cols);
+  PAGODA_CUDA_TRY(cudaMemsetAsync(tail + static_cast<size_t>(rest * w.cols), 0,
+                                  static_cast<size_t>((16 - rest) * w.cols), stream));
+  const size_t tile_at =
+      static_cast<size_t>((x8_tokens_ + 15) / 16 * 16 * x8_cols_ + 15) / 16 * 16;
+  float* tile = reinterpret_cast<float*>(x8 + tile_at);
+  float* y_tail = y + n16 * y_stride;
+  const size_t row_bytes = static_cast<size_t>(w.rows) * sizeof(float);
+  if (accumulate)
+    PAGODA_CUDA_TRY(cudaMemcpy2DAsync(tile, row_bytes, y_tail, y_stride * sizeof(float), row_bytes,
+                                      rest, cudaMemcpyDeviceToDevice, stream));
+  PAGODA_RETURN_IF_ERROR(run_fp8(w, tail, 16, tile, w.rows, accumulate, stream));
+  PAGODA_CUDA_TRY(cudaMemcpy2DAsync(y_tail, y_stride * sizeof(float), tile, row_bytes, row_bytes,
+                                    rest, cudaMemcpyDeviceToDevice, stream));
   return Status::ok();
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 
 #include "backend/cuda/kernels.h"
@@ -31,6 +32,14 @@ class Gemm {
   // The same, always through cuBLASLt (tests and benchmarks compare the two paths).
   Status matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                    int64_t y_stride, bool accumulate, cudaStream_t stream);
+  // Scratch for FP8 products of up to max_tokens tokens over matrices up to max_rows x
+  // max_cols. A product larger than what was reserved regrows it after waiting for the
+  // device, which would leave captured CUDA graphs pointing at freed memory: models
+  // reserve their largest batch before capturing.
+  Status reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows);
+  // Tests: split every FP8 product whose token count is not a multiple of 16, as is done
+  // where cuBLASLt refuses such a count.
+  void set_fp8_always_pad(bool on) { fp8_always_pad_ = on; }
 
  private:
   Gemm() = default;
@@ -40,6 +49,8 @@ class Gemm {
   Result<const Plan*> plan(const Key& key);
   Status matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                     int64_t y_stride, bool accumulate, cudaStream_t stream);
+  Status run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y, int64_t y_stride,
+                 bool accumulate, cudaStream_t stream);
 
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
@@ -48,8 +59,11 @@ class Gemm {
   size_t dequant_bytes_ = 0;
   void* q8_ = nullptr;  // 8-bit activations for the quantized matrix-vector kernel
   size_t q8_bytes_ = 0;
-  void* x8_ = nullptr;  // E4M3 activations of an FP8 product
+  void* x8_ = nullptr;  // E4M3 activations of an FP8 product, then a 16-token output tile
   size_t x8_bytes_ = 0;
+  int64_t x8_tokens_ = 0, x8_cols_ = 0, x8_rows_ = 0;  // what x8_ was sized for
+  bool fp8_always_pad_ = false;
+  std::set<Key> fp8_refused_;  // FP8 shapes cuBLASLt has no algorithm for
   uint32_t* amax_ = nullptr;  // their max |x| (float bits), then their scale
   float* x_scale_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;

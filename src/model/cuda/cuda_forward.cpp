@@ -82,6 +82,13 @@ Status CudaModel::reserve(int n_tokens, int n_logit_rows) {
     PAGODA_ASSIGN_OR_RETURN(rope_cs_, cuda::DeviceBuffer::alloc(n * c.rope_dims * 4));
     PAGODA_ASSIGN_OR_RETURN(attn_ws_, cuda::DeviceBuffer::alloc(cuda::attention_workspace_bytes(
                                           n_tokens, c.n_heads, c.head_dim)));
+    if (options_.fp8_weights) {
+      // The FP8 products' activation scratch, for the same tokens (never regrown under
+      // a captured graph).
+      const int64_t cols = std::max<int64_t>({c.dim, c.q_dim(), c.ffn_dim});
+      const int64_t rows = std::max<int64_t>({static_cast<int64_t>(qkv_w), 2 * c.ffn_dim, c.dim});
+      PAGODA_RETURN_IF_ERROR(dev_->gemm().reserve_fp8(n_tokens, cols, rows));
+    }
     capacity_ = n_tokens;
   }
   if (n_logit_rows > logit_capacity_) {
@@ -301,10 +308,11 @@ Status CudaModel::run(const Batch& batch, bool greedy, void* out, const StepSamp
   s.greedy = greedy;
   PAGODA_RETURN_IF_ERROR(build_batch(batch, &s));
 
-  bool decode_only = n <= kMaxGraphRows;
-  for (const cpu::AttentionSeq& q : batch.seqs) decode_only = decode_only && q.n_q == 1;
+  bool all_decode = true;
+  for (const cpu::AttentionSeq& q : batch.seqs) all_decode = all_decode && q.n_q == 1;
+  const bool decode_only = all_decode && n <= kMaxGraphRows;
   if (profiler_) {
-    profiler_->begin();
+    profiler_->begin(all_decode ? "decode steps" : "steps with prefill");
     PAGODA_RETURN_IF_ERROR(enqueue(s));
     profiler_->end();
   } else if (decode_only && use_graphs_) {
