@@ -196,8 +196,8 @@ Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y,
 Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                         int64_t y_stride, bool accumulate, cudaStream_t stream) {
   if (n > x8_tokens_ || w.cols > x8_cols_ || w.rows > x8_rows_)
-    PAGODA_RETURN_IF_ERROR(reserve_fp8(std::max<int64_t>(n, x8_tokens_),
-                                       std::max(w.cols, x8_cols_), std::max(w.rows, x8_rows_)));
+    PAGODA_RETURN_IF_ERROR(reserve_fp8(std::max<int64_t>(n, x8_tokens_), std::max(w.cols, x8_cols_),
+                                       std::max(w.rows, x8_rows_)));
   uint8_t* x8 = static_cast<uint8_t*>(x8_);
   const ActType at = act_type_for(w.type);
   PAGODA_CUDA_TRY(cudaMemsetAsync(amax_, 0, sizeof(uint32_t), stream));
@@ -215,8 +215,7 @@ Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, 
   uint8_t* tail = x8 + static_cast<size_t>(n16 * w.cols);
   PAGODA_CUDA_TRY(cudaMemsetAsync(tail + static_cast<size_t>(rest * w.cols), 0,
                                   static_cast<size_t>((16 - rest) * w.cols), stream));
-  const size_t tile_at =
-      static_cast<size_t>((x8_tokens_ + 15) / 16 * 16 * x8_cols_ + 15) / 16 * 16;
+  const size_t tile_at = static_cast<size_t>((x8_tokens_ + 15) / 16 * 16 * x8_cols_ + 15) / 16 * 16;
   float* tile = reinterpret_cast<float*>(x8 + tile_at);
   float* y_tail = y + n16 * y_stride;
   const size_t row_bytes = static_cast<size_t>(w.rows) * sizeof(float);
