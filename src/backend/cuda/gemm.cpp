@@ -1,6 +1,9 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemv_q8.h"
@@ -10,6 +13,9 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's split-K and stream-K scratch
 constexpr int kFp8Key = -1;                    // plan key type of E4M3 x E4M3 products
+constexpr int kTuneCandidates = 8;             // cuBLASLt's first candidates, timed
+constexpr int kTuneMaxTokens = 1024;           // wider products keep the first candidate
+constexpr int kTuneRuns = 3;
 
 cudaDataType_t cuda_type(ActType t) {
   switch (t) {
@@ -38,6 +44,8 @@ struct Gemm::Plan {
 
 Result<std::unique_ptr<Gemm>> Gemm::create() {
   std::unique_ptr<Gemm> g(new Gemm());
+  const char* tune = std::getenv("PAGODA_GEMM_TUNE");
+  g->tune_ = tune == nullptr || std::string(tune) != "0";
   PAGODA_CUBLAS_TRY(cublasLtCreate(&g->lt_));
   PAGODA_CUDA_TRY(cudaMalloc(&g->workspace_, kWorkspaceBytes));
   g->workspace_bytes_ = kWorkspaceBytes;
@@ -54,12 +62,12 @@ Gemm::~Gemm() {
   cudaFree(amax_);
 }
 
-Result<const Gemm::Plan*> Gemm::plan(const Key& key) {
+Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops, cudaStream_t stream) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   const auto [type_i, m, n, k, ldb, ldc, accumulate] = key;
-  const cudaDataType_t t =
-      type_i == kFp8Key ? CUDA_R_8F_E4M3 : cuda_type(static_cast<ActType>(type_i));
+  const bool fp8 = type_i == kFp8Key;
+  const cudaDataType_t t = fp8 ? CUDA_R_8F_E4M3 : cuda_type(static_cast<ActType>(type_i));
   auto p = std::make_unique<Plan>();
   // Column-major view: Y^T (m x n) = W (stored k x m, transposed) x X^T (k x n): the
   // "TN" form FP8 products require.
@@ -69,6 +77,11 @@ Result<const Gemm::Plan*> Gemm::plan(const Key& key) {
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   PAGODA_CUBLAS_TRY(
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (fp8) {
+    // Set before the heuristic: an algorithm chosen for a product without scales is
+    // refused (CUBLAS_STATUS_NOT_SUPPORTED) once scales are set.
+    PAGODA_RETURN_IF_ERROR(set_scales(p.get(), ops));
+  }
   PAGODA_CUBLAS_TRY(
       cublasLtMatrixLayoutCreate(&p->a, t, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
   PAGODA_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->b, t, static_cast<uint64_t>(k),
@@ -79,21 +92,101 @@ Result<const Gemm::Plan*> Gemm::plan(const Key& key) {
   PAGODA_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                        &workspace_bytes_, sizeof(workspace_bytes_));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt_, p->op, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p->op, p->a, p->b, p->c, p->c, pref,
+                                                           kTuneCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   PAGODA_RETURN_IF_ERROR(cublas_status(st, "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0)
     return unsupported(str_format("cuBLASLt has no algorithm for a %lld x %lld x %lld product",
                                   static_cast<long long>(m), static_cast<long long>(n),
                                   static_cast<long long>(k)));
-  p->algo = result.algo;
+  p->algo = results[0].algo;
+  if (tune_ && found > 1 && n <= kTuneMaxTokens) {
+    // One timing per power-of-two band of token counts: decode batches take every size
+    // as sequences finish, and each size is a plan of its own.
+    int64_t band = 16;
+    while (band < n) band *= 2;
+    const Key tk{type_i, m, band, k, ldb, ldc, accumulate};
+    auto t = tuned_.find(tk);
+    cublasLtMatmulHeuristicResult_t check{};
+    if (t != tuned_.end() &&
+        cublasLtMatmulAlgoCheck(lt_, p->op, p->a, p->b, p->c, p->c, &t->second, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= workspace_bytes_) {
+      p->algo = t->second;
+    } else {
+      p->algo = fastest(*p, results, found, ops, stream);
+      tuned_[tk] = p->algo;
+    }
+  }
   (void)accumulate;  // part of the key only: beta is passed per call
-  const Plan* raw = p.get();
+  Plan* raw = p.get();
   plans_.emplace(key, std::move(p));
   return raw;
+}
+
+Status Gemm::set_scales(Plan* p, const Operands& ops) {
+  PAGODA_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                   &ops.a_scale, sizeof(ops.a_scale)));
+  PAGODA_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                   &ops.b_scale, sizeof(ops.b_scale)));
+  return Status::ok();
+}
+
+// cuBLASLt ranks its candidates by a model; for the narrow products of decode steps (a
+// few hundred tokens against wide weights, bound by reading the weights) its first
+// choice can leave most SMs idle. Each candidate is run on the product's own operands,
+// into scratch, and the fastest kept. Nothing is timed while a graph is being captured,
+// or where the scratch cannot be had: the first candidate is kept then.
+cublasLtMatmulAlgo_t Gemm::fastest(const Plan& p, const cublasLtMatmulHeuristicResult_t* results,
+                                   int found, const Operands& ops, cudaStream_t stream) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
+      capturing != cudaStreamCaptureStatusNone)
+    return results[0].algo;
+  uint64_t m = 0, n = 0;
+  size_t got = 0;
+  cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_ROWS, &m, sizeof m, &got);
+  cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_COLS, &n, sizeof n, &got);
+  int64_t ldc = 0;
+  cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_LD, &ldc, sizeof ldc, &got);
+  void* out = nullptr;
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  if (cudaMalloc(&out, static_cast<size_t>(ldc) * n * sizeof(float)) != cudaSuccess) {
+    cudaGetLastError();  // clear it: running out here is not an error of the product
+    return results[0].algo;
+  }
+  cudaEventCreate(&ev[0]);
+  cudaEventCreate(&ev[1]);
+  int best = 0;
+  float best_ms = INFINITY;
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    auto run = [&] {
+      return cublasLtMatmul(lt_, p.op, &alpha, ops.a, p.a, ops.b, p.b, &beta, out, p.c, out, p.c,
+                            &results[i].algo, workspace_, workspace_bytes_, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // warms it up, or finds it refused
+    cudaEventRecord(ev[0], stream);
+    for (int r = 0; r < kTuneRuns; ++r) run();
+    cudaEventRecord(ev[1], stream);
+    float ms = 0;
+    if (cudaEventSynchronize(ev[1]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess)
+      continue;
+    if (ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(ev[0]);
+  cudaEventDestroy(ev[1]);
+  cudaStreamSynchronize(stream);
+  cudaFree(out);
+  return results[best].algo;
 }
 
 Status Gemm::matmul(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
@@ -140,7 +233,7 @@ Status Gemm::matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, i
   }
   const ActType at = act_type_for(w.type);
   const Key key{static_cast<int>(at), w.rows, n, w.cols, x_stride, y_stride, accumulate};
-  PAGODA_ASSIGN_OR_RETURN(const Plan* p, plan(key));
+  PAGODA_ASSIGN_OR_RETURN(const Plan* p, plan(key, {a, x, nullptr, nullptr}, stream));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   PAGODA_CUBLAS_TRY(cublasLtMatmul(lt_, p->op, &alpha, a, p->a, x, p->b, &beta, y, p->c, y, p->c,
                                    &p->algo, workspace_, workspace_bytes_, stream));
@@ -172,15 +265,11 @@ Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows)
 Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y, int64_t y_stride,
                      bool accumulate, cudaStream_t stream) {
   const Key key{kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
-  PAGODA_ASSIGN_OR_RETURN(const Plan* p, plan(key));
+  const Operands ops{w.data, x8, w.fp8_scale_dev, x_scale_};
+  PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, ops, stream));
   // The plan is shared by every matrix of this shape: its scales are set per product
   // (cuBLASLt reads the pointers when the product is queued).
-  const void* a_scale = w.fp8_scale_dev;
-  const void* b_scale = x_scale_;
-  PAGODA_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                   &a_scale, sizeof(a_scale)));
-  PAGODA_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                   &b_scale, sizeof(b_scale)));
+  PAGODA_RETURN_IF_ERROR(set_scales(p, ops));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   PAGODA_CUBLAS_TRY(cublasLtMatmul(lt_, p->op, &alpha, w.data, p->a, x8, p->b, &beta, y, p->c, y,
                                    p->c, &p->algo, workspace_, workspace_bytes_, stream));
