@@ -24,16 +24,25 @@ constexpr int kTileKeys = 32;  // keys per warp tile
 constexpr int kRows = 16;      // query rows of an mma tile (the group's heads, then zeros)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Q, each warp's fp16 K and V tiles and, for FP8, each warp's staged bytes.
+// Q and each warp's fp16 K and V tiles; with FP8, Q, each warp's fp16 V tile and its
+// staged K and V bytes (K is read from there straight into the products).
 template <int HD, bool FP8>
 constexpr size_t smem_bytes() {
-  return static_cast<size_t>(kRows + kWarps * 2 * kTileKeys) * (HD + 8) * sizeof(__half) +
-         (FP8 ? static_cast<size_t>(kWarps) * 2 * kTileKeys * HD : 0);
+  return FP8 ? static_cast<size_t>(kRows + kWarps * kTileKeys) * (HD + 8) * sizeof(__half) +
+                   static_cast<size_t>(kWarps) * 2 * kTileKeys * HD
+             : static_cast<size_t>(kRows + kWarps * 2 * kTileKeys) * (HD + 8) * sizeof(__half);
 }
 
-// Three blocks fit an SM's shared memory with fp16 tiles, two with FP8 staging.
+// Staged FP8 K rows of 128 bytes: odd keys keep their two 64-byte halves swapped, so the
+// 16-byte reads of a quarter warp (two keys, one half each) fall in distinct banks.
+template <int HD>
+__device__ __forceinline__ int k8_chunk(int key, int chunk) {
+  return HD == 128 ? chunk ^ ((key & 1) << 2) : chunk;
+}
+
+// Three blocks fit an SM's shared memory.
 template <int HD, bool FP8>
-__global__ void __launch_bounds__(kThreads, FP8 ? 2 : 3)
+__global__ void __launch_bounds__(kThreads, 3)
     decode_tc_kernel(const __half* __restrict__ q, KvLayerView kv, DeviceBatch b,
                      const int32_t* __restrict__ rows, int n_heads, float scale_log2, int n_splits,
                      void* __restrict__ out, ActType out_type, float* __restrict__ part) {
@@ -43,8 +52,9 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 2 : 3)
   extern __shared__ __align__(16) __half smem[];
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   __half* q_s = smem;
-  __half* k_s = q_s + kRows * kStride + warp * 2 * kTileKeys * kStride;
-  __half* v_s = k_s + kTileKeys * kStride;
+  __half* k_s = q_s + kRows * kStride + warp * 2 * kTileKeys * kStride;  // fp16 only
+  __half* v_s =
+      FP8 ? q_s + kRows * kStride + warp * kTileKeys * kStride : k_s + kTileKeys * kStride;
 
   const int wi = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int row = rows[wi];
@@ -72,8 +82,21 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 2 : 3)
   uint32_t qf[HD / 16][4];
 #pragma unroll
   for (int ks = 0; ks < HD / 16; ++ks) {
-    const int mi = lane / 8;
-    ldmatrix_x4(qf[ks], q_s + ((mi & 1) * 8 + lane % 8) * kStride + ks * 16 + (mi >> 1) * 8);
+    if constexpr (FP8) {
+      // The head dimensions in the order the staged K bytes are read (see below): in
+      // step ks the thread's four k indices (2gc, 2gc+1, 2gc+8, 2gc+9) are the dimensions
+      // base..base+3. A permutation of the dimensions shared by Q and K leaves Q K^T as it is.
+      const int base = (ks / 4) * 64 + gc * 16 + (ks % 4) * 4;
+      const uint2 lo = *reinterpret_cast<const uint2*>(q_s + gr * kStride + base);
+      const uint2 hi = *reinterpret_cast<const uint2*>(q_s + (gr + 8) * kStride + base);
+      qf[ks][0] = lo.x;
+      qf[ks][1] = hi.x;
+      qf[ks][2] = lo.y;
+      qf[ks][3] = hi.y;
+    } else {
+      const int mi = lane / 8;
+      ldmatrix_x4(qf[ks], q_s + ((mi & 1) * 8 + lane % 8) * kStride + ks * 16 + (mi >> 1) * 8);
+    }
   }
 
   float o[HD / 8][4];
@@ -88,22 +111,29 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 2 : 3)
     return ((static_cast<size_t>(table[pos / bs]) * kv.n_kv_heads + g) * bs + pos % bs) * HD;
   };
   constexpr int kChunks8 = HD / 16;  // 16-byte pieces per FP8 row
-  uint8_t* k8 = reinterpret_cast<uint8_t*>(smem + (kRows + kWarps * 2 * kTileKeys) * kStride) +
+  uint8_t* k8 = reinterpret_cast<uint8_t*>(smem + (kRows + kWarps * kTileKeys) * kStride) +
                 warp * 2 * kTileKeys * HD;
   uint8_t* v8 = k8 + kTileKeys * HD;
-  auto stage_fp8 = [&](int t0) {
+  // One tile's K (swizzled, k8_chunk) or V bytes, as a cp.async group of its own.
+  auto stage_fp8 = [&](int t0, bool is_k) {
+    const uint8_t* src = static_cast<const uint8_t*>(is_k ? kv.k : kv.v);
 #pragma unroll 4
     for (int i = lane; i < kTileKeys * kChunks8; i += kWarp) {
       const int r = i / kChunks8, c = i % kChunks8;
       bool valid;
       const size_t base = key_offset(t0, r, &valid) + c * 16;
-      cp_async16(k8 + r * HD + c * 16, static_cast<const uint8_t*>(kv.k) + base, valid);
-      cp_async16(v8 + r * HD + c * 16, static_cast<const uint8_t*>(kv.v) + base, valid);
+      if (is_k)
+        cp_async16(k8 + r * HD + k8_chunk<HD>(r, c) * 16, src + base, valid);
+      else
+        cp_async16(v8 + r * HD + c * 16, src + base, valid);
     }
     cp_async_commit();
   };
   if constexpr (FP8) {
-    if (warp * kTileKeys < n_keys) stage_fp8(warp * kTileKeys);
+    if (warp * kTileKeys < n_keys) {
+      stage_fp8(warp * kTileKeys, false);
+      stage_fp8(warp * kTileKeys, true);
+    }
   }
 
   for (int t0 = warp * kTileKeys; t0 < n_keys; t0 += kWarps * kTileKeys) {
@@ -121,35 +151,57 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 2 : 3)
     } else {
       cp_async_wait_all();
       __syncwarp();
+      // V is widened to fp16 for ldmatrix.trans; its staging area is then free for the
+      // warp's next tile, requested at once.
 #pragma unroll 4
       for (int i = lane; i < kTileKeys * kChunks8; i += kWarp) {
         const int r = i / kChunks8, c = i % kChunks8;
-        const uint4 kb = *reinterpret_cast<const uint4*>(k8 + r * HD + c * 16);
         const uint4 vb = *reinterpret_cast<const uint4*>(v8 + r * HD + c * 16);
-        __half* kd = k_s + r * kStride + c * 16;
         __half* vd = v_s + r * kStride + c * 16;
-        *reinterpret_cast<uint4*>(kd) = fp8x8_to_half8(make_uint2(kb.x, kb.y));
-        *reinterpret_cast<uint4*>(kd + 8) = fp8x8_to_half8(make_uint2(kb.z, kb.w));
         *reinterpret_cast<uint4*>(vd) = fp8x8_to_half8(make_uint2(vb.x, vb.y));
         *reinterpret_cast<uint4*>(vd + 8) = fp8x8_to_half8(make_uint2(vb.z, vb.w));
       }
-      __syncwarp();  // the staging area is free again: request the warp's next tile
-      if (t0 + kWarps * kTileKeys < n_keys) stage_fp8(t0 + kWarps * kTileKeys);
+      __syncwarp();
+      if (t0 + kWarps * kTileKeys < n_keys) stage_fp8(t0 + kWarps * kTileKeys, false);
     }
 
     float s[kTileKeys / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kTileKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    if constexpr (FP8) {
+      // K straight from the staged bytes into B fragments: the thread reads 16 bytes of its
+      // key (gr) per 64 dimensions, four steps' worth of its four k indices, in the order
+      // Q's fragments were permuted to.
 #pragma unroll
-    for (int ks = 0; ks < HD / 16; ++ks) {
+      for (int nt = 0; nt < kTileKeys / 8; ++nt) {
+        const int key = nt * 8 + gr;
 #pragma unroll
-      for (int nt = 0; nt < kTileKeys / 8; nt += 2) {
-        const int mi = lane / 8;
-        const int key = (nt + (mi >> 1)) * 8 + lane % 8;
-        uint32_t bf[4];
-        ldmatrix_x4(bf, k_s + key * kStride + ks * 16 + (mi & 1) * 8);
-        mma16816(s[nt], qf[ks], bf[0], bf[1]);
-        mma16816(s[nt + 1], qf[ks], bf[2], bf[3]);
+        for (int g64 = 0; g64 < HD / 64; ++g64) {
+          const uint4 w =
+              *reinterpret_cast<const uint4*>(k8 + key * HD + k8_chunk<HD>(key, g64 * 4 + gc) * 16);
+          const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int st = 0; st < 4; ++st) {
+            uint32_t b0, b1;
+            fp8x4_to_b16x2(words[st], &b0, &b1);
+            mma16816(s[nt], qf[g64 * 4 + st], b0, b1);
+          }
+        }
+      }
+      __syncwarp();  // K's staging area is free: request the next tile's K
+      if (t0 + kWarps * kTileKeys < n_keys) stage_fp8(t0 + kWarps * kTileKeys, true);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < HD / 16; ++ks) {
+#pragma unroll
+        for (int nt = 0; nt < kTileKeys / 8; nt += 2) {
+          const int mi = lane / 8;
+          const int key = (nt + (mi >> 1)) * 8 + lane % 8;
+          uint32_t bf[4];
+          ldmatrix_x4(bf, k_s + key * kStride + ks * 16 + (mi & 1) * 8);
+          mma16816(s[nt], qf[ks], bf[0], bf[1]);
+          mma16816(s[nt + 1], qf[ks], bf[2], bf[3]);
+        }
       }
     }
     float mx0 = -INFINITY, mx1 = -INFINITY;

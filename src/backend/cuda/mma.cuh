@@ -52,6 +52,15 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 }
 
 // Eight FP8 E4M3 values (8 bytes) widened to eight fp16 (16 bytes), in order.
+// Four E4M3 bytes (first in the lowest) as two registers of two fp16 each: operand
+// registers of an mma, bytes 0-1 in lo and 2-3 in hi.
+__device__ __forceinline__ void fp8x4_to_b16x2(uint32_t w, uint32_t* lo, uint32_t* hi) {
+  __half2 a, b;
+  fp8x4_to_half2x2(w, &a, &b);
+  *lo = *reinterpret_cast<const uint32_t*>(&a);
+  *hi = *reinterpret_cast<const uint32_t*>(&b);
+}
+
 __device__ __forceinline__ uint4 fp8x8_to_half8(uint2 b) {
   __half2 h[4];
   fp8x4_to_half2x2(b.x, &h[0], &h[1]);
