@@ -77,13 +77,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   const int row = rows[wi];
   const int hd = kv.head_dim, bs = kv.block_size;
   const int group = n_heads / kv.n_kv_heads;
-  const int seq = b.row_seq[row];
-  const int ctx = b.row_pos[row] + 1;
-  // This row's share of its context (later splits of a short context are empty).
-  const int chunk = max(kDecodeMinChunk, ((ctx + n_splits - 1) / n_splits + 15) & ~15);
-  const int k_begin = split * chunk, k_end = min(ctx, k_begin + chunk);
-  const int n_keys = max(0, k_end - k_begin);
-  const int32_t* table = b.blocks + b.seq_blocks_off[seq];
+  const DecodeSplit sp = decode_split(b, row, split, n_splits);
+  const int k_begin = sp.k_begin, n_keys = sp.n_keys;
+  const int32_t* table = sp.table;
   const int tid = threadIdx.x, lane = tid % kWarp;
   const int kg = tid / LANES, li = tid % LANES;
   // The shuffles of a worker stay inside its LANES threads, whose trip counts may differ

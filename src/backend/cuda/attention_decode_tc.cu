@@ -59,13 +59,9 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int wi = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int row = rows[wi];
   const int group = n_heads / kv.n_kv_heads;
-  const int seq = b.row_seq[row];
-  const int ctx = b.row_pos[row] + 1;
-  // The same cut of the context as the row kernel (attention_decode.cu).
-  const int chunk = max(kDecodeMinChunk, ((ctx + n_splits - 1) / n_splits + 15) & ~15);
-  const int k_begin = split * chunk, k_end = min(ctx, k_begin + chunk);
-  const int n_keys = max(0, k_end - k_begin);
-  const int32_t* table = b.blocks + b.seq_blocks_off[seq];
+  const DecodeSplit sp = decode_split(b, row, split, n_splits);
+  const int k_begin = sp.k_begin, n_keys = sp.n_keys;
+  const int32_t* table = sp.table;
   const int bs = kv.block_size;
   const int64_t qd = static_cast<int64_t>(n_heads) * HD;
   const int gr = lane / 4, gc = lane % 4;
