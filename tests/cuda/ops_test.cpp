@@ -217,17 +217,19 @@ CUDA_TEST(fp8_weight_products_match_reference) {
     const ActType at = act_type_for(type);
     const size_t n_w = static_cast<size_t>(rows * cols);
     DeviceBuffer q = poisoned(n_w);
-    DeviceBuffer meta = to_device(std::vector<uint32_t>{0, 0});
-    EXPECT_OK(fp8_amax(tm.m.data, at, rows, cols, cols, meta.as<uint32_t>(), nullptr));
-    EXPECT_OK(fp8_quantize(tm.m.data, at, rows, cols, cols, meta.as<uint32_t>(), q.as<uint8_t>(),
-                           reinterpret_cast<float*>(meta.as<uint32_t>() + 1), nullptr));
+    // The scale, then the max |w| 16 bytes on, as the loader keeps them.
+    DeviceBuffer meta = to_device(std::vector<uint32_t>(8, 0));
+    EXPECT_OK(fp8_amax(tm.m.data, at, rows, cols, cols, meta.as<uint32_t>() + 4, nullptr));
+    EXPECT_OK(fp8_quantize(tm.m.data, at, rows, cols, cols, meta.as<uint32_t>() + 4,
+                           q.as<uint8_t>(), reinterpret_cast<float*>(meta.as<uint32_t>()),
+                           nullptr));
     const auto bytes = to_host<uint8_t>(q, n_w);
-    const auto m = to_host<uint32_t>(meta, 2);
+    const auto m = to_host<uint32_t>(meta, 1);
     float w_amax = 0;
     for (float v : tm.deq) w_amax = std::max(w_amax, std::fabs(v));
     const float w_scale = w_amax / kFp8Max;
     float got_scale;
-    std::memcpy(&got_scale, &m[1], 4);
+    std::memcpy(&got_scale, &m[0], 4);
     const std::string name = std::string(dtype_name(type));
     int differ = 0;
     std::vector<float> wq(n_w);
@@ -243,11 +245,17 @@ CUDA_TEST(fp8_weight_products_match_reference) {
     fm.data = q.get();
     fm.fp8 = true;
     fm.fp8_scale = w_scale;
-    fm.fp8_scale_dev = reinterpret_cast<const float*>(meta.as<uint32_t>() + 1);
+    fm.fp8_scale_dev = reinterpret_cast<const float*>(meta.as<uint32_t>());
     // 17, 9 and 33: not multiples of 16, run as given and split with a padded tail.
-    for (const auto& [n, pad] : std::vector<std::pair<int, bool>>{
-             {1, false}, {3, false}, {8, false}, {17, false}, {17, true}, {64, false},
-             {9, false}, {9, true}, {33, true}}) {
+    for (const auto& [n, pad] : std::vector<std::pair<int, bool>>{{1, false},
+                                                                  {3, false},
+                                                                  {8, false},
+                                                                  {17, false},
+                                                                  {17, true},
+                                                                  {64, false},
+                                                                  {9, false},
+                                                                  {9, true},
+                                                                  {33, true}}) {
       (*gemm)->set_fp8_always_pad(pad);
       const bool acc = n == 9 || n == 33;  // accumulating into y
       const auto x_raw = encode_act(random_floats(rng, static_cast<size_t>(n * cols)), at);
@@ -279,10 +287,12 @@ CUDA_TEST(fp8_weight_products_match_reference) {
           ref[static_cast<size_t>(t * rows + r)] = s;
           exact[static_cast<size_t>(t * rows + r)] = e;
         }
-      const std::string what = str_format(
-          "fp8 matmul %s %lldx%lld n=%d (%s)", name.c_str(), static_cast<long long>(rows),
-          static_cast<long long>(cols), n,
-          n <= kGemvMaxTokens ? "gemv" : pad ? "cublasLt fp8, padded tail" : "cublasLt fp8");
+      const std::string what =
+          str_format("fp8 matmul %s %lldx%lld n=%d (%s)", name.c_str(),
+                     static_cast<long long>(rows), static_cast<long long>(cols), n,
+                     n <= kGemvMaxTokens ? "gemv"
+                     : pad               ? "cublasLt fp8, padded tail"
+                                         : "cublasLt fp8");
       expect_nmse(what, got.data(), ref.data(), ref.size(), 1e-8);
       expect_nmse(what + " vs unquantized", got.data(), exact.data(), exact.size(), 5e-3);
     }

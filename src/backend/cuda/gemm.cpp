@@ -1,9 +1,6 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemv_q8.h"
@@ -13,9 +10,7 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's split-K and stream-K scratch
 constexpr int kFp8Key = -1;                    // plan key type of E4M3 x E4M3 products
-constexpr int kTuneCandidates = 8;             // cuBLASLt's first candidates, timed
-constexpr int kTuneMaxTokens = 1024;           // wider products keep the first candidate
-constexpr int kTuneRuns = 3;
+constexpr int kCandidates = 8;                 // cuBLASLt's algorithms kept per plan
 
 cudaDataType_t cuda_type(ActType t) {
   switch (t) {
@@ -33,7 +28,7 @@ cudaDataType_t cuda_type(ActType t) {
 struct Gemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> algos;  // cuBLASLt's candidates, best first
   ~Plan() {
     if (op) cublasLtMatmulDescDestroy(op);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -44,8 +39,6 @@ struct Gemm::Plan {
 
 Result<std::unique_ptr<Gemm>> Gemm::create() {
   std::unique_ptr<Gemm> g(new Gemm());
-  const char* tune = std::getenv("PAGODA_GEMM_TUNE");
-  g->tune_ = tune == nullptr || std::string(tune) != "0";
   PAGODA_CUBLAS_TRY(cublasLtCreate(&g->lt_));
   PAGODA_CUDA_TRY(cudaMalloc(&g->workspace_, kWorkspaceBytes));
   g->workspace_bytes_ = kWorkspaceBytes;
@@ -59,10 +52,10 @@ Gemm::~Gemm() {
   cudaFree(dequant_);
   cudaFree(q8_);
   cudaFree(x8_);
-  cudaFree(amax_);
+  cudaFree(x_scale_);
 }
 
-Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops, cudaStream_t stream) {
+Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   const auto [type_i, m, n, k, ldb, ldc, accumulate] = key;
@@ -78,8 +71,7 @@ Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops, cudaStream_t
   PAGODA_CUBLAS_TRY(
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (fp8) {
-    // Set before the heuristic: an algorithm chosen for a product without scales is
-    // refused (CUBLAS_STATUS_NOT_SUPPORTED) once scales are set.
+    // Set before the heuristic, so it ranks algorithms for the product as it runs.
     PAGODA_RETURN_IF_ERROR(set_scales(p.get(), ops));
   }
   PAGODA_CUBLAS_TRY(
@@ -92,35 +84,18 @@ Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops, cudaStream_t
   PAGODA_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                        &workspace_bytes_, sizeof(workspace_bytes_));
-  cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, p->op, p->a, p->b, p->c, p->c, pref,
-                                                           kTuneCandidates, results, &found);
+                                                           kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   PAGODA_RETURN_IF_ERROR(cublas_status(st, "cublasLtMatmulAlgoGetHeuristic"));
-  if (found == 0)
+  for (int i = 0; i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) p->algos.push_back(results[i].algo);
+  if (p->algos.empty())
     return unsupported(str_format("cuBLASLt has no algorithm for a %lld x %lld x %lld product",
                                   static_cast<long long>(m), static_cast<long long>(n),
                                   static_cast<long long>(k)));
-  p->algo = results[0].algo;
-  if (tune_ && found > 1 && n <= kTuneMaxTokens) {
-    // One timing per power-of-two band of token counts: decode batches take every size
-    // as sequences finish, and each size is a plan of its own.
-    int64_t band = 16;
-    while (band < n) band *= 2;
-    const Key tk{type_i, m, band, k, ldb, ldc, accumulate};
-    auto t = tuned_.find(tk);
-    cublasLtMatmulHeuristicResult_t check{};
-    if (t != tuned_.end() &&
-        cublasLtMatmulAlgoCheck(lt_, p->op, p->a, p->b, p->c, p->c, &t->second, &check) ==
-            CUBLAS_STATUS_SUCCESS &&
-        check.workspaceSize <= workspace_bytes_) {
-      p->algo = t->second;
-    } else {
-      p->algo = fastest(*p, results, found, ops, stream);
-      tuned_[tk] = p->algo;
-    }
-  }
   (void)accumulate;  // part of the key only: beta is passed per call
   Plan* raw = p.get();
   plans_.emplace(key, std::move(p));
@@ -135,58 +110,20 @@ Status Gemm::set_scales(Plan* p, const Operands& ops) {
   return Status::ok();
 }
 
-// cuBLASLt ranks its candidates by a model; for the narrow products of decode steps (a
-// few hundred tokens against wide weights, bound by reading the weights) its first
-// choice can leave most SMs idle. Each candidate is run on the product's own operands,
-// into scratch, and the fastest kept. Nothing is timed while a graph is being captured,
-// or where the scratch cannot be had: the first candidate is kept then.
-cublasLtMatmulAlgo_t Gemm::fastest(const Plan& p, const cublasLtMatmulHeuristicResult_t* results,
-                                   int found, const Operands& ops, cudaStream_t stream) {
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
-      capturing != cudaStreamCaptureStatusNone)
-    return results[0].algo;
-  uint64_t m = 0, n = 0;
-  size_t got = 0;
-  cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_ROWS, &m, sizeof m, &got);
-  cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_COLS, &n, sizeof n, &got);
-  int64_t ldc = 0;
-  cublasLtMatrixLayoutGetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_LD, &ldc, sizeof ldc, &got);
-  void* out = nullptr;
-  cudaEvent_t ev[2] = {nullptr, nullptr};
-  if (cudaMalloc(&out, static_cast<size_t>(ldc) * n * sizeof(float)) != cudaSuccess) {
-    cudaGetLastError();  // clear it: running out here is not an error of the product
-    return results[0].algo;
+// cuBLASLt's heuristic does not promise that its first algorithm runs (its FP8 sample
+// says as much): one it refuses (CUBLAS_STATUS_NOT_SUPPORTED) is dropped from the plan
+// and the next one tried.
+Status Gemm::run(Plan* p, const void* a, const void* b, bool accumulate, float* y,
+                 cudaStream_t stream) {
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  while (true) {
+    const cublasStatus_t st =
+        cublasLtMatmul(lt_, p->op, &alpha, a, p->a, b, p->b, &beta, y, p->c, y, p->c,
+                       &p->algos.front(), workspace_, workspace_bytes_, stream);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED || p->algos.size() == 1)
+      return cublas_status(st, "cublasLtMatmul");
+    p->algos.erase(p->algos.begin());
   }
-  cudaEventCreate(&ev[0]);
-  cudaEventCreate(&ev[1]);
-  int best = 0;
-  float best_ms = INFINITY;
-  const float alpha = 1.0f, beta = 0.0f;
-  for (int i = 0; i < found; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-    auto run = [&] {
-      return cublasLtMatmul(lt_, p.op, &alpha, ops.a, p.a, ops.b, p.b, &beta, out, p.c, out, p.c,
-                            &results[i].algo, workspace_, workspace_bytes_, stream);
-    };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // warms it up, or finds it refused
-    cudaEventRecord(ev[0], stream);
-    for (int r = 0; r < kTuneRuns; ++r) run();
-    cudaEventRecord(ev[1], stream);
-    float ms = 0;
-    if (cudaEventSynchronize(ev[1]) != cudaSuccess ||
-        cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess)
-      continue;
-    if (ms < best_ms) {
-      best = i;
-      best_ms = ms;
-    }
-  }
-  cudaEventDestroy(ev[0]);
-  cudaEventDestroy(ev[1]);
-  cudaStreamSynchronize(stream);
-  cudaFree(out);
-  return results[best].algo;
 }
 
 Status Gemm::matmul(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
@@ -233,11 +170,8 @@ Status Gemm::matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, i
   }
   const ActType at = act_type_for(w.type);
   const Key key{static_cast<int>(at), w.rows, n, w.cols, x_stride, y_stride, accumulate};
-  PAGODA_ASSIGN_OR_RETURN(const Plan* p, plan(key, {a, x, nullptr, nullptr}, stream));
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  PAGODA_CUBLAS_TRY(cublasLtMatmul(lt_, p->op, &alpha, a, p->a, x, p->b, &beta, y, p->c, y, p->c,
-                                   &p->algo, workspace_, workspace_bytes_, stream));
-  return Status::ok();
+  PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, {a, x, nullptr, nullptr}));
+  return run(p, a, x, accumulate, y, stream);
 }
 
 Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows) {
@@ -245,9 +179,10 @@ Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows)
   // remainder rows of a padded product, 16-byte aligned.
   const size_t x8 = static_cast<size_t>((max_tokens + 15) / 16 * 16 * max_cols + 15) / 16 * 16;
   const size_t need = x8 + static_cast<size_t>(16 * max_rows) * sizeof(float);
-  if (!amax_) {
-    PAGODA_CUDA_TRY(cudaMalloc(&amax_, 2 * sizeof(float)));
-    x_scale_ = reinterpret_cast<float*>(amax_ + 1);
+  if (!x_scale_) {
+    // The activations' scale, then their max |x| 16 bytes on.
+    PAGODA_CUDA_TRY(cudaMalloc(&x_scale_, 32));
+    amax_ = reinterpret_cast<uint32_t*>(x_scale_ + 4);
   }
   if (need <= x8_bytes_) return Status::ok();
   PAGODA_CUDA_TRY(cudaDeviceSynchronize());  // queued products may still read it
@@ -266,14 +201,11 @@ Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y,
                      bool accumulate, cudaStream_t stream) {
   const Key key{kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
   const Operands ops{w.data, x8, w.fp8_scale_dev, x_scale_};
-  PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, ops, stream));
+  PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, ops));
   // The plan is shared by every matrix of this shape: its scales are set per product
   // (cuBLASLt reads the pointers when the product is queued).
   PAGODA_RETURN_IF_ERROR(set_scales(p, ops));
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  PAGODA_CUBLAS_TRY(cublasLtMatmul(lt_, p->op, &alpha, w.data, p->a, x8, p->b, &beta, y, p->c, y,
-                                   p->c, &p->algo, workspace_, workspace_bytes_, stream));
-  return Status::ok();
+  return run(p, w.data, x8, accumulate, y, stream);
 }
 
 // The activations are quantized to E4M3 with one scale for the whole batch (amax / 448,

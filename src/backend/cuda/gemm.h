@@ -6,9 +6,7 @@
 // products); larger batches are dequantized to fp16 into scratch for cuBLASLt. FP8
 // weights: larger batches quantize their activations to E4M3 with a per-tensor scale
 // taken on the device (amax / 448) and multiply in FP8 on the tensor cores (cuBLASLt,
-// Hopper and Ada), the two scales applied by cuBLASLt. Products of up to 1,024 tokens
-// take the fastest of cuBLASLt's first eight candidates, timed once per shape and band
-// of token counts on the product's own operands.
+// Hopper and Ada), the two scales applied by cuBLASLt.
 #pragma once
 
 #include <cublasLt.h>
@@ -18,6 +16,7 @@
 #include <memory>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/kernels.h"
 
@@ -39,8 +38,6 @@ class Gemm {
   // device, which would leave captured CUDA graphs pointing at freed memory: models
   // reserve their largest batch before capturing.
   Status reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows);
-  // Whether plans time cuBLASLt's candidates (PAGODA_GEMM_TUNE=0 turns it off).
-  void set_tuning(bool on) { tune_ = on; }
   // Tests: split every FP8 product whose token count is not a multiple of 16, as is done
   // where cuBLASLt refuses such a count.
   void set_fp8_always_pad(bool on) { fp8_always_pad_ = on; }
@@ -58,10 +55,9 @@ class Gemm {
     const void* a_scale;
     const void* b_scale;
   };
-  Result<Plan*> plan(const Key& key, const Operands& ops, cudaStream_t stream);
+  Result<Plan*> plan(const Key& key, const Operands& ops);
   Status set_scales(Plan* p, const Operands& ops);
-  cublasLtMatmulAlgo_t fastest(const Plan& p, const cublasLtMatmulHeuristicResult_t* results,
-                               int found, const Operands& ops, cudaStream_t stream);
+  Status run(Plan* p, const void* a, const void* b, bool accumulate, float* y, cudaStream_t stream);
   Status matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                     int64_t y_stride, bool accumulate, cudaStream_t stream);
   Status run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y, int64_t y_stride,
@@ -78,12 +74,10 @@ class Gemm {
   size_t x8_bytes_ = 0;
   int64_t x8_tokens_ = 0, x8_cols_ = 0, x8_rows_ = 0;  // what x8_ was sized for
   bool fp8_always_pad_ = false;
-  bool tune_ = true;
   std::set<Key> fp8_refused_;  // FP8 shapes cuBLASLt has no algorithm for
   uint32_t* amax_ = nullptr;   // their max |x| (float bits), then their scale
   float* x_scale_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
-  std::map<Key, cublasLtMatmulAlgo_t> tuned_;  // the fastest candidate per band of tokens
 };
 
 }  // namespace pagoda::cuda

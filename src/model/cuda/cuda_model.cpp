@@ -112,9 +112,11 @@ class Loader {
     PAGODA_RETURN_IF_ERROR(up_.finish());  // the float rows have arrived
     const size_t n = static_cast<size_t>(m->rows) * static_cast<size_t>(m->cols);
     const size_t body = (n + 15) / 16 * 16;
-    PAGODA_ASSIGN_OR_RETURN(cuda::DeviceBuffer q, cuda::DeviceBuffer::alloc(body + 16));
-    uint32_t* amax = reinterpret_cast<uint32_t*>(q.as<uint8_t>() + body);
-    float* scale = reinterpret_cast<float*>(amax + 1);
+    // The bytes, then the scale and the max |w| 16 bytes apart (aligned as cuBLASLt's
+    // operands are).
+    PAGODA_ASSIGN_OR_RETURN(cuda::DeviceBuffer q, cuda::DeviceBuffer::alloc(body + 32));
+    float* scale = reinterpret_cast<float*>(q.as<uint8_t>() + body);
+    uint32_t* amax = reinterpret_cast<uint32_t*>(q.as<uint8_t>() + body + 16);
     cudaStream_t st = dev_.stream();
     const cuda::ActType t = cuda::act_type_for(m->type);
     const size_t elem = cuda::act_bytes(t);
@@ -133,7 +135,7 @@ class Loader {
     PAGODA_CUDA_TRY(
         cudaMemcpyAsync(&host_scale, scale, sizeof host_scale, cudaMemcpyDeviceToHost, st));
     PAGODA_CUDA_TRY(cudaStreamSynchronize(st));
-    bytes_ = bytes_ - n * elem + body + 16;
+    bytes_ = bytes_ - n * elem + body + 32;
     m->data = q.get();
     m->fp8 = true;
     m->fp8_scale = host_scale;
