@@ -1,6 +1,8 @@
 #include "backend/cuda/gemm.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemv_q8.h"
@@ -41,6 +43,8 @@ struct Gemm::Plan {
 
 Result<std::unique_ptr<Gemm>> Gemm::create() {
   std::unique_ptr<Gemm> g(new Gemm());
+  const char* fast = std::getenv("PAGODA_FP8_FAST_ACCUM");
+  g->fp8_fast_accum_ = fast != nullptr && std::string(fast) == "1";
   PAGODA_CUBLAS_TRY(cublasLtCreate(&g->lt_));
   PAGODA_CUDA_TRY(cudaMalloc(&g->workspace_, kWorkspaceBytes));
   g->workspace_bytes_ = kWorkspaceBytes;
@@ -76,6 +80,11 @@ Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops) {
   if (fp8) {
     // Set before the heuristic, so it ranks algorithms for the product as it runs.
     PAGODA_RETURN_IF_ERROR(set_scales(p.get(), ops));
+    if (fp8_fast_accum_) {
+      const int8_t on = 1;
+      PAGODA_CUBLAS_TRY(
+          cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on));
+    }
   }
   PAGODA_CUBLAS_TRY(
       cublasLtMatrixLayoutCreate(&p->a, t, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));

@@ -41,6 +41,10 @@ class Gemm {
   // Tests: split every FP8 product whose token count is not a multiple of 16, as is done
   // where cuBLASLt refuses such a count.
   void set_fp8_always_pad(bool on) { fp8_always_pad_ = on; }
+  // Whether FP8 products accumulate in the tensor cores' own precision throughout
+  // (cuBLASLt's fast accumulation; PAGODA_FP8_FAST_ACCUM=1), rather than promoting
+  // partial sums to f32 along k.
+  bool fp8_fast_accum() const { return fp8_fast_accum_; }
   // Whether FP8 products go through a bf16 output (cuBLASLt refused f32 outputs).
   bool fp8_via_bf16() const { return fp8_via_bf16_; }
 
@@ -79,10 +83,11 @@ class Gemm {
   int64_t x8_tokens_ = 0, x8_cols_ = 0, x8_rows_ = 0;  // what x8_ was sized for
   void* x8_tile_ = nullptr;                            // in x8_, after the activations
   bool fp8_always_pad_ = false;
-  bool fp8_f32_ran_ = false;   // an FP8 product with an f32 output has run
-  bool fp8_via_bf16_ = false;  // FP8 products go through a bf16 tile
-  std::set<Key> fp8_refused_;  // FP8 shapes cuBLASLt has no algorithm for
-  uint32_t* amax_ = nullptr;   // their max |x| (float bits), then their scale
+  bool fp8_f32_ran_ = false;  // an FP8 product with an f32 output has run
+  bool fp8_via_bf16_ = false;
+  bool fp8_fast_accum_ = false;  // FP8 products go through a bf16 tile
+  std::set<Key> fp8_refused_;    // FP8 shapes cuBLASLt has no algorithm for
+  uint32_t* amax_ = nullptr;     // their max |x| (float bits), then their scale
   float* x_scale_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
