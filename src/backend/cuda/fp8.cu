@@ -55,26 +55,7 @@ dim3 grid_for(int64_t rows, int64_t cols) {
               static_cast<unsigned>(rows));
 }
 
-__global__ void bf16_rows_kernel(const __nv_bfloat16* __restrict__ src, int64_t rows,
-                                 float* __restrict__ y, int64_t y_stride, bool accumulate) {
-  const int64_t t = blockIdx.y;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = __bfloat162float(src[t * rows + r]);
-    y[t * y_stride + r] = accumulate ? y[t * y_stride + r] + v : v;
-  }
-}
-
 }  // namespace
-
-Status bf16_rows_to_f32(const uint16_t* src, int64_t rows, int64_t n, float* y, int64_t y_stride,
-                        bool accumulate, cudaStream_t stream) {
-  if (rows <= 0 || n <= 0) return Status::ok();
-  if (n > 65535) return invalid_argument("bf16_rows_to_f32: more than 65,535 rows");
-  bf16_rows_kernel<<<grid_for(n, rows), kThreads, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(src), rows, y, y_stride, accumulate);
-  return launch_status("bf16_rows_to_f32");
-}
 
 Status fp8_amax(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
                 uint32_t* amax_bits, cudaStream_t stream) {

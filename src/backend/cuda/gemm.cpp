@@ -11,9 +11,7 @@ namespace pagoda::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's split-K and stream-K scratch
-constexpr int kFp8Key = -1;                    // plan key type of E4M3 x E4M3 products, f32 out
-constexpr int kFp8Bf16Key = -2;                // the same, bf16 out
-constexpr int64_t kFp8Chunk = 1024;            // tokens per product through the bf16 output
+constexpr int kFp8Key = -1;                    // plan key type of E4M3 x E4M3 products
 constexpr int kCandidates = 8;                 // cuBLASLt's algorithms kept per plan
 
 cudaDataType_t cuda_type(ActType t) {
@@ -65,9 +63,8 @@ Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   const auto [type_i, m, n, k, ldb, ldc, accumulate] = key;
-  const bool fp8 = type_i == kFp8Key || type_i == kFp8Bf16Key;
+  const bool fp8 = type_i == kFp8Key;
   const cudaDataType_t t = fp8 ? CUDA_R_8F_E4M3 : cuda_type(static_cast<ActType>(type_i));
-  const cudaDataType_t out_type = type_i == kFp8Bf16Key ? CUDA_R_16BF : CUDA_R_32F;
   auto p = std::make_unique<Plan>();
   // Column-major view: Y^T (m x n) = W (stored k x m, transposed) x X^T (k x n): the
   // "TN" form FP8 products require.
@@ -90,7 +87,7 @@ Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops) {
       cublasLtMatrixLayoutCreate(&p->a, t, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
   PAGODA_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->b, t, static_cast<uint64_t>(k),
                                                static_cast<uint64_t>(n), ldb));
-  PAGODA_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->c, out_type, static_cast<uint64_t>(m),
+  PAGODA_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, static_cast<uint64_t>(m),
                                                static_cast<uint64_t>(n), ldc));
   cublasLtMatmulPreference_t pref = nullptr;
   PAGODA_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
@@ -125,7 +122,7 @@ Status Gemm::set_scales(Plan* p, const Operands& ops) {
 // cuBLASLt's heuristic does not promise that its first algorithm runs (its FP8 sample
 // says as much): one it refuses (CUBLAS_STATUS_NOT_SUPPORTED) is dropped from the plan
 // and the next one tried.
-Status Gemm::run(Plan* p, const void* a, const void* b, bool accumulate, void* y,
+Status Gemm::run(Plan* p, const void* a, const void* b, bool accumulate, float* y,
                  cudaStream_t stream) {
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   while (true) {
@@ -187,12 +184,10 @@ Status Gemm::matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, i
 }
 
 Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows) {
-  // Activations for max_tokens (rounded up to 16), then an output tile, 16-byte aligned:
-  // 16 f32 rows for the remainder of a padded product or, where products go through a
-  // bf16 output, kFp8Chunk bf16 rows.
+  // Activations for max_tokens (rounded up to 16), then a 16-token output tile for the
+  // remainder rows of a padded product, 16-byte aligned.
   const size_t x8 = static_cast<size_t>((max_tokens + 15) / 16 * 16 * max_cols + 15) / 16 * 16;
-  const size_t tile = static_cast<size_t>(max_rows) *
-                      (fp8_via_bf16_ ? kFp8Chunk * sizeof(uint16_t) : 16 * sizeof(float));
+  const size_t tile = static_cast<size_t>(16 * max_rows) * sizeof(float);
   const size_t need = x8 + tile;
   if (!x_scale_) {
     // The activations' scale, then their max |x| 16 bytes on.
@@ -213,9 +208,9 @@ Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows)
   return Status::ok();
 }
 
-Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, void* y, int64_t y_stride,
-                     bool accumulate, bool bf16_out, cudaStream_t stream) {
-  const Key key{bf16_out ? kFp8Bf16Key : kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
+Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y, int64_t y_stride,
+                     bool accumulate, cudaStream_t stream) {
+  const Key key{kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
   const Operands ops{w.data, x8, w.fp8_scale_dev, x_scale_};
   PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, ops));
   // The plan is shared by every matrix of this shape: its scales are set per product
@@ -227,11 +222,9 @@ Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, void* y, 
 // The activations are quantized to E4M3 with one scale for the whole batch (amax / 448,
 // taken on the device), then cuBLASLt multiplies in FP8 and applies both scales. Its FP8
 // kernels need the weights' sides to be multiples of 16 (the loader quantizes only such
-// matrices). The product goes straight into the f32 output where cuBLASLt takes that;
-// where it refuses such a token count the product is split (the multiple-of-16 part
-// straight into y, the last rows padded to 16 through the tile); where it refuses f32
-// outputs altogether, products of up to kFp8Chunk tokens go to a bf16 tile that is then
-// added to y.
+// matrices) and 16-byte aligned scale pointers (it refuses a scale 4 bytes into a buffer);
+// where it refuses a token count that is not a multiple of 16 the product is split: the
+// multiple-of-16 part straight into y, the last rows padded to 16 through the tile.
 Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                         int64_t y_stride, bool accumulate, cudaStream_t stream) {
   if (n > x8_tokens_ || w.cols > x8_cols_ || w.rows > x8_rows_)
@@ -242,39 +235,15 @@ Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, 
   PAGODA_CUDA_TRY(cudaMemsetAsync(amax_, 0, sizeof(uint32_t), stream));
   PAGODA_RETURN_IF_ERROR(fp8_amax(x, at, n, w.cols, x_stride, amax_, stream));
   PAGODA_RETURN_IF_ERROR(fp8_quantize(x, at, n, w.cols, x_stride, amax_, x8, x_scale_, stream));
-  if (!fp8_via_bf16_) {
-    const Status s = product_f32(w, x8, n, y, y_stride, accumulate, stream);
-    if (s.ok() || fp8_f32_ran_) return s;
-    // The first FP8 product failed at every token count: cuBLASLt takes no f32 output
-    // here. Products go through bf16 from now on (the tile is regrown for it).
-    fp8_via_bf16_ = true;
-    PAGODA_RETURN_IF_ERROR(reserve_fp8(x8_tokens_, x8_cols_, x8_rows_));
-    x8 = static_cast<uint8_t*>(x8_);
-  }
-  const size_t row_bytes = static_cast<size_t>(w.cols);
-  for (int64_t t0 = 0; t0 < n; t0 += kFp8Chunk) {
-    const int64_t nt = std::min<int64_t>(kFp8Chunk, n - t0);
-    // Rows past n hold earlier activations: their outputs stay in the tile.
-    PAGODA_RETURN_IF_ERROR(run_fp8(w, x8 + t0 * row_bytes, (nt + 15) / 16 * 16, x8_tile_, w.rows,
-                                   false, true, stream));
-    PAGODA_RETURN_IF_ERROR(bf16_rows_to_f32(static_cast<const uint16_t*>(x8_tile_), w.rows, nt,
-                                            y + t0 * y_stride, y_stride, accumulate, stream));
-  }
-  return Status::ok();
-}
-
-Status Gemm::product_f32(const DeviceMatrix& w, uint8_t* x8, int n, float* y, int64_t y_stride,
-                         bool accumulate, cudaStream_t stream) {
   const Key whole{kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
   const bool split = n % 16 != 0 && (fp8_always_pad_ || fp8_refused_.count(whole) > 0);
   if (!split) {
-    const Status s = run_fp8(w, x8, n, y, y_stride, accumulate, false, stream);
-    fp8_f32_ran_ = fp8_f32_ran_ || s.ok();
+    const Status s = run_fp8(w, x8, n, y, y_stride, accumulate, stream);
     if (s.ok() || n % 16 == 0) return s;
     fp8_refused_.insert(whole);  // no algorithm for this token count: pad from now on
   }
   const int64_t n16 = n / 16 * 16, rest = n - n16;
-  if (n16 > 0) PAGODA_RETURN_IF_ERROR(run_fp8(w, x8, n16, y, y_stride, accumulate, false, stream));
+  if (n16 > 0) PAGODA_RETURN_IF_ERROR(run_fp8(w, x8, n16, y, y_stride, accumulate, stream));
   uint8_t* tail = x8 + static_cast<size_t>(n16 * w.cols);
   PAGODA_CUDA_TRY(cudaMemsetAsync(tail + static_cast<size_t>(rest * w.cols), 0,
                                   static_cast<size_t>((16 - rest) * w.cols), stream));
@@ -284,8 +253,7 @@ Status Gemm::product_f32(const DeviceMatrix& w, uint8_t* x8, int n, float* y, in
   if (accumulate)
     PAGODA_CUDA_TRY(cudaMemcpy2DAsync(tile, row_bytes, y_tail, y_stride * sizeof(float), row_bytes,
                                       rest, cudaMemcpyDeviceToDevice, stream));
-  PAGODA_RETURN_IF_ERROR(run_fp8(w, tail, 16, tile, w.rows, accumulate, false, stream));
-  fp8_f32_ran_ = true;
+  PAGODA_RETURN_IF_ERROR(run_fp8(w, tail, 16, tile, w.rows, accumulate, stream));
   PAGODA_CUDA_TRY(cudaMemcpy2DAsync(y_tail, y_stride * sizeof(float), tile, row_bytes, row_bytes,
                                     rest, cudaMemcpyDeviceToDevice, stream));
   return Status::ok();

@@ -45,8 +45,6 @@ class Gemm {
   // (cuBLASLt's fast accumulation; PAGODA_FP8_FAST_ACCUM=1), rather than promoting
   // partial sums to f32 along k.
   bool fp8_fast_accum() const { return fp8_fast_accum_; }
-  // Whether FP8 products go through a bf16 output (cuBLASLt refused f32 outputs).
-  bool fp8_via_bf16() const { return fp8_via_bf16_; }
 
  private:
   Gemm() = default;
@@ -63,13 +61,11 @@ class Gemm {
   };
   Result<Plan*> plan(const Key& key, const Operands& ops);
   Status set_scales(Plan* p, const Operands& ops);
-  Status run(Plan* p, const void* a, const void* b, bool accumulate, void* y, cudaStream_t stream);
+  Status run(Plan* p, const void* a, const void* b, bool accumulate, float* y, cudaStream_t stream);
   Status matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                     int64_t y_stride, bool accumulate, cudaStream_t stream);
-  Status run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, void* y, int64_t y_stride,
-                 bool accumulate, bool bf16_out, cudaStream_t stream);
-  Status product_f32(const DeviceMatrix& w, uint8_t* x8, int n, float* y, int64_t y_stride,
-                     bool accumulate, cudaStream_t stream);
+  Status run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y, int64_t y_stride,
+                 bool accumulate, cudaStream_t stream);
 
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
@@ -83,12 +79,10 @@ class Gemm {
   int64_t x8_tokens_ = 0, x8_cols_ = 0, x8_rows_ = 0;  // what x8_ was sized for
   void* x8_tile_ = nullptr;                            // in x8_, after the activations
   bool fp8_always_pad_ = false;
-  bool fp8_f32_ran_ = false;  // an FP8 product with an f32 output has run
-  bool fp8_via_bf16_ = false;
-  bool fp8_fast_accum_ = false;  // FP8 products go through a bf16 tile
-  std::set<Key> fp8_refused_;    // FP8 shapes cuBLASLt has no algorithm for
-  uint32_t* amax_ = nullptr;     // their max |x| (float bits), then their scale
-  float* x_scale_ = nullptr;
+  bool fp8_fast_accum_ = false;
+  std::set<Key> fp8_refused_;  // FP8 shapes cuBLASLt has no algorithm for
+  float* x_scale_ = nullptr;   // the activations' scale (cuBLASLt wants it 16-byte aligned)
+  uint32_t* amax_ = nullptr;   // 16 bytes on: their max |x| as float bits
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

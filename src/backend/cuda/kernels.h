@@ -200,10 +200,6 @@ Status fp8_amax(const void* x, ActType t, int64_t rows, int64_t cols, int64_t st
                 uint32_t* amax_bits, cudaStream_t stream);
 Status fp8_quantize(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
                     const uint32_t* amax_bits, uint8_t* out, float* scale, cudaStream_t stream);
-// y[t][r] (+)= src[t][r] for t < n, r < rows: bf16 rows ([n][rows]) into the f32 residual
-// stream (FP8 products where cuBLASLt gives them only a 16-bit output).
-Status bf16_rows_to_f32(const uint16_t* src, int64_t rows, int64_t n, float* y, int64_t y_stride,
-                        bool accumulate, cudaStream_t stream);
 
 // Fills n floats with NaN (tests poison outputs with it).
 Status fill_nan(void* p, size_t bytes, cudaStream_t stream);
