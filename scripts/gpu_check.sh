@@ -105,6 +105,16 @@ for m in "stories260K stories260K $DATA/models/stories260K.gguf" "SmolLM2-shape 
   row "greedy 64 $name, fp8 KV" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_fp8_$name.log" | sed 's/cuda-check fp8 KV: //')"
   [ $rc = 0 ] || FAILED=1
 done
+# FP8 weights (--quantization fp8), the same top-5 check.
+for m in "stories260K stories260K $DATA/models/stories260K.gguf" "SmolLM2-shape SmolLM2-F16 $SMOL"; do
+  read -r name tokens path <<< "$m"
+  $BIN/pagoda cuda-check -m "$path" --tokens-file "$OUT_DIR/$tokens.tokens" -n 64 \
+    --quantization fp8 > "$OUT_DIR/e2e_fp8w_$name.log" 2>&1
+  rc=$?
+  tail -n 1 "$OUT_DIR/e2e_fp8w_$name.log"
+  row "greedy 64 $name, fp8 weights" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_fp8w_$name.log" | sed 's/cuda-check fp8 weights: //')"
+  [ $rc = 0 ] || FAILED=1
+done
 
 echo "== the engine on CUDA: pagoda generate --device cuda against --device cpu =="
 # The same 10 fixture prompts through the batching engine (scheduler, paged KV, greedy
@@ -165,6 +175,11 @@ if [ $SKIP_BENCH = 0 ]; then
     $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 > "$OUT_DIR/bench_${TYPE}_b128.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 --kv-cache-dtype fp8 > "$OUT_DIR/bench_${TYPE}_b128_fp8.json" 2>&1
     $B -p 0 -n 64 --depth 4096 -r 3 --kv-cache-dtype fp8 > "$OUT_DIR/bench_${TYPE}_tg64_d4096_fp8.json" 2>&1
+    if [ "$TYPE" = BF16 ]; then
+      $B -p 512 -n 128 -r 3 --quantization fp8 > "$OUT_DIR/bench_${TYPE}_pp512_tg128_fp8w.json" 2>&1
+      $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 --quantization fp8 --kv-cache-dtype fp8 \
+        > "$OUT_DIR/bench_${TYPE}_b128_fp8w.json" 2>&1
+    fi
     PAGODA_CUDA_PDL=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nopdl.json" 2>&1
     }
     if [ $PROFILE = 1 ]; then
@@ -189,8 +204,13 @@ rows = [("pp512_tg128", "prefill 512", "prefill_tok_s"), ("pp512_tg128", "decode
         ("b32", "decode 32 seqs @ depth 512", "decode_tok_s"), ("b128", "decode 128 seqs @ depth 512", "decode_tok_s"),
         ("b128_fp8", "decode 128 seqs @ depth 512, fp8 KV", "decode_tok_s"),
         ("tg64_d4096_fp8", "decode batch 1 @ depth 4096, fp8 KV", "decode_tok_s"),
+        ("pp512_tg128_fp8w", "prefill 512, fp8 weights", "prefill_tok_s"),
+        ("pp512_tg128_fp8w", "decode tg128 batch 1, fp8 weights", "decode_tok_s"),
+        ("b128_fp8w", "decode 128 seqs, fp8 weights + KV", "decode_tok_s"),
         ("tg128_nopdl", "decode tg128 batch 1, no PDL", "decode_tok_s")]
 for name, label, key in rows:
+    if name.endswith("_fp8w") and t != "BF16":
+        continue  # FP8 weights are quantized from the BF16 file only
     d = load(name)
     if "error" in d:
         print(f"{'8B ' + t + ' ' + label:44s} ERROR {d['error'][:60]}")
