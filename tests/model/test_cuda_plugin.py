@@ -60,26 +60,19 @@ def test_unknown_device_is_rejected(tmp_path):
     assert "--device must be cpu, cuda or cuda:N" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("dtype, message", [
-    ("fp8", "--kv-cache-dtype fp8: the CPU backend keeps the KV cache in fp16; FP8 needs --device cuda"),
-    ("int8", "--kv-cache-dtype int8 is not built"),
-    ("fp4", "unknown --kv-cache-dtype 'fp4'"),
+@pytest.mark.parametrize("flag, value, message", [
+    ("--kv-cache-dtype", "fp8",
+     "--kv-cache-dtype fp8: the CPU backend keeps the KV cache in fp16; FP8 needs --device cuda"),
+    ("--kv-cache-dtype", "int8", "--kv-cache-dtype int8 is not built"),
+    ("--kv-cache-dtype", "fp4", "unknown --kv-cache-dtype 'fp4'"),
+    ("--quantization", "fp8", "--quantization fp8 needs --device cuda"),
+    ("--quantization", "awq", "unknown --quantization 'awq'"),
 ])
-def test_kv_cache_dtypes_the_cpu_cannot_store_are_refused(tmp_path, dtype, message):
-    proc, out = generate(tmp_path, "--kv-cache-dtype", dtype)
+def test_storage_the_cpu_cannot_honour_is_refused(tmp_path, flag, value, message):
+    proc, out = generate(tmp_path, flag, value)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr
     assert not out.exists() or out.read_text() == ""
-
-
-@pytest.mark.parametrize("value, message", [
-    ("fp8", "--quantization fp8 needs --device cuda"),
-    ("awq", "unknown --quantization 'awq'"),
-])
-def test_quantization_at_load_is_refused_on_the_cpu(tmp_path, value, message):
-    proc, _ = generate(tmp_path, "--quantization", value)
-    assert proc.returncode != 0
-    assert message in proc.stderr, proc.stderr
 
 
 def test_fp16_kv_cache_is_the_cpu_default(tmp_path):
