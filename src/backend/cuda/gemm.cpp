@@ -59,7 +59,7 @@ Gemm::~Gemm() {
   cudaFree(x_scale_);
 }
 
-Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops) {
+Result<Gemm::Plan*> Gemm::plan(const Key& key, const Fp8Scales* scales) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   const auto [type_i, m, n, k, ldb, ldc, accumulate] = key;
@@ -76,7 +76,8 @@ Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops) {
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (fp8) {
     // Set before the heuristic, so it ranks algorithms for the product as it runs.
-    PAGODA_RETURN_IF_ERROR(set_scales(p.get(), ops));
+    if (scales == nullptr) return internal_error("an FP8 plan without scales");
+    PAGODA_RETURN_IF_ERROR(set_scales(p.get(), *scales));
     if (fp8_fast_accum_) {
       const int8_t on = 1;
       PAGODA_CUBLAS_TRY(
@@ -111,11 +112,11 @@ Result<Gemm::Plan*> Gemm::plan(const Key& key, const Operands& ops) {
   return raw;
 }
 
-Status Gemm::set_scales(Plan* p, const Operands& ops) {
+Status Gemm::set_scales(Plan* p, const Fp8Scales& scales) {
   PAGODA_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                   &ops.a_scale, sizeof(ops.a_scale)));
+                                                   &scales.a, sizeof(scales.a)));
   PAGODA_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                   &ops.b_scale, sizeof(ops.b_scale)));
+                                                   &scales.b, sizeof(scales.b)));
   return Status::ok();
 }
 
@@ -179,7 +180,7 @@ Status Gemm::matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, i
   }
   const ActType at = act_type_for(w.type);
   const Key key{static_cast<int>(at), w.rows, n, w.cols, x_stride, y_stride, accumulate};
-  PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, {a, x, nullptr, nullptr}));
+  PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, nullptr));
   return run(p, a, x, accumulate, y, stream);
 }
 
@@ -211,11 +212,11 @@ Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows)
 Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y, int64_t y_stride,
                      bool accumulate, cudaStream_t stream) {
   const Key key{kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
-  const Operands ops{w.data, x8, w.fp8_scale_dev, x_scale_};
-  PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, ops));
+  const Fp8Scales scales{w.fp8_scale_dev, x_scale_};
+  PAGODA_ASSIGN_OR_RETURN(Plan * p, plan(key, &scales));
   // The plan is shared by every matrix of this shape: its scales are set per product
   // (cuBLASLt reads the pointers when the product is queued).
-  PAGODA_RETURN_IF_ERROR(set_scales(p, ops));
+  PAGODA_RETURN_IF_ERROR(set_scales(p, scales));
   return run(p, w.data, x8, accumulate, y, stream);
 }
 

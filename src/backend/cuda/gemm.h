@@ -51,16 +51,14 @@ class Gemm {
   struct Plan;
   // (type, m, n, k, ldb, ldc, accumulate)
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
-  // The operands a plan is chosen (and timed) with: weights, activations and, for FP8,
-  // their scales' device pointers.
-  struct Operands {
+  // Device pointers to an FP8 product's per-tensor scales: weights (A), activations (B).
+  struct Fp8Scales {
     const void* a;
     const void* b;
-    const void* a_scale;
-    const void* b_scale;
   };
-  Result<Plan*> plan(const Key& key, const Operands& ops);
-  Status set_scales(Plan* p, const Operands& ops);
+  // scales: FP8 products only (nullptr otherwise).
+  Result<Plan*> plan(const Key& key, const Fp8Scales* scales);
+  Status set_scales(Plan* p, const Fp8Scales& scales);
   Status run(Plan* p, const void* a, const void* b, bool accumulate, float* y, cudaStream_t stream);
   Status matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                     int64_t y_stride, bool accumulate, cudaStream_t stream);
