@@ -116,6 +116,24 @@ for m in "stories260K stories260K $DATA/models/stories260K.gguf" "SmolLM2-shape 
   [ $rc = 0 ] || FAILED=1
 done
 
+# Sequences decoded together (cuda-check --parallel): batched products replayed from CUDA
+# graphs, each sequence against the CPU. F16: cuBLASLt at 16 rows; FP8 weights: FP8
+# cuBLASLt products at 16 rows; Q4_0: the 8-bit-activation GEMV at 4 rows, fed by the
+# norm and SiLU kernels' own quantization.
+SMOL_Q4="$MODEL_DIR/smollm2-shape-random-Q4_0.gguf"
+$BIN/pagoda mkmodel --preset smollm2-135m --vocab "$DATA/testdata/tokenizer/ggml-vocab-gpt-2.gguf" \
+  --type Q4_0 -o "$SMOL_Q4" > "$OUT_DIR/mk_smol_q4.log" 2>&1
+for m in "F16 16 $SMOL" "fp8-weights 16 $SMOL --quantization fp8" "Q4_0 4 $SMOL_Q4"; do
+  read -r name par path extra <<< "$m"
+  # shellcheck disable=SC2086
+  $BIN/pagoda cuda-check -m "$path" --tokens-file "$OUT_DIR/SmolLM2-F16.tokens" -n 64 \
+    --parallel "$par" $extra > "$OUT_DIR/e2e_par_$name.log" 2>&1
+  rc=$?
+  tail -n 1 "$OUT_DIR/e2e_par_$name.log"
+  row "greedy 64 SmolLM2-shape $name, $par together" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_par_$name.log" | sed 's/cuda-check[^:]*: //')"
+  [ $rc = 0 ] || FAILED=1
+done
+
 echo "== the engine on CUDA: pagoda generate --device cuda against --device cpu =="
 # The same 10 fixture prompts through the batching engine (scheduler, paged KV, greedy
 # picked on the GPU) on both backends, all at once.

@@ -8,6 +8,10 @@
 // so its tokens need not match: the CPU is then run over the GPU's tokens (teacher forcing) and
 // every token the GPU chose must be in the CPU's top 5 at that position (the criterion for
 // BF16); the top-1 agreement and the logit error are reported.
+//
+// --parallel N decodes N sequences (the prompts in turn) together on the GPU, as the
+// engine batches them: products of N rows (cuBLASLt above 8, FP8 ones with FP8 weights)
+// replayed from CUDA graphs, each sequence checked against the CPU on its own.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -42,6 +46,56 @@ Result<Greedy> greedy(ModelRunner& r, int n_ctx, const std::vector<int32_t>& pro
     if (i + 1 < n) PAGODA_RETURN_IF_ERROR(s.eval({t}, false, &logits));
   }
   return g;
+}
+
+// Greedy generation of every prompt at once as the engine batches it: each prompt's
+// prefill on its own, then decode steps of one row per sequence, so the GPU runs
+// products of prompts.size() rows and, past its first steps, replays them from CUDA
+// graphs. Sequence i owns blocks [i * per_seq, (i + 1) * per_seq) of the pool.
+Result<std::vector<Greedy>> greedy_batched(ModelRunner& r, int n_ctx,
+                                           const std::vector<std::vector<int32_t>>& prompts,
+                                           int n) {
+  constexpr int kBlock = 16, kChunk = 512;
+  const int per_seq = (n_ctx + kBlock - 1) / kBlock;
+  const size_t N = prompts.size();
+  const int V = r.config().n_vocab;
+  std::vector<std::vector<int32_t>> tables(N);
+  for (size_t i = 0; i < N; ++i)
+    for (int b = 0; b < per_seq; ++b)
+      tables[i].push_back(static_cast<int32_t>(i * static_cast<size_t>(per_seq)) + b);
+  std::vector<Greedy> out(N);
+  std::vector<float> logits(N * static_cast<size_t>(V));
+  for (size_t i = 0; i < N; ++i) {
+    const std::vector<int32_t>& p = prompts[i];
+    const int len = static_cast<int>(p.size());
+    for (int off = 0; off < len; off += kChunk) {
+      const int chunk = std::min(kChunk, len - off);
+      Batch b;
+      b.tokens.assign(p.begin() + off, p.begin() + off + chunk);
+      b.seqs.push_back({0, chunk, off, tables[i].data()});
+      const bool last = off + chunk == len;
+      if (last) b.logit_rows.push_back(chunk - 1);
+      PAGODA_RETURN_IF_ERROR(r.forward(b, last ? logits.data() : nullptr));
+    }
+    out[i].logits.emplace_back(logits.begin(), logits.begin() + V);
+    out[i].tokens.push_back(argmax(logits.data(), V));
+  }
+  for (int k = 1; k < n; ++k) {
+    Batch b;
+    for (size_t i = 0; i < N; ++i) {
+      b.tokens.push_back(out[i].tokens.back());
+      b.seqs.push_back(
+          {static_cast<int>(i), 1, static_cast<int>(prompts[i].size()) + k - 1, tables[i].data()});
+      b.logit_rows.push_back(static_cast<int>(i));
+    }
+    PAGODA_RETURN_IF_ERROR(r.forward(b, logits.data()));
+    for (size_t i = 0; i < N; ++i) {
+      const float* row = logits.data() + i * static_cast<size_t>(V);
+      out[i].logits.emplace_back(row, row + V);
+      out[i].tokens.push_back(argmax(row, V));
+    }
+  }
+  return out;
 }
 
 // Logits before each of `tokens` when the prompt is followed by them (teacher forcing).
@@ -90,6 +144,9 @@ int cmd_cuda_check(int argc, char** argv) {
       {"--kv-cache-dtype", "", true,
        "the GPU's KV cache: auto (fp16, token-exact check) or fp8 (top-5 check)"},
       {"--quantization", "", true, "fp8: the GPU's layer weights in FP8 (top-5 check)"},
+      {"--parallel", "", true,
+       "GPU sequences decoded together (the prompts repeated in turn; default 1: one at a "
+       "time)"},
       {"--threads", "-t", true, "CPU threads (default: all cores)"},
       {"--help", "-h", false, "show this help"},
   };
@@ -106,6 +163,7 @@ int cmd_cuda_check(int argc, char** argv) {
   const double margin = flags.number("--tie-margin", 0.05, 0, 100);
   const int device = static_cast<int>(flags.integer("--device", 0, 0, 64));
   const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
+  const int parallel = static_cast<int>(flags.integer("--parallel", 1, 1, 1024));
   if (!flags.status()) return fail("cuda-check", flags.status());
 
   std::vector<std::vector<int32_t>> prompts;
@@ -152,81 +210,112 @@ int cmd_cuda_check(int argc, char** argv) {
   o.fp8_weights = *fp8;
   ThreadPool pool(threads);
   auto cpu = make_cpu_runner(*loaded->model, pool, o);
-  auto gpu = make_cuda_runner(*loaded->file, o);
+  RunnerOptions go = o;
+  go.n_kv_blocks = o.n_kv_blocks * parallel;
+  auto gpu = make_cuda_runner(*loaded->file, go);
   if (!gpu) return fail("cuda-check", gpu.status());
   std::printf("model %s (%s)\n  cpu:  %s\n  cuda: %s\n", args->get("--model")->c_str(),
               c.name.c_str(), cpu->describe().c_str(), (*gpu)->describe().c_str());
-  if (o.kv_cache_type == KvCacheType::kFp8 || o.fp8_weights) {
-    int top1 = 0, outside = 0, total = 0;
-    double worst = 0;
+
+  // The GPU's sequences: each prompt on its own, or --parallel of them decoded together.
+  std::vector<size_t> seq_prompt;
+  std::vector<Greedy> gpu_runs;
+  if (parallel == 1) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       auto b = greedy(**gpu, n_ctx, prompts[i], n_gen);
       if (!b) return fail("cuda-check", b.status());
-      auto a = forced(*cpu, n_ctx, prompts[i], b->tokens);
+      seq_prompt.push_back(i);
+      gpu_runs.push_back(std::move(*b));
+    }
+  } else {
+    std::vector<std::vector<int32_t>> seqs;
+    for (int j = 0; j < parallel; ++j) {
+      seq_prompt.push_back(static_cast<size_t>(j) % prompts.size());
+      seqs.push_back(prompts[seq_prompt.back()]);
+    }
+    auto b = greedy_batched(**gpu, n_ctx, seqs, n_gen);
+    if (!b) return fail("cuda-check", b.status());
+    gpu_runs = std::move(*b);
+    std::printf("%d sequences decoded together on the GPU\n", parallel);
+  }
+
+  if (o.kv_cache_type == KvCacheType::kFp8 || o.fp8_weights) {
+    int top1 = 0, outside = 0, total = 0;
+    double worst = 0;
+    for (size_t j = 0; j < gpu_runs.size(); ++j) {
+      const Greedy& b = gpu_runs[j];
+      const std::vector<int32_t>& prompt = prompts[seq_prompt[j]];
+      auto a = forced(*cpu, n_ctx, prompt, b.tokens);
       if (!a) return fail("cuda-check", a.status());
       int p_top1 = 0, p_worst_rank = 0;
       double p_nmse = 0;
       for (int k = 0; k < n_gen; ++k) {
-        const int rank = rank_of((*a)[static_cast<size_t>(k)], b->tokens[static_cast<size_t>(k)]);
+        const int rank = rank_of((*a)[static_cast<size_t>(k)], b.tokens[static_cast<size_t>(k)]);
         p_top1 += rank == 0;
         outside += rank >= 5;
         p_worst_rank = std::max(p_worst_rank, rank);
         p_nmse =
-            std::max(p_nmse, nmse(b->logits[static_cast<size_t>(k)], (*a)[static_cast<size_t>(k)]));
+            std::max(p_nmse, nmse(b.logits[static_cast<size_t>(k)], (*a)[static_cast<size_t>(k)]));
       }
       top1 += p_top1;
       total += n_gen;
       worst = std::max(worst, p_nmse);
       std::printf(
-          "prompt %zu (%zu tokens): cuda's token is the cpu's top 1 at %d/%d, worst cpu "
-          "rank %d; worst logit nmse %.2e\n",
-          i, prompts[i].size(), p_top1, n_gen, p_worst_rank + 1, p_nmse);
+          "sequence %zu (prompt %zu, %zu tokens): cuda's token is the cpu's top 1 at %d/%d, worst "
+          "cpu rank %d; worst logit nmse %.2e\n",
+          j, seq_prompt[j], prompt.size(), p_top1, n_gen, p_worst_rank + 1, p_nmse);
     }
     std::printf(
-        "cuda-check %s: %zu prompts, %d tokens: cpu top 1 at %d (%.1f%%), outside the "
+        "cuda-check %s: %zu sequences, %d tokens: cpu top 1 at %d (%.1f%%), outside the "
         "cpu's top 5 at %d; worst logit nmse %.2e\n",
         o.fp8_weights && o.kv_cache_type == KvCacheType::kFp8 ? "fp8 weights + KV"
         : o.fp8_weights                                       ? "fp8 weights"
                                                               : "fp8 KV",
-        prompts.size(), total, top1, 100.0 * top1 / std::max(1, total), outside, worst);
+        gpu_runs.size(), total, top1, 100.0 * top1 / std::max(1, total), outside, worst);
     return outside == 0 ? 0 : 1;
   }
 
+  std::vector<Greedy> cpu_runs;
+  for (const auto& prompt : prompts) {
+    auto a = greedy(*cpu, n_ctx, prompt, n_gen);
+    if (!a) return fail("cuda-check", a.status());
+    cpu_runs.push_back(std::move(*a));
+  }
   int identical = 0, ties = 0, failures = 0;
   double worst_nmse = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto a = greedy(*cpu, n_ctx, prompts[i], n_gen);
-    auto b = greedy(**gpu, n_ctx, prompts[i], n_gen);
-    if (!a) return fail("cuda-check", a.status());
-    if (!b) return fail("cuda-check", b.status());
+  for (size_t j = 0; j < gpu_runs.size(); ++j) {
+    const Greedy& a = cpu_runs[seq_prompt[j]];
+    const Greedy& b = gpu_runs[j];
+    const size_t len = prompts[seq_prompt[j]].size();
     // Logits after the prompt: the same input on both sides.
-    const double e = nmse(b->logits[0], a->logits[0]);
+    const double e = nmse(b.logits[0], a.logits[0]);
     worst_nmse = std::max(worst_nmse, e);
     int k = 0;
-    while (k < n_gen && a->tokens[static_cast<size_t>(k)] == b->tokens[static_cast<size_t>(k)]) ++k;
+    while (k < n_gen && a.tokens[static_cast<size_t>(k)] == b.tokens[static_cast<size_t>(k)]) ++k;
     if (k == n_gen) {
       ++identical;
-      std::printf("prompt %zu (%zu tokens): %d/%d identical, prompt logits nmse %.2e\n", i,
-                  prompts[i].size(), n_gen, n_gen, e);
+      std::printf(
+          "sequence %zu (prompt %zu, %zu tokens): %d/%d identical, prompt logits nmse %.2e\n", j,
+          seq_prompt[j], len, n_gen, n_gen, e);
       continue;
     }
     // At the first divergence both sides saw the same tokens: compare the CPU's logits
     // of the two choices.
-    const auto& la = a->logits[static_cast<size_t>(k)];
-    const int32_t ta = a->tokens[static_cast<size_t>(k)], tb = b->tokens[static_cast<size_t>(k)];
+    const auto& la = a.logits[static_cast<size_t>(k)];
+    const int32_t ta = a.tokens[static_cast<size_t>(k)], tb = b.tokens[static_cast<size_t>(k)];
     const double gap =
         static_cast<double>(la[static_cast<size_t>(ta)]) - la[static_cast<size_t>(tb)];
     const bool tie = gap <= margin;
     (tie ? ties : failures)++;
     std::printf(
-        "prompt %zu (%zu tokens): diverged at step %d (cpu %d, cuda %d; cpu logit gap %.4f: %s), "
-        "prompt logits nmse %.2e\n",
-        i, prompts[i].size(), k, ta, tb, gap, tie ? "near tie" : "MISMATCH", e);
+        "sequence %zu (prompt %zu, %zu tokens): diverged at step %d (cpu %d, cuda %d; cpu logit "
+        "gap %.4f: %s), prompt logits nmse %.2e\n",
+        j, seq_prompt[j], len, k, ta, tb, gap, tie ? "near tie" : "MISMATCH", e);
   }
   std::printf(
-      "cuda-check: %zu prompts, %d identical over %d tokens, %d diverged at near ties, "
+      "cuda-check: %zu sequences, %d identical over %d tokens, %d diverged at near ties, "
       "%d mismatches; worst prompt-logit nmse %.2e\n",
-      prompts.size(), identical, n_gen, ties, failures, worst_nmse);
+      gpu_runs.size(), identical, n_gen, ties, failures, worst_nmse);
   return failures == 0 ? 0 : 1;
 }
 
