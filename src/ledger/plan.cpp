@@ -324,11 +324,33 @@ int64_t activation_elems_per_token(const ModelShape& s, int tp, LayerRange layer
   return 4 * s.hidden + q + kv + attn + 3 * cdiv(ffn, tp) + s.rotary_dims();
 }
 
+int64_t fp8_activation_bytes(const ModelShape& s, int tp, LayerRange layers, int64_t max_tokens) {
+  // The widest single FFN matrix of the stage (an expert's, or the shared experts').
+  int64_t ffn = 0;
+  for (int64_t l = layers.begin; l < layers.end; ++l)
+    ffn = std::max(ffn, s.layer_is_moe(l)
+                            ? std::max(s.expert_ffn, s.n_shared_experts * s.shared_ffn())
+                            : s.ffn);
+  ffn = cdiv(ffn, tp);
+  const int64_t qkv =
+      cdiv(s.q_dim(), tp) + (s.is_mla() ? s.kv_lora_rank + s.qk_rope_head_dim
+                                        : 2 * kv_heads_per_rank(s, tp) * s.head_dim);
+  const int64_t cols = std::max({s.hidden, cdiv(s.attn_out_dim(), tp), ffn});
+  const int64_t rows = std::max({qkv, 2 * ffn, s.hidden});
+  const int64_t x8 = cdiv(cdiv(max_tokens, 16) * 16 * cols, 16) * 16;
+  return x8 + 16 * rows * 4;  // the tile is fp32
+}
+
 Overheads overheads(const PlanInput& in, LayerRange layers, bool last_stage) {
   Overheads o;
   const int64_t elem = in.device.gpu ? 2 : 4;
   o.activations =
       in.max_num_batched_tokens * activation_elems_per_token(in.shape, in.tp, layers) * elem;
+  // FP8 weights multiply FP8 activations: the CUDA backend quantizes them into a scratch
+  // of its own, sized once for the whole batch.
+  if (in.device.gpu && in.weight_type.family == WeightFamily::kServe &&
+      in.weight_type.name == "fp8")
+    o.fp8_activations = fp8_activation_bytes(in.shape, in.tp, layers, in.max_num_batched_tokens);
   if (last_stage) o.logits = in.max_num_seqs * in.shape.vocab * 4 * (in.device.gpu ? 2 : 1);
   o.runtime = in.device.gpu ? kGpuRuntimeBytes
                             : kCpuRuntimeBaseBytes + kCpuRuntimeBytesPerVocab * in.shape.vocab;

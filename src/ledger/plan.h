@@ -11,6 +11,11 @@
 //    token is routed to; rotary cos/sin tables), in fp32 on CPU and bf16 on GPU.
 //  * logits: --max-num-seqs rows of the vocabulary in fp32 on the last stage (twice on GPU:
 //    the sampler's probabilities).
+//  * fp8 activations: with fp8 weights on GPU, the FP8 products' scratch (Gemm::reserve_fp8):
+//    the activations of --max-num-batched-tokens (rounded up to 16) quantized to one byte at
+//    the widest input of a quantized matrix (hidden, attention out, FFN), 16-byte aligned,
+//    and a 16-token fp32 output tile at the widest output (q, k and v together; gate and up
+//    together; hidden).
 //  * runtime: on GPU a CUDA context with cuBLAS workspaces, an estimate of 512 MiB; on CPU
 //    the process baseline: code, libraries and allocator arenas (8 MiB) plus the tokenizer's
 //    tables (384 bytes per vocabulary entry). Fitted to the steady-state RSS of `pagoda run`
@@ -76,13 +81,18 @@ struct PlanInput {
 
 struct Overheads {
   int64_t activations = 0;
+  int64_t fp8_activations = 0;  // the FP8 products' scratch; 0 unless fp8 weights on GPU
   int64_t logits = 0;
   int64_t runtime = 0;
-  int64_t total() const { return activations + logits + runtime; }
+  int64_t total() const { return activations + fp8_activations + logits + runtime; }
 };
 
 // Forward-pass buffer elements per batched token on one rank for a stage's layers.
 int64_t activation_elems_per_token(const ModelShape& shape, int tp, LayerRange layers);
+// Bytes of the FP8 products' activation scratch for `max_tokens` batched tokens on one rank
+// of a stage (see "fp8 activations" above).
+int64_t fp8_activation_bytes(const ModelShape& shape, int tp, LayerRange layers,
+                             int64_t max_tokens);
 Overheads overheads(const PlanInput& in, LayerRange layers, bool last_stage);
 
 // One pipeline stage on one of its tensor-parallel ranks.

@@ -3,6 +3,8 @@
 // file's own metadata: layers x KV heads x head size x 2 (K and V) x bytes per element.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine/kv_budget.h"
 #include "model/gguf.h"
 
@@ -37,6 +39,33 @@ TEST(KvBudget, AnFp8PoolHoldsTwiceTheTokensOfAnFp16One) {
   EXPECT_EQ(fp16->kv.pool_bytes, int64_t{fp16->kv.n_blocks} * 16 * elems_per_token * 2);
   EXPECT_EQ(fp8->kv.pool_bytes, int64_t{fp8->kv.n_blocks} * 16 * elems_per_token);
   EXPECT_EQ(fp16->weight_bytes, fp8->weight_bytes);  // only the cache changes
+}
+
+TEST(KvBudget, Fp8WeightsLeaveRoomForTheirActivationScratch) {
+  // What CudaModel::reserve asks Gemm::reserve_fp8 for: the batch's tokens (rounded up to
+  // 16) x the widest input in one byte, 16-byte aligned, and a 16-row fp32 tile of the
+  // widest output, from the file's own metadata.
+  auto f = GgufFile::open(kModel);
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  const int64_t dim = *(*f)->get_int("llama.embedding_length");
+  const int64_t heads = *(*f)->get_int("llama.attention.head_count");
+  const int64_t kv_dim = *(*f)->get_int("llama.attention.head_count_kv") * (dim / heads);
+  const int64_t ffn = *(*f)->get_int("llama.feed_forward_length");
+
+  EngineConfig c;
+  c.device = "cuda";
+  c.max_model_len = 256;
+  c.max_num_batched_tokens = 1000;
+  c.kv_cache_memory = int64_t{64} << 20;
+  const int64_t gpu = int64_t{80} << 30;
+  auto none = plan_gpu_kv_pool(**f, 512, c, gpu, gpu);
+  ASSERT_TRUE(none.is_ok()) << none.status().message();
+  c.quantization = "fp8";
+  auto fp8 = plan_gpu_kv_pool(**f, 512, c, gpu, gpu);
+  ASSERT_TRUE(fp8.is_ok()) << fp8.status().message();
+  const int64_t cols = std::max(dim, ffn), rows = std::max({dim + 2 * kv_dim, 2 * ffn, dim});
+  const int64_t x8 = (1008 * cols + 15) / 16 * 16;
+  EXPECT_EQ(fp8->overhead_bytes - none->overhead_bytes, x8 + 16 * rows * 4);
 }
 
 TEST(KvBudget, KvCacheTypesByBackend) {

@@ -17,7 +17,8 @@ KEYS = ["weight_bytes", "kv_bytes_per_token", "kv_pool_bytes", "max_concurrent_s
         "max_context_tokens", "fits", "overheads", "kv_bytes_per_sequence",
         "mha_equivalent_kv_bytes_per_token", "budget_bytes", "kv_pool_blocks", "suggestions",
         "notes", "stages", "device", "shape"]
-OVERHEAD_KEYS = ["activations_bytes", "logits_bytes", "runtime_context_bytes", "total_bytes"]
+OVERHEAD_KEYS = ["activations_bytes", "fp8_activations_bytes", "logits_bytes",
+                 "runtime_context_bytes", "total_bytes"]
 CATALOG = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "qwen2.5-7b",
            "qwen2.5-72b", "qwen3-8b", "qwen3-32b", "qwen3-235b-a22b", "mistral-7b",
            "mixtral-8x7b", "deepseek-v3", "gemma-3-27b", "smollm2-135m"]
@@ -68,8 +69,9 @@ def test_json_keys_and_arithmetic():
         assert k in p["overheads"], k
     assert isinstance(p["fits"], bool)
     o = p["overheads"]
-    assert o["total_bytes"] == o["activations_bytes"] + o["logits_bytes"] + \
-        o["runtime_context_bytes"]
+    assert o["total_bytes"] == o["activations_bytes"] + o["fp8_activations_bytes"] + \
+        o["logits_bytes"] + o["runtime_context_bytes"]
+    assert o["fp8_activations_bytes"] == 0  # bf16 weights
     assert p["kv_pool_bytes"] == p["budget_bytes"] - p["weight_bytes"] - o["total_bytes"]
     assert p["kv_bytes_per_sequence"] == p["kv_bytes_per_token"] * 8192
     assert p["max_concurrent_sequences"] == p["kv_pool_bytes"] // p["kv_bytes_per_sequence"]
@@ -77,6 +79,27 @@ def test_json_keys_and_arithmetic():
     # The device named by the issue, memory as nvidia-smi reports it.
     assert p["device"]["name"] == "H100-80G"
     assert p["device"]["memory_bytes"] == 81559 * 2**20
+
+
+def test_fp8_weights_count_their_activation_scratch():
+    # Llama-3.1-8B (hidden 4096, q 4096, k and v 1024, FFN 14336) at 8192 batched tokens:
+    # the CUDA backend quantizes the batch's activations to one byte at the widest input
+    # (14336), plus a 16-token fp32 tile at the widest output (gate and up, 2 x 14336).
+    want = 8192 * 14336 + 16 * 28672 * 4
+    args = ["plan", "llama-3.1-8b", "--dtype", "fp8", "--max-num-batched-tokens", "8192"]
+    p = pagoda_json(*args, "--json")
+    o = p["overheads"]
+    assert o["fp8_activations_bytes"] == want
+    assert o["total_bytes"] == o["activations_bytes"] + want + o["logits_bytes"] + \
+        o["runtime_context_bytes"]
+    assert p["kv_pool_bytes"] == p["budget_bytes"] - p["weight_bytes"] - o["total_bytes"]
+    text = run_pagoda(*args).stdout
+    assert "fp8 activations (8,192 tokens)" in text
+    assert f"{want:,}" in text
+    # bf16 weights, or fp8 on the CPU: no such line.
+    assert "fp8 activations" not in run_pagoda("plan", "llama-3.1-8b").stdout
+    cpu = pagoda_json(*args, "--device", "cpu", "--device-memory", "64GiB", "--json")
+    assert cpu["overheads"]["fp8_activations_bytes"] == 0
 
 
 def test_seed_example_70b_at_128k():

@@ -688,6 +688,39 @@ TEST(LedgerPlan, SuggestionsAreComputed) {
   }
 }
 
+TEST(LedgerPlan, Fp8WeightsCountTheirActivationScratch) {
+  // Llama-3.1-8B: hidden 4096, q 4096, k and v 1024 each, FFN 14336. The CUDA backend's
+  // FP8 scratch (Gemm::reserve_fp8) holds the batch's activations in one byte at the widest
+  // input (the FFN's 14336), then a 16-token fp32 tile at the widest output (gate and up,
+  // 2 x 14336).
+  PlanInput in = catalog_input("llama-3.1-8b", 8192);
+  in.weight_type = type("fp8");
+  in.max_num_batched_tokens = 8192;
+  auto p = make_plan(in);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  const int64_t x8 = int64_t{8192} * 14336, tile = 16 * 28672 * 4;
+  EXPECT_EQ(p->overheads.fp8_activations, x8 + tile);
+  EXPECT_EQ(p->overheads.total(),
+            p->overheads.activations + x8 + tile + p->overheads.logits + p->overheads.runtime);
+  EXPECT_EQ(p->kv_pool_bytes, p->budget_bytes - p->weight_bytes - p->overheads.total());
+
+  // Tokens are rounded up to 16: 8190 hold as much as 8192.
+  in.max_num_batched_tokens = 8190;
+  EXPECT_EQ(make_plan(in)->overheads.fp8_activations, x8 + tile);
+  // 33 tokens: 48 rows of 14336 bytes (a multiple of 16 already).
+  in.max_num_batched_tokens = 33;
+  EXPECT_EQ(make_plan(in)->overheads.fp8_activations, 48 * 14336 + tile);
+
+  // Without fp8 weights, or on the CPU (which has no FP8 products), there is none.
+  in.weight_type = type("bf16");
+  EXPECT_EQ(make_plan(in)->overheads.fp8_activations, 0);
+  in.weight_type = type("int4-g128");
+  EXPECT_EQ(make_plan(in)->overheads.fp8_activations, 0);
+  in.weight_type = type("fp8");
+  in.device = {"cpu", int64_t{64} << 30, false};
+  EXPECT_EQ(make_plan(in)->overheads.fp8_activations, 0);
+}
+
 TEST(LedgerPlan, DevicesAndSizes) {
   EXPECT_EQ(*parse_bytes("80GiB"), int64_t{80} << 30);
   EXPECT_EQ(*parse_bytes("141GB"), int64_t{141} * 1000 * 1000 * 1000);

@@ -123,6 +123,7 @@ void print_list(bool json) {
 
 ordered_json overheads_json(const L::Overheads& o) {
   return {{"activations_bytes", o.activations},
+          {"fp8_activations_bytes", o.fp8_activations},
           {"logits_bytes", o.logits},
           {"runtime_context_bytes", o.runtime},
           {"total_bytes", o.total()}};
@@ -368,6 +369,12 @@ int cmd_plan(int argc, char** argv) {
       "  %-34s %24s  %10s\n",
       str_format("activations (%s tokens)", commas(in.max_num_batched_tokens).c_str()).c_str(),
       commas(p.overheads.activations).c_str(), human(p.overheads.activations).c_str());
+  if (p.overheads.fp8_activations > 0)
+    std::printf("  %-34s %24s  %10s\n",
+                str_format("fp8 activations (%s tokens)", commas(in.max_num_batched_tokens).c_str())
+                    .c_str(),
+                commas(p.overheads.fp8_activations).c_str(),
+                human(p.overheads.fp8_activations).c_str());
   std::printf("  %-34s %24s  %10s\n",
               str_format("logits (%s sequences)", commas(in.max_num_seqs).c_str()).c_str(),
               commas(p.overheads.logits).c_str(), human(p.overheads.logits).c_str());
