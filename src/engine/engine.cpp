@@ -177,8 +177,8 @@ class EngineImpl : public Engine {
     o.max_batch_tokens = config_.max_num_batched_tokens;
     o.max_logit_rows = config_.max_num_seqs;
     o.device = gpu;
-    PAGODA_ASSIGN_OR_RETURN(o.kv_cache_type, kv_cache_type(config_, /*gpu=*/true));
-    PAGODA_ASSIGN_OR_RETURN(o.fp8_weights, fp8_weights(config_, /*gpu=*/true));
+    o.kv_cache_type = g.kv_cache_type;
+    o.fp8_weights = g.fp8_weights;
     auto runner = make_cuda_runner(*file_, o);
     if (!runner)
       return runner.status().with_context("loading '" + config_.model_path + "' on " +

@@ -108,6 +108,8 @@ Result<GpuKvBudget> plan_gpu_kv_pool(const GgufFile& file, int64_t model_context
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   PAGODA_ASSIGN_OR_RETURN(const ledger::Plan plan, ledger::make_plan(in, /*suggest=*/false));
   GpuKvBudget g;
+  g.kv_cache_type = kv;
+  g.fp8_weights = fp8;
   g.budget_bytes = plan.budget_bytes;
   g.weight_bytes = plan.weight_bytes;
   g.overhead_bytes = plan.overheads.total();

@@ -36,12 +36,17 @@ Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& conf
 // On a GPU: the memory ledger's plan (ledger::make_plan) of this model file on a device of
 // `total_bytes`, with the engine's batch limits and either config.kv_cache_memory or
 // config.gpu_memory_utilization; fails when weights and overheads leave no room for one
-// max_model_len sequence, or when `free_bytes` cannot hold the planned budget.
+// max_model_len sequence, or when `free_bytes` cannot hold the planned budget. It parses
+// --kv-cache-dtype and --quantization for the plan, and hands them on for the runner.
 struct GpuKvBudget {
   KvBudget kv;
   int64_t budget_bytes = 0;    // what the plan may use of the device
   int64_t weight_bytes = 0;    // the plan's figures, for the start-up log
   int64_t overhead_bytes = 0;  // activations, logits, runtime
+
+  // The flags as parsed for the plan, for the runner.
+  KvCacheType kv_cache_type = KvCacheType::k16Bit;  // config.kv_cache_dtype
+  bool fp8_weights = false;                         // config.quantization
 };
 Result<GpuKvBudget> plan_gpu_kv_pool(const GgufFile& file, int64_t model_context,
                                      const EngineConfig& config, int64_t free_bytes,

@@ -39,6 +39,10 @@ TEST(KvBudget, AnFp8PoolHoldsTwiceTheTokensOfAnFp16One) {
   EXPECT_EQ(fp16->kv.pool_bytes, int64_t{fp16->kv.n_blocks} * 16 * elems_per_token * 2);
   EXPECT_EQ(fp8->kv.pool_bytes, int64_t{fp8->kv.n_blocks} * 16 * elems_per_token);
   EXPECT_EQ(fp16->weight_bytes, fp8->weight_bytes);  // only the cache changes
+  // The parsed type travels with the budget, for the runner.
+  EXPECT_EQ(fp16->kv_cache_type, KvCacheType::k16Bit);
+  EXPECT_EQ(fp8->kv_cache_type, KvCacheType::kFp8);
+  EXPECT_FALSE(fp8->fp8_weights);
 }
 
 TEST(KvBudget, Fp8WeightsLeaveRoomForTheirActivationScratch) {
@@ -66,6 +70,9 @@ TEST(KvBudget, Fp8WeightsLeaveRoomForTheirActivationScratch) {
   const int64_t cols = std::max(dim, ffn), rows = std::max({dim + 2 * kv_dim, 2 * ffn, dim});
   const int64_t x8 = (1008 * cols + 15) / 16 * 16;
   EXPECT_EQ(fp8->overhead_bytes - none->overhead_bytes, x8 + 16 * rows * 4);
+  EXPECT_FALSE(none->fp8_weights);
+  EXPECT_TRUE(fp8->fp8_weights);
+  EXPECT_EQ(fp8->kv_cache_type, KvCacheType::k16Bit);
 }
 
 TEST(KvBudget, KvCacheTypesByBackend) {
