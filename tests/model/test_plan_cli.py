@@ -143,6 +143,8 @@ def apply(args, flags):
     ["llama-3.1-8b", "--device-memory", "RTX4090-24G", "--context", "131072",
      "--concurrency", "8"],
     ["qwen3-235b-a22b", "--device-memory", "H200-141G", "--context", "32768"],
+    ["llama-3.1-8b", "--device", "cpu", "--device-memory", "48GiB", "--context", "32768",
+     "--concurrency", "8"],
 ])
 def test_suggestions_fit_when_applied(args):
     p = pagoda_json("plan", *args, "--json")
@@ -152,6 +154,29 @@ def test_suggestions_fit_when_applied(args):
         again = pagoda_json("plan", *apply(args, s["flags"]), "--json")
         assert again["fits"], s
         assert again["max_concurrent_sequences"] == s["max_concurrent_sequences"]
+
+
+def test_fp8_kv_is_suggested_only_where_it_runs():
+    # 8 sequences of 32K tokens of Llama-3.1-8B: bf16 KV does not fit in 48 GiB, FP8 KV
+    # would; the CPU backend keeps its KV cache in fp16 only, so a CPU plan must not offer it.
+    args = ["plan", "llama-3.1-8b", "--context", "32768", "--concurrency", "8",
+            "--device-memory", "48GiB", "--json"]
+    gpu = pagoda_json(*args)
+    assert not gpu["fits"]
+    assert "--kv-cache-dtype fp8" in [s["flags"] for s in gpu["suggestions"]]
+    cpu = pagoda_json(*args, "--device", "cpu")
+    assert not cpu["fits"]
+    assert cpu["kv_cache_dtype"] == "fp16"
+    assert cpu["suggestions"], cpu["notes"]
+    for s in cpu["suggestions"]:
+        assert "--kv-cache-dtype" not in s["flags"], s
+    # A GGUF model the CPU engine runs.
+    small = pagoda_json("plan", model_path(SMOLLM2), "--device", "cpu", "--device-memory",
+                        "1GiB", "--context", "8192", "--concurrency", "4", "--json")
+    assert not small["fits"]
+    assert small["suggestions"], small["notes"]
+    for s in small["suggestions"]:
+        assert "--kv-cache-dtype" not in s["flags"], s
 
 
 def test_config_json_and_checkpoint_folder(tmp_path):

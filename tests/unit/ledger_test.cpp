@@ -721,6 +721,40 @@ TEST(LedgerPlan, Fp8WeightsCountTheirActivationScratch) {
   EXPECT_EQ(make_plan(in)->overheads.fp8_activations, 0);
 }
 
+TEST(LedgerPlan, NoSmallerKvTypeIsSuggestedForTheCpu) {
+  // 8 sequences of 32K tokens of Llama-3.1-8B need 32 GiB of bf16 KV; 48 GiB x 0.9 less
+  // 15 GiB of weights leaves room for 6. FP8 KV (16 GiB) would fit, but only on a GPU: the
+  // CPU backend stores fp16 alone.
+  PlanInput in = catalog_input("llama-3.1-8b", 32768);
+  in.concurrency = 8;
+  in.device = *parse_device("48GiB", true);
+  auto gpu = make_plan(in);
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
+  ASSERT_FALSE(gpu->fits);
+  bool fp8 = false;
+  for (const Suggestion& s : gpu->suggestions)
+    fp8 = fp8 || s.flags.find("--kv-cache-dtype fp8") != std::string::npos;
+  EXPECT_TRUE(fp8);
+
+  in.device = *parse_device("48GiB", false);
+  in.kv_dtype = KvDtype::kFp16;  // what `pagoda plan --device cpu` plans by default
+  auto cpu = make_plan(in);
+  ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
+  ASSERT_FALSE(cpu->fits);
+  EXPECT_FALSE(cpu->suggestions.empty());  // a shorter context, fewer sequences
+  for (const Suggestion& s : cpu->suggestions)
+    EXPECT_EQ(s.flags.find("--kv-cache-dtype"), std::string::npos) << s.flags;
+
+  // Nothing fits alone on a small machine: the combined search leaves the KV type alone too
+  // (it offered int4-g128 weights with fp8 KV here).
+  in.device = *parse_device("12GiB", false);
+  in.concurrency = 2;
+  auto small = make_plan(in);
+  ASSERT_TRUE(small.is_ok()) << small.status().message();
+  for (const Suggestion& s : small->suggestions)
+    EXPECT_EQ(s.flags.find("--kv-cache-dtype"), std::string::npos) << s.flags;
+}
+
 TEST(LedgerPlan, DevicesAndSizes) {
   EXPECT_EQ(*parse_bytes("80GiB"), int64_t{80} << 30);
   EXPECT_EQ(*parse_bytes("141GB"), int64_t{141} * 1000 * 1000 * 1000);
