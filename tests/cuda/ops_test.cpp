@@ -7,6 +7,8 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemv_q8.h"
 #include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -68,6 +70,62 @@ CUDA_TEST(silu_mul_matches_cpu) {
     expect_nmse(str_format("silu_mul %s", act_name(t)), got.data(), ref.data(), ref.size(),
                 std::max(1e-11, rounding_bound(t)));
   }
+}
+
+// The 8-bit outputs of rms_norm and silu_mul (decode steps over GGUF block weights)
+// against the f16 outputs quantized by the products' own kernel: the same bytes.
+std::vector<uint8_t> q8_bytes(const DeviceBuffer& b, int64_t cols, int n) {
+  const Q8Act a = q8_act_view(b.get(), cols, n);
+  const size_t nb = static_cast<size_t>(cols / 32) * static_cast<size_t>(n);
+  const auto all = to_host<uint8_t>(b, b.bytes());
+  std::vector<uint8_t> out;
+  auto take = [&](const void* p, size_t bytes) {
+    const size_t off =
+        static_cast<size_t>(static_cast<const uint8_t*>(p) - static_cast<const uint8_t*>(b.get()));
+    out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(off),
+               all.begin() + static_cast<std::ptrdiff_t>(off + bytes));
+  };
+  take(a.q, static_cast<size_t>(cols) * n);
+  take(a.d, nb * 4);
+  take(a.s, nb * 4);
+  take(a.c, nb * 4);
+  return out;
+}
+
+CUDA_TEST(q8_outputs_match_separate_quantization) {
+  std::mt19937 rng(21);
+  for (int n : {1, 5, 70}) {
+    const int dim = 4128, ff = 1056;  // not multiples of the norm's 1,024 threads
+    const auto x = random_floats(rng, static_cast<size_t>(n) * dim, 3.0f);
+    const auto w = random_floats(rng, static_cast<size_t>(dim));
+    const auto gu = random_floats(rng, static_cast<size_t>(n) * 2 * ff, 2.0f);
+    DeviceBuffer dx = to_device(x), dw = to_device(w), dgu = to_device(gu);
+    for (const bool norm : {true, false}) {
+      const int cols = norm ? dim : ff;
+      const size_t bytes = gemv_q8_scratch_bytes(cols, n);
+      DeviceBuffer fused = poisoned(bytes), sep = poisoned(bytes);
+      DeviceBuffer f16 = poisoned(static_cast<size_t>(n) * cols * 2);
+      const Q8Act a = q8_act_view(fused.get(), cols, n), b = q8_act_view(sep.get(), cols, n);
+      if (norm) {
+        EXPECT_OK(
+            rms_norm_q8(dx.as<float>(), dim, nullptr, dw.as<float>(), a, n, dim, 1e-5f, nullptr));
+        EXPECT_OK(rms_norm(dx.as<float>(), dim, nullptr, dw.as<float>(), f16.get(), ActType::kF16,
+                           n, dim, 1e-5f, nullptr));
+      } else {
+        EXPECT_OK(silu_mul_q8(dgu.as<float>(), n, ff, a, nullptr));
+        EXPECT_OK(silu_mul(dgu.as<float>(), n, ff, f16.get(), ActType::kF16, nullptr));
+      }
+      EXPECT_OK(quantize_q8(f16.get(), cols, n, b, nullptr));
+      expect(q8_bytes(fused, cols, n) == q8_bytes(sep, cols, n),
+             str_format("%s to 8-bit activations, n=%d: the bytes of f16 output + quantize_q8",
+                        norm ? "rms_norm" : "silu_mul", n));
+    }
+  }
+  DeviceBuffer tiny = poisoned(gemv_q8_scratch_bytes(64, 1));
+  const Q8Act bad = q8_act_view(tiny.get(), 64, 1);
+  DeviceBuffer dx = to_device(random_floats(rng, 100)), dw = to_device(random_floats(rng, 100));
+  expect(!rms_norm_q8(dx.as<float>(), 100, nullptr, dw.as<float>(), bad, 1, 100, 1e-5f, nullptr),
+         "rms_norm_q8 refuses a width that is not whole blocks");
 }
 
 // A random weight matrix in GGUF layout and on the device.
@@ -194,6 +252,46 @@ CUDA_TEST(weight_products_match_reference) {
                 got.data(), cpu_y.data(), cpu_y.size(), 1e-8);
           }
         }
+      }
+    }
+  }
+}
+
+// Rows long enough that a lane of the quantized matrix-vector kernel takes more than one
+// group of weight blocks, the last one partial, with 4 warps per row (few rows) and 1
+// (16,384 rows or more): against the CPU backend's product, which quantizes the
+// activations by the same rule.
+CUDA_TEST(quantized_gemv_long_rows_match_cpu) {
+  std::mt19937 rng(22);
+  auto gemm = Gemm::create();
+  if (!gemm) return fail(gemm.status().message());
+  ThreadPool pool(4);
+  const std::pair<int64_t, int64_t> shapes[] = {{64, 18432}, {16392, 5120}};
+  for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+    for (const auto& [rows, cols] : shapes) {
+      TestMatrix tm = make_matrix(rng, type, rows, cols);
+      auto wm = cpu::WeightMatrix::from_gguf(type, tm.gguf.data(), rows, cols);
+      if (!wm) return fail(wm.status().message());
+      for (int n : {1, 3}) {
+        const auto x_raw =
+            encode_act(random_floats(rng, static_cast<size_t>(n * cols)), ActType::kF16);
+        const auto x = decode_act(x_raw, ActType::kF16);
+        DeviceBuffer dx = to_device(x_raw);
+        std::vector<float> ref(static_cast<size_t>(n * rows));
+        cpu::MatmulScratch scratch;
+        cpu::matmul(*wm, x.data(), n, cols, ref.data(), rows, pool, scratch);
+        for (int split : {0, 1, 2, 4}) {  // 0: the size heuristic
+          set_gemv_q8_split_override(split);
+          DeviceBuffer dy = poisoned(static_cast<size_t>(n * rows) * 4);
+          EXPECT_OK((*gemm)->matmul(tm.m, dx.get(), cols, n, dy.as<float>(), rows, false, nullptr));
+          const auto got = to_host<float>(dy, static_cast<size_t>(n * rows));
+          expect_nmse(
+              str_format("gemv %s %lldx%lld n=%d split %d vs CPU matmul",
+                         std::string(dtype_name(type)).c_str(), static_cast<long long>(rows),
+                         static_cast<long long>(cols), n, split),
+              got.data(), ref.data(), ref.size(), 1e-8);
+        }
+        set_gemv_q8_split_override(0);
       }
     }
   }

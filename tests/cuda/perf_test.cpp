@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemv_q8.h"
 #include "backend/cuda/kernels.h"
 #include "harness.h"
 
@@ -99,6 +101,26 @@ CUDA_TEST(perf_weight_products) {
                     t1 * 1e3, bytes / t1 / 1e6);
       }
       set_gemv_split_override(0);
+      if (Gemm::takes_q8(ms[0])) {
+        // The product alone, its activations already quantized (as a norm or SiLU in
+        // front of it writes them in a decode step).
+        auto xq = (*gemm)->q8_input(s.cols, 1, nullptr);
+        if (!xq) return fail(xq.status().message());
+        (void)quantize_q8(x.get(), s.cols, 1, *xq, nullptr);
+        for (int split : {0, 1, 2, 4}) {  // 0: the default choice
+          set_gemv_q8_split_override(split);
+          const double t1 = time_ms(30, [&](int i) {
+            (void)(*gemm)->matmul_q8(ms[static_cast<size_t>(i % 3)], *xq, 1, y.as<float>(), s.rows,
+                                     false, nullptr);
+          });
+          std::printf("  perf gemv %-5s %-8s %6lldx%-6lld n=1 q8 in%s: %8.1f us %7.0f GB/s\n",
+                      std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.rows),
+                      static_cast<long long>(s.cols),
+                      split == 0 ? "" : str_format(" split%d", split).c_str(), t1 * 1e3,
+                      bytes / t1 / 1e6);
+        }
+        set_gemv_q8_split_override(0);
+      }
       for (int n : {512, 2048}) {
         if (s.rows > 50000) continue;  // the output product runs for one row in prefill
         const double t = time_ms(10, [&](int i) {

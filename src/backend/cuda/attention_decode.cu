@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
                   const int32_t* __restrict__ rows, int n_heads, float scale, int n_splits,
                   void* __restrict__ out, ActType out_type, float* __restrict__ part) {
   pdl_trigger();
+  pdl_wait();
   constexpr int kGroups = kThreads / LANES;  // workers per block
   __shared__ float red_s[kGroups][8 * LANES];
   __shared__ float m_s[kGroups], l_s[kGroups];
@@ -219,6 +220,7 @@ __global__ void combine_kernel(const float* __restrict__ part, const int32_t* __
                                int n_heads, int hd, int n_splits, void* __restrict__ out,
                                ActType out_type) {
   pdl_trigger();
+  pdl_wait();
   const int wi = blockIdx.x, h = blockIdx.y;
   const float* pp = part + (static_cast<int64_t>(wi) * n_heads + h) * n_splits * (hd + 2);
   float m = -INFINITY;
@@ -245,9 +247,9 @@ void launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
             ActType out_type, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(splits));
-  decode_kernel<LANES, KV, UNROLL>
-      <<<grid, kThreads, 0, stream>>>(q, kv, b, plan.decode_rows, n_heads, scale, splits, out,
-                                      out_type, static_cast<float*>(plan.workspace));
+  launch_dependent(decode_kernel<LANES, KV, UNROLL>, grid, kThreads, stream, q, kv, b,
+                   plan.decode_rows, n_heads, scale, splits, out, out_type,
+                   static_cast<float*>(plan.workspace));
 }
 
 template <typename KV, int UNROLL>
@@ -302,8 +304,8 @@ Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBa
   PAGODA_RETURN_IF_ERROR(launch_status("decode_attention"));
   if (splits == 1) return Status::ok();
   const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(n_heads));
-  combine_kernel<<<grid, 128, 0, stream>>>(static_cast<const float*>(plan.workspace),
-                                           plan.decode_rows, n_heads, hd, splits, out, out_type);
+  launch_dependent(combine_kernel, grid, 128, stream, static_cast<const float*>(plan.workspace),
+                   plan.decode_rows, n_heads, hd, splits, out, out_type);
   return launch_status("decode_attention_combine");
 }
 

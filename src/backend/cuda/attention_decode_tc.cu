@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                      const int32_t* __restrict__ rows, int n_heads, float scale_log2, int n_splits,
                      void* __restrict__ out, ActType out_type, float* __restrict__ part) {
   pdl_trigger();
+  pdl_wait();
   constexpr int kStride = HD + 8;  // padded rows: ldmatrix rows fall in distinct banks
   constexpr int kChunks = HD / 8;  // 8-element pieces per row
   extern __shared__ __align__(16) __half smem[];
@@ -187,18 +188,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       __syncwarp();  // K's staging area is free: request the next tile's K
       if (t0 + kWarps * kTileKeys < n_keys) stage_fp8(t0 + kWarps * kTileKeys, true);
     } else {
-#pragma unroll
-      for (int ks = 0; ks < HD / 16; ++ks) {
-#pragma unroll
-        for (int nt = 0; nt < kTileKeys / 8; nt += 2) {
-          const int mi = lane / 8;
-          const int key = (nt + (mi >> 1)) * 8 + lane % 8;
-          uint32_t bf[4];
-          ldmatrix_x4(bf, k_s + key * kStride + ks * 16 + (mi & 1) * 8);
-          mma16816(s[nt], qf[ks], bf[0], bf[1]);
-          mma16816(s[nt + 1], qf[ks], bf[2], bf[3]);
-        }
-      }
+      qk_tile<HD, kTileKeys>(s, qf, k_s, kStride, lane);
     }
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -334,9 +324,10 @@ Status launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
   }
   const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(splits));
-  decode_tc_kernel<HD, FP8><<<grid, kThreads, kSmem, stream>>>(
-      reinterpret_cast<const __half*>(q), kv, b, plan.decode_rows, n_heads,
-      scale * kLog2e * kv.k_scale, splits, out, out_type, static_cast<float*>(plan.workspace));
+  launch_dependent_smem(decode_tc_kernel<HD, FP8>, grid, kThreads, kSmem, stream,
+                        reinterpret_cast<const __half*>(q), kv, b, plan.decode_rows, n_heads,
+                        scale * kLog2e * kv.k_scale, splits, out, out_type,
+                        static_cast<float*>(plan.workspace));
   return launch_status("decode_attention_tc");
 }
 

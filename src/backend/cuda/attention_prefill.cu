@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kThreads)
                    const int32_t* __restrict__ seqs, int n_heads, float scale_log2,
                    void* __restrict__ out, ActType out_type) {
   pdl_trigger();
+  pdl_wait();
   constexpr int kStride = HD + 8;  // padded rows: ldmatrix rows fall in distinct banks
   constexpr int kChunks = HD / 8;  // 16-byte pieces per row
   extern __shared__ __align__(16) __half smem[];
@@ -105,18 +106,7 @@ __global__ void __launch_bounds__(kThreads)
     float s[kBK / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kBK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < HD / 16; ++ks) {
-#pragma unroll
-      for (int nt = 0; nt < kBK / 8; nt += 2) {
-        const int mi = lane / 8;
-        const int key = (nt + (mi >> 1)) * 8 + lane % 8;
-        uint32_t bf[4];
-        ldmatrix_x4(bf, k_s + key * kStride + ks * 16 + (mi & 1) * 8);
-        mma16816(s[nt], qf[ks], bf[0], bf[1]);
-        mma16816(s[nt + 1], qf[ks], bf[2], bf[3]);
-      }
-    }
+    qk_tile<HD, kBK>(s, qf, k_s, kStride, lane);
     // Scale into log2 units, mask the future, update the running max and sum.
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -217,9 +207,9 @@ Status launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
   }
   const dim3 grid(static_cast<unsigned>((plan.max_prefill_q + kBQ - 1) / kBQ),
                   static_cast<unsigned>(n_heads), static_cast<unsigned>(plan.n_prefill_seqs));
-  prefill_kernel<HD, FP8><<<grid, kThreads, kSmem, stream>>>(
-      reinterpret_cast<const __half*>(q), kv, b, plan.prefill_seqs, n_heads,
-      scale * kLog2e * kv.k_scale, out, out_type);
+  launch_dependent_smem(prefill_kernel<HD, FP8>, grid, kThreads, kSmem, stream,
+                        reinterpret_cast<const __half*>(q), kv, b, plan.prefill_seqs, n_heads,
+                        scale * kLog2e * kv.k_scale, out, out_type);
   return launch_status("prefill_attention");
 }
 

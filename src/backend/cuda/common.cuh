@@ -43,6 +43,24 @@ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }
 
+// Quantizes the 32-element block `blk` of activation row t, one value per lane of a
+// whole warp (v already rounded to fp16), into `out` by Q8Act's rule (kernels.h).
+__device__ __forceinline__ void store_q8_block(float v, const Q8Act& out, int64_t t, int64_t blk,
+                                               int lane) {
+  const float amax = warp_max(fabsf(v));
+  const float dd = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const int qi = __float2int_rn(v * id);
+  const int sum = static_cast<int>(warp_sum(static_cast<float>(qi)));  // exact: |sum| < 2^24
+  const int64_t nb = out.cols / 32;
+  out.q[t * out.cols + blk * 32 + lane] = static_cast<int8_t>(qi);
+  if (lane == 0) {
+    out.d[t * nb + blk] = __half2float(__float2half_rn(dd));
+    out.s[t * nb + blk] = __half2float(__float2half_rn(static_cast<float>(sum) * dd));
+    out.c[t * nb + blk] = sum;
+  }
+}
+
 // Four FP8 E4M3 values (one 32-bit word, the first in the lowest byte) as two half2 in
 // the same order. Exact: every E4M3 value is an fp16 value.
 __device__ __forceinline__ void fp8x4_to_half2x2(uint32_t w, __half2* lo, __half2* hi) {
@@ -51,10 +69,10 @@ __device__ __forceinline__ void fp8x4_to_half2x2(uint32_t w, __half2* lo, __half
   *hi = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3));
 }
 
-// Programmatic dependent launch (Hopper): a kernel that feeds a weight product lets it
-// launch early (pdl_trigger at its start); the product streams its first weights while
-// the producer finishes and waits (pdl_wait) only before it reads the producer's output.
-// The wait returns at once for kernels launched the ordinary way.
+// Programmatic dependent launch (Hopper): each kernel of a step lets the next one launch
+// early (pdl_trigger at its start), and the next waits (pdl_wait) before it reads what
+// the earlier ones wrote; a weight product streams its first weights before waiting. The
+// wait returns at once for kernels launched the ordinary way.
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
@@ -68,14 +86,19 @@ __device__ __forceinline__ void pdl_wait() {
 // Whether weight products launch as dependents (PAGODA_CUDA_PDL=0 turns it off).
 bool pdl_enabled();
 
-// Launches `kernel` on `stream`, as a programmatic dependent of the previous kernel when
-// pdl_enabled().
+// Launches `kernel` on `stream` (with `smem` bytes of dynamic shared memory), as a
+// programmatic dependent of the previous kernel when pdl_enabled(). Every kernel launched
+// so calls pdl_wait() in all its blocks before it touches memory an earlier kernel
+// writes or reads (the weight products first request their weights): a kernel's
+// completion then implies its predecessor's, so dependencies reach across kernels. The
+// kernels of a step call pdl_trigger() first, so the next one's launch overlaps them.
 template <typename... Params, typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
-                             Args&&... args) {
+cudaError_t launch_dependent_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                  cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -83,6 +106,11 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, c
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                             Args&&... args) {
+  return launch_dependent_smem(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 // Launch grid size for n items of `per` each.

@@ -136,23 +136,37 @@ Status Gemm::run(Plan* p, const void* a, const void* b, bool accumulate, float* 
   }
 }
 
+Status Gemm::ensure_q8_scratch(int64_t cols, int n, cudaStream_t stream) {
+  // Sized for any row width up to 64K at once, so it is not regrown (and freed under
+  // queued kernels) between the products of one step.
+  const size_t need =
+      std::max(gemv_q8_scratch_bytes(cols, n), gemv_q8_scratch_bytes(65536, kGemvMaxTokens));
+  if (need <= q8_bytes_) return Status::ok();
+  PAGODA_CUDA_TRY(cudaStreamSynchronize(stream));
+  cudaFree(q8_);
+  q8_ = nullptr;
+  q8_bytes_ = 0;
+  PAGODA_CUDA_TRY(cudaMalloc(&q8_, need));
+  q8_bytes_ = need;
+  return Status::ok();
+}
+
+Result<Q8Act> Gemm::q8_input(int64_t cols, int n, cudaStream_t stream) {
+  if (n < 1 || n > kGemvMaxTokens) return invalid_argument("q8_input: 1 to 8 tokens");
+  PAGODA_RETURN_IF_ERROR(ensure_q8_scratch(cols, n, stream));
+  return q8_act_view(q8_, cols, n);
+}
+
+Status Gemm::matmul_q8(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
+                       bool accumulate, cudaStream_t stream) {
+  return gemv_q8_quantized(w, x, n, y, y_stride, accumulate, stream);
+}
+
 Status Gemm::matmul(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                     int64_t y_stride, bool accumulate, cudaStream_t stream) {
-  const bool quant = w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16;
-  if (n <= kGemvMaxTokens && quant) {
+  if (n <= kGemvMaxTokens && takes_q8(w)) {
     // 8-bit activations, integer dot products (as the CPU backend and llama.cpp).
-    // Sized for any row width up to 64K at once, so it is not regrown (and freed under
-    // queued kernels) between the products of one step.
-    const size_t need =
-        std::max(gemv_q8_scratch_bytes(w.cols, n), gemv_q8_scratch_bytes(65536, kGemvMaxTokens));
-    if (need > q8_bytes_) {
-      PAGODA_CUDA_TRY(cudaStreamSynchronize(stream));
-      cudaFree(q8_);
-      q8_ = nullptr;
-      q8_bytes_ = 0;
-      PAGODA_CUDA_TRY(cudaMalloc(&q8_, need));
-      q8_bytes_ = need;
-    }
+    PAGODA_RETURN_IF_ERROR(ensure_q8_scratch(w.cols, n, stream));
     return gemv_q8(w, x, x_stride, n, y, y_stride, accumulate, q8_, q8_bytes_, stream);
   }
   if (n <= kGemvMaxTokens) return gemv(w, x, x_stride, n, y, y_stride, accumulate, stream);

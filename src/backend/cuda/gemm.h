@@ -30,6 +30,17 @@ class Gemm {
   // y[t][r] (+)= sum_c W[r][c] x[t][c], t < n; x is in act_type_for(w.type).
   Status matmul(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                 int64_t y_stride, bool accumulate, cudaStream_t stream);
+  // Whether products of `w` with at most kGemvMaxTokens tokens take 8-bit activations
+  // (the GGUF block types): their producers may then write a Q8Act (q8_input) straight.
+  static bool takes_q8(const DeviceMatrix& w) {
+    return w.type == DType::kQ8_0 || w.type == DType::kQ4_0 || w.type == DType::kQ4_1;
+  }
+  // Where the 8-bit activations of n <= kGemvMaxTokens rows of `cols` values go before a
+  // matmul_q8 (the scratch the product would quantize into, reserved for any width).
+  Result<Q8Act> q8_input(int64_t cols, int n, cudaStream_t stream);
+  // y[t][r] (+)= W[r] . x[t] over already quantized activations (takes_q8(w), n <= 8).
+  Status matmul_q8(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
+                   bool accumulate, cudaStream_t stream);
   // The same, always through cuBLASLt (tests and benchmarks compare the two paths).
   Status matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                    int64_t y_stride, bool accumulate, cudaStream_t stream);
@@ -59,6 +70,7 @@ class Gemm {
   // scales: FP8 products only (nullptr otherwise).
   Result<Plan*> plan(const Key& key, const Fp8Scales* scales);
   Status set_scales(Plan* p, const Fp8Scales& scales);
+  Status ensure_q8_scratch(int64_t cols, int n, cudaStream_t stream);
   Status run(Plan* p, const void* a, const void* b, bool accumulate, float* y, cudaStream_t stream);
   Status matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                     int64_t y_stride, bool accumulate, cudaStream_t stream);

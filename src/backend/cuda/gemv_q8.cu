@@ -14,28 +14,18 @@ namespace {
 
 constexpr int kRowsPerBlock = 4;
 constexpr int kUnroll = 4;
+int g_q8_split_override = 0;
 
 // One warp per 32-element block of x: x rows [n][cols] in f16.
 __global__ void quantize_act_kernel(const __half* __restrict__ x, int64_t x_stride, int64_t nb,
-                                    int8_t* __restrict__ q, float* __restrict__ d,
-                                    float* __restrict__ s, int* __restrict__ c, int64_t cols) {
+                                    Q8Act out) {
   pdl_trigger();
+  pdl_wait();
   const int lane = threadIdx.x % kWarp;
   const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int t = blockIdx.y;
   if (blk >= nb) return;
-  const float v = __half2float(x[t * x_stride + blk * 32 + lane]);
-  const float amax = warp_max(fabsf(v));
-  const float dd = amax / 127.0f;
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const int qi = __float2int_rn(v * id);
-  const int sum = static_cast<int>(warp_sum(static_cast<float>(qi)));  // exact: |sum| < 2^24
-  q[t * cols + blk * 32 + lane] = static_cast<int8_t>(qi);
-  if (lane == 0) {
-    d[t * nb + blk] = __half2float(__float2half_rn(dd));
-    s[t * nb + blk] = __half2float(__float2half_rn(static_cast<float>(sum) * dd));
-    c[t * nb + blk] = sum;
-  }
+  store_q8_block(__half2float(x[t * x_stride + blk * 32 + lane]), out, t, blk, lane);
 }
 
 __device__ __forceinline__ uint4 load_stream16(const void* p) {
@@ -96,9 +86,15 @@ __device__ __forceinline__ int block_dot(const WBlock& wb, const int8_t* xq) {
   return sum;
 }
 
-// SPLIT warps share a row (as in gemv.cu) so small matrices still fill the GPU.
+// SPLIT warps share a row (as in gemv.cu) so long rows of few-row matrices still fill
+// the GPU. One token's 4-bit kernels are held to 64 registers so that 8 blocks (32
+// warps) fit on an SM; the compiler's own choice (72-80 registers) fitted 6.
+template <DType T>
+constexpr int min_blocks(int nt) {
+  return nt == 1 && T != DType::kQ8_0 ? 8 : 4;
+}
 template <DType T, int NT, int SPLIT>
-__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp, min_blocks<T>(NT))
     gemv_q8_kernel(DeviceMatrix w, const int8_t* __restrict__ xq, const float* __restrict__ xd,
                    const float* __restrict__ xs, const int* __restrict__ xc, int n,
                    float* __restrict__ y, int64_t y_stride, bool accumulate) {
@@ -133,24 +129,30 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     }
   };
   constexpr int kStride = kWarp * SPLIT;
-  int64_t b = lane + kWarp * part;
-  // The first weights are requested before waiting for the activations (pdl_wait).
-  WBlock wb[kUnroll];
-  bool full = b + (kUnroll - 1) * kStride < nb;
-  if (full)
+  constexpr int kGroup = kUnroll * kStride;
+  const int64_t b0 = lane + kWarp * part;
+  // A lane's blocks go in groups of kUnroll, each requested (predicated at the row's
+  // end) before the previous group's arithmetic. The first group is requested before
+  // waiting for the activations (pdl_wait): in the 8B model's matrices that is every
+  // block a lane has (rows of 128 to 448 blocks shared by 32 to 128 lanes), so the whole
+  // product's weights are in flight while the producer of x finishes.
+  auto load_group = [&](WBlock* dst, int64_t b) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wb[u] = load_block<T>(w, r * nb + b + u * kStride);
+    for (int u = 0; u < kUnroll; ++u)
+      if (b + u * kStride < nb) dst[u] = load_block<T>(w, r * nb + b + u * kStride);
+  };
+  WBlock cur[kUnroll] = {};
+  load_group(cur, b0);
   pdl_wait();
-  while (full) {
+  for (int64_t b = b0; b < nb; b += kGroup) {
+    WBlock next[kUnroll] = {};
+    if (b + kGroup < nb) load_group(next, b + kGroup);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) accumulate_block(wb[u], b + u * kStride);
-    b += kUnroll * kStride;
-    full = b + (kUnroll - 1) * kStride < nb;
-    if (full)
+    for (int u = 0; u < kUnroll; ++u)
+      if (b + u * kStride < nb) accumulate_block(cur[u], b + u * kStride);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wb[u] = load_block<T>(w, r * nb + b + u * kStride);
+    for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
   }
-  for (; b < nb; b += kStride) accumulate_block(load_block<T>(w, r * nb + b), b);
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
   if constexpr (SPLIT > 1) {
@@ -175,37 +177,41 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
   }
 }
 
-template <DType T>
-void launch(const DeviceMatrix& w, const int8_t* q, const float* d, const float* s, const int* c,
-            int n, float* y, int64_t y_stride, bool accumulate, cudaStream_t stream) {
+template <DType T, int SPLIT>
+void launch_split(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
+                  bool accumulate, cudaStream_t stream) {
   const unsigned threads = kRowsPerBlock * kWarp;
-  // Rows of a 4-bit 4096-wide matrix are 2.3 KB: share them between 4 warps unless the
-  // matrix alone fills the GPU.
-  if (w.rows >= 16384) {
-    const unsigned grid = blocks_for(w.rows, kRowsPerBlock);
-    if (n == 1)
-      launch_dependent(gemv_q8_kernel<T, 1, 1>, grid, threads, stream, w, q, d, s, c, n, y,
-                       y_stride, accumulate);
-    else
-      launch_dependent(gemv_q8_kernel<T, 8, 1>, grid, threads, stream, w, q, d, s, c, n, y,
-                       y_stride, accumulate);
-  } else {
-    const unsigned grid = static_cast<unsigned>(w.rows);
-    if (n == 1)
-      launch_dependent(gemv_q8_kernel<T, 1, 4>, grid, threads, stream, w, q, d, s, c, n, y,
-                       y_stride, accumulate);
-    else
-      launch_dependent(gemv_q8_kernel<T, 8, 4>, grid, threads, stream, w, q, d, s, c, n, y,
-                       y_stride, accumulate);
-  }
+  const unsigned grid = blocks_for(w.rows, kRowsPerBlock / SPLIT);
+  if (n == 1)
+    launch_dependent(gemv_q8_kernel<T, 1, SPLIT>, grid, threads, stream, w, x.q, x.d, x.s, x.c, n,
+                     y, y_stride, accumulate);
+  else
+    launch_dependent(gemv_q8_kernel<T, 8, SPLIT>, grid, threads, stream, w, x.q, x.d, x.s, x.c, n,
+                     y, y_stride, accumulate);
 }
 
-}  // namespace
+template <DType T>
+void launch(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
+            bool accumulate, cudaStream_t stream) {
+  // One warp per row, each lane with 4 or more blocks in flight, unless a row is long
+  // and the matrix has few rows: measured on the H200 (n = 1, 8B shapes), Q4_0 qkv
+  // 6144x4096 12.1 us with one warp against 15.1 with four, wo 4096x4096 10.6 against
+  // 12.8, but down 4096x14336 17.2 with four against 18.4 with one.
+  const int split = g_q8_split_override > 0                ? g_q8_split_override
+                    : w.cols / 32 >= 256 && w.rows < 16384 ? 4
+                                                           : 1;
+  if (split == 1)
+    launch_split<T, 1>(w, x, n, y, y_stride, accumulate, stream);
+  else if (split == 2)
+    launch_split<T, 2>(w, x, n, y, y_stride, accumulate, stream);
+  else
+    launch_split<T, 4>(w, x, n, y, y_stride, accumulate, stream);
+}
 
-namespace {
 size_t round256(size_t n) {
   return (n + 255) / 256 * 256;
 }
+
 }  // namespace
 
 // Layout: q int8 [n][cols], then d, s (float) and c (int) [n][cols / 32] each.
@@ -214,37 +220,62 @@ size_t gemv_q8_scratch_bytes(int64_t cols, int n) {
   return round256(static_cast<size_t>(cols) * n) + 3 * round256(nb * 4);
 }
 
+void set_gemv_q8_split_override(int split) {
+  g_q8_split_override = split == 1 || split == 2 || split == 4 ? split : 0;
+}
+
+Q8Act q8_act_view(void* scratch, int64_t cols, int n) {
+  const int64_t nb = cols / 32;
+  auto* base = static_cast<uint8_t*>(scratch);
+  const size_t part = round256(static_cast<size_t>(nb) * n * 4);
+  Q8Act a;
+  a.cols = cols;
+  a.q = reinterpret_cast<int8_t*>(base);
+  a.d = reinterpret_cast<float*>(base + round256(static_cast<size_t>(cols) * n));
+  a.s = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(a.d) + part);
+  a.c = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(a.s) + part);
+  return a;
+}
+
+Status quantize_q8(const void* x, int64_t x_stride, int n, const Q8Act& out, cudaStream_t stream) {
+  if (out.cols % 32 != 0) return invalid_argument("quantized rows must be whole blocks");
+  const int64_t nb = out.cols / 32;
+  const dim3 grid(blocks_for(nb * kWarp, 256), static_cast<unsigned>(n));
+  launch_dependent(quantize_act_kernel, grid, 256, stream, static_cast<const __half*>(x), x_stride,
+                   nb, out);
+  return launch_status("quantize_act");
+}
+
+Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
+                         bool accumulate, cudaStream_t stream) {
+  if (w.cols % 32 != 0) return invalid_argument("quantized rows must be whole blocks");
+  if (x.cols != w.cols) return invalid_argument("gemv_q8: activation width is not the matrix's");
+  if (n < 1 || n > kGemvMaxTokens) return invalid_argument("gemv_q8: 1 to 8 tokens");
+  switch (w.type) {
+    case DType::kQ8_0:
+      launch<DType::kQ8_0>(w, x, n, y, y_stride, accumulate, stream);
+      break;
+    case DType::kQ4_0:
+      launch<DType::kQ4_0>(w, x, n, y, y_stride, accumulate, stream);
+      break;
+    case DType::kQ4_1:
+      launch<DType::kQ4_1>(w, x, n, y, y_stride, accumulate, stream);
+      break;
+    default:
+      return unsupported("gemv_q8: weight type " + std::string(dtype_name(w.type)));
+  }
+  return launch_status("gemv_q8");
+}
+
 Status gemv_q8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                int64_t y_stride, bool accumulate, void* scratch, size_t scratch_bytes,
                cudaStream_t stream) {
   if (w.cols % 32 != 0) return invalid_argument("quantized rows must be whole blocks");
   if (scratch_bytes < gemv_q8_scratch_bytes(w.cols, n))
     return internal_error("gemv_q8: scratch too small");
-  const int64_t nb = w.cols / 32;
-  auto* base = static_cast<uint8_t*>(scratch);
-  auto* q = reinterpret_cast<int8_t*>(base);
-  const size_t part = round256(static_cast<size_t>(nb) * n * 4);
-  auto* d = reinterpret_cast<float*>(base + round256(static_cast<size_t>(w.cols) * n));
-  auto* s = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(d) + part);
-  auto* c = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(s) + part);
-  const dim3 qgrid(blocks_for(nb * kWarp, 256), static_cast<unsigned>(n));
-  quantize_act_kernel<<<qgrid, 256, 0, stream>>>(static_cast<const __half*>(x), x_stride, nb, q, d,
-                                                 s, c, w.cols);
-  PAGODA_RETURN_IF_ERROR(launch_status("quantize_act"));
-  switch (w.type) {
-    case DType::kQ8_0:
-      launch<DType::kQ8_0>(w, q, d, s, c, n, y, y_stride, accumulate, stream);
-      break;
-    case DType::kQ4_0:
-      launch<DType::kQ4_0>(w, q, d, s, c, n, y, y_stride, accumulate, stream);
-      break;
-    case DType::kQ4_1:
-      launch<DType::kQ4_1>(w, q, d, s, c, n, y, y_stride, accumulate, stream);
-      break;
-    default:
-      return unsupported("gemv_q8: weight type " + std::string(dtype_name(w.type)));
-  }
-  return launch_status("gemv_q8");
+  const Q8Act a = q8_act_view(scratch, w.cols, n);
+  PAGODA_RETURN_IF_ERROR(quantize_q8(x, x_stride, n, a, stream));
+  return gemv_q8_quantized(w, a, n, y, y_stride, accumulate, stream);
 }
 
 }  // namespace pagoda::cuda

@@ -7,7 +7,17 @@ namespace pagoda::cuda {
 
 // Scratch for the quantized activations of n rows of `cols` values.
 size_t gemv_q8_scratch_bytes(int64_t cols, int n);
-// y[t][r] (+)= W[r] . x[t] for Q8_0 / Q4_0 / Q4_1 weights and f16 x, t < n <= 8.
+// The Q8Act of n rows of `cols` values laid out in `scratch` (gemv_q8_scratch_bytes).
+Q8Act q8_act_view(void* scratch, int64_t cols, int n);
+// out = the 8-bit quantization of f16 rows x ([n][out.cols], row stride x_stride).
+Status quantize_q8(const void* x, int64_t x_stride, int n, const Q8Act& out, cudaStream_t stream);
+// y[t][r] (+)= W[r] . x[t] for Q8_0 / Q4_0 / Q4_1 weights and activations already
+// quantized (x.cols == w.cols), t < n <= 8.
+Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
+                         bool accumulate, cudaStream_t stream);
+// Tests and benchmarks: force 1, 2 or 4 warps per row (0: the size heuristic).
+void set_gemv_q8_split_override(int split);
+// The same from f16 x: quantizes into `scratch`, then multiplies.
 Status gemv_q8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                int64_t y_stride, bool accumulate, void* scratch, size_t scratch_bytes,
                cudaStream_t stream);

@@ -71,6 +71,26 @@ Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const flo
 // out[i][j] = silu(gu[i][j]) * gu[i][ff + j], converted to out_type ([n][ff]).
 Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cudaStream_t stream);
 
+// 8-bit activations of n rows, the input of the quantized matrix-vector products
+// (gemv_q8.h): each 32-element block of a row (its values first rounded to fp16, the
+// quantized weights' activation type) as q = round(x * 127 / amax) with d = amax / 127,
+// s = d x sum(q) (Q4_1's offset, both rounded to fp16 as llama.cpp and the CPU backend
+// do) and c = sum(q) (Q4_0's). q is [n][cols], d, s and c are [n][cols / 32].
+struct Q8Act {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  float* s = nullptr;
+  int32_t* c = nullptr;
+  int64_t cols = 0;
+};
+// rms_norm and silu_mul writing 8-bit activations (out.cols == dim, resp. ff; a multiple
+// of 32): for a decode step of quantized weights this saves the separate quantization
+// kernel before the product, with the same bytes as rms_norm / silu_mul to f16 followed
+// by it.
+Status rms_norm_q8(const float* x, int64_t x_stride, const int32_t* rows, const float* w,
+                   const Q8Act& out, int n, int dim, float eps, cudaStream_t stream);
+Status silu_mul_q8(const float* gu, int n, int ff, const Q8Act& out, cudaStream_t stream);
+
 // How the KV pool stores K and V: fp16, or FP8 E4M3 with one scale per tensor (the
 // stored byte is x / scale, saturated to +-448; readers multiply back). FP8 halves the
 // bytes a decode step reads and the pool's size per token.

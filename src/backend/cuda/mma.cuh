@@ -46,6 +46,26 @@ __device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// s[nt] += Q K^T for one warp's 16 query rows (A fragments qf, one per 16 of head_dim)
+// and KEYS keys of fp16 K staged in shared memory as rows of `stride` halves: ldmatrix
+// x4 loads B fragments for two 8-key column tiles at once.
+template <int HD, int KEYS>
+__device__ __forceinline__ void qk_tile(float (*s)[4], const uint32_t (*qf)[4], const __half* k_s,
+                                        int stride, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks) {
+#pragma unroll
+    for (int nt = 0; nt < KEYS / 8; nt += 2) {
+      const int mi = lane / 8;
+      const int key = (nt + (mi >> 1)) * 8 + lane % 8;
+      uint32_t bf[4];
+      ldmatrix_x4(bf, k_s + key * stride + ks * 16 + (mi & 1) * 8);
+      mma16816(s[nt], qf[ks], bf[0], bf[1]);
+      mma16816(s[nt + 1], qf[ks], bf[2], bf[3]);
+    }
+  }
+}
+
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);

@@ -10,12 +10,30 @@ namespace {
 
 constexpr int kNormMaxThreads = 1024;
 
+// Where a row-wise op writes: activations of a type, or 8-bit blocks (Q8Act).
+struct ActOut {
+  void* out;
+  ActType type;
+};
+
+// Stores value j of row i; for Q8Act the lanes of a warp hold one 32-element block
+// (j - lane a multiple of 32, every lane present).
+__device__ __forceinline__ void store_out(const ActOut& o, int64_t i, int64_t cols, int64_t j,
+                                          float v) {
+  store_act(o.out, o.type, i * cols + j, v);
+}
+__device__ __forceinline__ void store_out(const Q8Act& o, int64_t i, int64_t, int64_t j, float v) {
+  store_q8_block(__half2float(__float2half_rn(v)), o, i, j / 32, static_cast<int>(j % 32));
+}
+
 // One block per row. Squares summed in double as the CPU (and llama.cpp) do, so the
 // scale agrees to the last bit in most rows.
+template <typename Out>
 __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
                                 const int32_t* __restrict__ rows, const float* __restrict__ w,
-                                void* __restrict__ out, ActType out_type, int dim, float eps) {
+                                Out out, int dim, float eps) {
   pdl_trigger();
+  pdl_wait();
   const int i = blockIdx.x;
   const int64_t r = rows ? rows[i] : i;
   const float* xr = x + r * x_stride;
@@ -32,25 +50,27 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
   double total = 0;
   for (int k = 0; k < static_cast<int>(blockDim.x) / kWarp; ++k) total += part[k];
   const float scale = 1.0f / sqrtf(static_cast<float>(total / dim) + eps);
-  const int64_t o = static_cast<int64_t>(i) * dim;
   for (int j = threadIdx.x; j < dim; j += blockDim.x)
-    store_act(out, out_type, o + j, xr[j] * scale * w[j]);
+    store_out(out, i, dim, j, xr[j] * scale * w[j]);
 }
 
-__global__ void silu_mul_kernel(const float* __restrict__ gu, int64_t n_total, int ff,
-                                void* __restrict__ out, ActType out_type) {
+template <typename Out>
+__global__ void silu_mul_kernel(const float* __restrict__ gu, int64_t n_total, int ff, Out out) {
   pdl_trigger();
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_total) return;
   const int64_t t = i / ff, j = i % ff;
   const float g = gu[t * 2 * ff + j], u = gu[t * 2 * ff + ff + j];
   // expf, not __expf: the CPU's exp is accurate to an ulp and so is this.
-  store_act(out, out_type, i, g / (1.0f + expf(-g)) * u);
+  store_out(out, t, ff, j, g / (1.0f + expf(-g)) * u);
 }
 
 // One block per row; ties go to the lowest index, as the CPU's argmax.
 __global__ void argmax_kernel(const float* __restrict__ logits, int n_vocab,
                               int32_t* __restrict__ out) {
+  pdl_trigger();
+  pdl_wait();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
   float best = -INFINITY;
   int idx = n_vocab;
@@ -89,15 +109,37 @@ Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const flo
   if (n <= 0) return Status::ok();
   // A decode step normalises one row or a few: a whole SM's worth of threads each.
   const int threads = n < 64 ? 1024 : 256;
-  rms_norm_kernel<<<n, threads, 0, stream>>>(x, x_stride, rows, w, out, out_type, dim, eps);
+  launch_dependent(rms_norm_kernel<ActOut>, n, threads, stream, x, x_stride, rows, w,
+                   ActOut{out, out_type}, dim, eps);
   return launch_status("rms_norm");
+}
+
+Status rms_norm_q8(const float* x, int64_t x_stride, const int32_t* rows, const float* w,
+                   const Q8Act& out, int n, int dim, float eps, cudaStream_t stream) {
+  if (dim % 32 != 0 || out.cols != dim)
+    return invalid_argument("rms_norm_q8: rows must be whole 32-element blocks of out's width");
+  if (n <= 0) return Status::ok();
+  const int threads = n < 64 ? 1024 : 256;  // multiples of 32: warps hold whole blocks
+  launch_dependent(rms_norm_kernel<Q8Act>, n, threads, stream, x, x_stride, rows, w, out, dim, eps);
+  return launch_status("rms_norm_q8");
 }
 
 Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(n) * ff;
   if (total <= 0) return Status::ok();
-  silu_mul_kernel<<<blocks_for(total, 256), 256, 0, stream>>>(gu, total, ff, out, out_type);
+  launch_dependent(silu_mul_kernel<ActOut>, blocks_for(total, 256), 256, stream, gu, total, ff,
+                   ActOut{out, out_type});
   return launch_status("silu_mul");
+}
+
+Status silu_mul_q8(const float* gu, int n, int ff, const Q8Act& out, cudaStream_t stream) {
+  if (ff % 32 != 0 || out.cols != ff)
+    return invalid_argument("silu_mul_q8: rows must be whole 32-element blocks of out's width");
+  const int64_t total = static_cast<int64_t>(n) * ff;
+  if (total <= 0) return Status::ok();
+  // 256 threads: a warp's 32 consecutive elements are one block of one row.
+  launch_dependent(silu_mul_kernel<Q8Act>, blocks_for(total, 256), 256, stream, gu, total, ff, out);
+  return launch_status("silu_mul_q8");
 }
 
 bool pdl_enabled() {
@@ -116,7 +158,7 @@ bool pdl_enabled() {
 
 Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaStream_t stream) {
   if (n <= 0) return Status::ok();
-  argmax_kernel<<<n, 1024, 0, stream>>>(logits, n_vocab, out);
+  launch_dependent(argmax_kernel, n, 1024, stream, logits, n_vocab, out);
   return launch_status("argmax_rows");
 }
 

@@ -51,6 +51,8 @@ __device__ __forceinline__ float rotated(const RopeParams& p, const float2* cs, 
 __global__ void rope_qkv_kernel(const float* __restrict__ qkv, const float* __restrict__ bias,
                                 RopeParams p, const float2* __restrict__ cs, DeviceBatch b,
                                 __half* __restrict__ q_out, KvLayerView kv) {
+  pdl_trigger();
+  pdl_wait();
   const int row = blockIdx.x;
   const int hd = p.head_dim, qd = p.n_heads * hd, kvd = p.n_kv_heads * hd;
   const int width = qd + 2 * kvd;
@@ -103,8 +105,8 @@ Status rope_qkv_store(const float* qkv, const float* bias, const RopeParams& p, 
   if (b.n_rows <= 0) return Status::ok();
   const int width = (p.n_heads + 2 * p.n_kv_heads) * p.head_dim;
   const dim3 grid(static_cast<unsigned>(b.n_rows), blocks_for(width, 256));
-  rope_qkv_kernel<<<grid, 256, 0, stream>>>(qkv, bias, p, reinterpret_cast<const float2*>(cs), b,
-                                            reinterpret_cast<__half*>(q_out), kv);
+  launch_dependent(rope_qkv_kernel, grid, 256, stream, qkv, bias, p,
+                   reinterpret_cast<const float2*>(cs), b, reinterpret_cast<__half*>(q_out), kv);
   return launch_status("rope_qkv_store");
 }
 

@@ -210,18 +210,37 @@ Status CudaModel::enqueue(const Step& s) {
   };
 
   float* x = x_.as<float>();
+  // Decode steps over GGUF block weights: the norm (and SiLU) write the product's 8-bit
+  // activations themselves, one kernel fewer per product (wo's input, the attention
+  // output, is quantized by the product).
+  auto q8_input = [n](const cuda::DeviceMatrix& w) {
+    return n <= cuda::kGemvMaxTokens && cuda::Gemm::takes_q8(w);
+  };
+  // xn = norm(x) * norm_w; y = W xn.
+  auto norm_product = [&](const float* norm_w, const cuda::DeviceMatrix& w, float* y,
+                          int64_t y_stride, const char* op) -> Status {
+    if (q8_input(w)) {
+      PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act a, gemm.q8_input(dim, n, st));
+      PAGODA_RETURN_IF_ERROR(
+          cuda::rms_norm_q8(x, dim, nullptr, norm_w, a, n, c.dim, c.rms_eps, st));
+      mark("rms_norm");
+      PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(w, a, n, y, y_stride, false, st));
+    } else {
+      PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
+                                            cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st));
+      mark("rms_norm");
+      PAGODA_RETURN_IF_ERROR(gemm.matmul(w, xn_.get(), dim, n, y, y_stride, false, st));
+    }
+    mark(op);
+    return Status::ok();
+  };
   PAGODA_RETURN_IF_ERROR(cuda::embed_rows(tok_embd_, s.tokens, n, x, st));
   PAGODA_RETURN_IF_ERROR(cuda::rope_tables(rp, s.db, rope_cs_.as<float>(), st));
   mark("embed+rope");
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     const cuda::KvLayerView kv = kv_layer(l);
-    PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
-                                          cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps, st));
-    mark("rms_norm");
-    PAGODA_RETURN_IF_ERROR(
-        gemm.matmul(L.qkv, xn_.get(), dim, n, qkv_.as<float>(), qkv_w, false, st));
-    mark("qkv");
+    PAGODA_RETURN_IF_ERROR(norm_product(L.attn_norm, L.qkv, qkv_.as<float>(), qkv_w, "qkv"));
     PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(
         qkv_.as<float>(), L.qkv_bias, rp, rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(), kv, st));
     mark("rope+kv");
@@ -230,17 +249,18 @@ Status CudaModel::enqueue(const Step& s) {
     mark("attention");
     PAGODA_RETURN_IF_ERROR(gemm.matmul(L.wo, attn_.get(), qd, n, x, dim, true, st));
     mark("wo");
-    PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.ffn_norm, xn_.get(),
-                                          cuda::act_type_for(L.gate_up.type), n, c.dim, c.rms_eps,
-                                          st));
-    mark("rms_norm");
-    PAGODA_RETURN_IF_ERROR(
-        gemm.matmul(L.gate_up, xn_.get(), dim, n, gu_.as<float>(), 2 * ff, false, st));
-    mark("gate_up");
-    PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
-                                          cuda::act_type_for(L.down.type), st));
-    mark("silu_mul");
-    PAGODA_RETURN_IF_ERROR(gemm.matmul(L.down, hidden_.get(), ff, n, x, dim, true, st));
+    PAGODA_RETURN_IF_ERROR(norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up"));
+    if (q8_input(L.down)) {
+      PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
+      PAGODA_RETURN_IF_ERROR(cuda::silu_mul_q8(gu_.as<float>(), n, c.ffn_dim, h, st));
+      mark("silu_mul");
+      PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(L.down, h, n, x, dim, true, st));
+    } else {
+      PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
+                                            cuda::act_type_for(L.down.type), st));
+      mark("silu_mul");
+      PAGODA_RETURN_IF_ERROR(gemm.matmul(L.down, hidden_.get(), ff, n, x, dim, true, st));
+    }
     mark("down");
   }
   if (s.n_out == 0) return Status::ok();
