@@ -136,6 +136,67 @@ CUDA_TEST(perf_weight_products) {
   }
 }
 
+// FP8 weights (--quantization fp8) against BF16 at decode-batch and prefill token counts:
+// the whole product (activation max, quantization, cuBLASLt E4M3), the activation
+// passes alone, and the BF16 output product before and after FP8 products have run on
+// the same Gemm (a profile of 128-sequence decode showed it 6x slower in FP8 runs).
+CUDA_TEST(perf_fp8_products) {
+  std::mt19937 rng(8);
+  auto gemm = Gemm::create();
+  if (!gemm) return fail(gemm.status().message());
+  DeviceBuffer x = random_device(512 * 14336 * 2, rng), y = random_device(512 * 128256 * 4, rng);
+  DeviceBuffer out_w = random_device(device_matrix_bytes(DType::kBF16, 128256, 4096), rng);
+  DeviceMatrix out_m{DType::kBF16, 128256, 4096};
+  assign_matrix_storage(&out_m, out_w.get());
+  auto time_output = [&](const char* when) {
+    const double t = time_ms(10, [&](int) {
+      (void)(*gemm)->matmul(out_m, x.get(), 4096, 128, y.as<float>(), 128256, false, nullptr);
+    });
+    std::printf("  perf output BF16 128256x4096 n=128 %s: %8.1f us\n", when, t * 1e3);
+  };
+  time_output("before FP8 products");
+  DeviceBuffer meta = to_device(std::vector<float>(8, 0.01f));
+  DeviceBuffer amax = to_device(std::vector<uint32_t>(4, 0));
+  DeviceBuffer x8 = random_device(512 * 14336, rng);
+  for (const Shape& s : kShapes) {
+    if (s.rows > 50000) continue;
+    std::vector<DeviceBuffer> bufs;
+    std::vector<DeviceMatrix> bf, f8;
+    for (int i = 0; i < 3; ++i) {
+      bufs.push_back(random_device(device_matrix_bytes(DType::kBF16, s.rows, s.cols), rng));
+      DeviceMatrix m{DType::kBF16, s.rows, s.cols};
+      assign_matrix_storage(&m, bufs.back().get());
+      bf.push_back(m);
+      m.fp8 = true;  // the first rows x cols bytes as E4M3 (timing only)
+      m.fp8_scale = 0.01f;
+      m.fp8_scale_dev = meta.as<float>();
+      f8.push_back(m);
+    }
+    for (int n : {128, 512}) {
+      auto run = [&](std::vector<DeviceMatrix>& ms) {
+        return time_ms(10, [&](int i) {
+          (void)(*gemm)->matmul(ms[static_cast<size_t>(i % 3)], x.get(), s.cols, n, y.as<float>(),
+                                s.rows, false, nullptr);
+        });
+      };
+      const double tb = run(bf), tf = run(f8);
+      const double ta = time_ms(10, [&](int) {
+        (void)fp8_amax(x.get(), ActType::kBF16, n, s.cols, s.cols, amax.as<uint32_t>(), nullptr);
+      });
+      const double tq = time_ms(10, [&](int) {
+        (void)fp8_quantize(x.get(), ActType::kBF16, n, s.cols, s.cols, amax.as<uint32_t>(),
+                           x8.as<uint8_t>(), meta.as<float>() + 4, nullptr);
+      });
+      std::printf(
+          "  perf fp8 %-8s %6lldx%-6lld n=%d: bf16 %8.1f us, fp8 %8.1f us (amax %.1f, "
+          "quantize %.1f)\n",
+          s.name, static_cast<long long>(s.rows), static_cast<long long>(s.cols), n, tb * 1e3,
+          tf * 1e3, ta * 1e3, tq * 1e3);
+    }
+  }
+  time_output("after FP8 products");
+}
+
 CUDA_TEST(perf_attention) {
   std::mt19937 rng(8);
   const int n_heads = 32, n_kv = 8, hd = 128, bs = 16;
