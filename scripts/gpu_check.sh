@@ -331,7 +331,7 @@ if [ $QUICK = 1 ]; then
   row "compute-sanitizer memcheck" "skipped (--quick)"
 elif command -v compute-sanitizer > /dev/null; then
   timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/pagoda_cuda_tests \
-    rms_norm,silu,embed,weight,rope,attention > "$OUT_DIR/memcheck.log" 2>&1
+    rms_norm,silu,q8_outputs,embed,weight,rope,attention,sample > "$OUT_DIR/memcheck.log" 2>&1
   rc=$?
   tail -n 3 "$OUT_DIR/memcheck.log"
   row "compute-sanitizer memcheck" "$([ $rc = 0 ] && echo clean || echo "rc $rc") ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT_DIR/memcheck.log") error lines)"
