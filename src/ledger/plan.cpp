@@ -130,7 +130,10 @@ std::vector<WeightType> smaller_weights(const PlanInput& in) {
   static const char* const kServe[] = {"fp8", "int4-g128"};
   static const char* const kGguf[] = {"q8_0", "q6_k", "q5_k", "q4_k", "q3_k", "q2_k"};
   std::vector<WeightType> out;
-  const bool gguf = !in.tensors.empty() || in.weight_type.family == WeightFamily::kGguf;
+  // The CPU backend runs GGUF files (any model gets there through a GGUF conversion) and
+  // has no fp8 or int4-g128 kernels: it is offered GGUF types whatever the source.
+  const bool gguf =
+      !in.device.gpu || !in.tensors.empty() || in.weight_type.family == WeightFamily::kGguf;
   for (const char* name :
        gguf ? std::span<const char* const>(kGguf) : std::span<const char* const>(kServe)) {
     auto t = parse_weight_type(name);

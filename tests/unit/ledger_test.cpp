@@ -755,6 +755,31 @@ TEST(LedgerPlan, NoSmallerKvTypeIsSuggestedForTheCpu) {
     EXPECT_EQ(s.flags.find("--kv-cache-dtype"), std::string::npos) << s.flags;
 }
 
+TEST(LedgerPlan, CpuWeightSuggestionsAreGgufTypes) {
+  // A catalog model (bf16 safetensors) that does not fit: a GPU is offered fp8 / int4-g128
+  // weights, the CPU (which has kernels for neither) GGUF types.
+  PlanInput in = catalog_input("llama-3.1-8b", 8192);
+  in.concurrency = 1;
+  auto weights_offered = [&](const char* device, bool gpu) {
+    in.device = *parse_device(device, gpu);
+    if (!gpu) in.kv_dtype = KvDtype::kFp16;
+    auto p = make_plan(in);
+    EXPECT_TRUE(p.is_ok()) << p.status().message();
+    std::string all;
+    if (p.is_ok()) {
+      EXPECT_FALSE(p->fits) << device;
+      for (const Suggestion& s : p->suggestions) all += s.flags + "; ";
+    }
+    return all;
+  };
+  const std::string gpu = weights_offered("12GiB", true);
+  EXPECT_NE(gpu.find("--dtype fp8"), std::string::npos) << gpu;
+  const std::string cpu = weights_offered("12GiB", false);
+  EXPECT_EQ(cpu.find("--dtype fp8"), std::string::npos) << cpu;
+  EXPECT_EQ(cpu.find("int4-g128"), std::string::npos) << cpu;
+  EXPECT_NE(cpu.find("--dtype q"), std::string::npos) << cpu;  // q8_0 here: it fits
+}
+
 TEST(LedgerPlan, DevicesAndSizes) {
   EXPECT_EQ(*parse_bytes("80GiB"), int64_t{80} << 30);
   EXPECT_EQ(*parse_bytes("141GB"), int64_t{141} * 1000 * 1000 * 1000);
