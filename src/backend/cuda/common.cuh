@@ -83,7 +83,8 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-// Whether weight products launch as dependents (PAGODA_CUDA_PDL=0 turns it off).
+// Whether the kernels of a step launch as programmatic dependents (Hopper and later;
+// PAGODA_CUDA_PDL=0 turns it off).
 bool pdl_enabled();
 
 // Launches `kernel` on `stream` (with `smem` bytes of dynamic shared memory), as a

@@ -1,8 +1,9 @@
 // Matrix-vector products for the 32-element quantized types (Q8_0, Q4_0, Q4_1) on 8-bit
 // activations, as llama.cpp's CPU and CUDA paths and Pagoda's CPU backend compute them:
 // each 32-element block of x is quantized (d = amax / 127 rounded to fp16, q = x * 127 /
-// amax rounded to even, plus the block's sum for Q4_1's offset), then one lane takes
-// one weight block per step and multiplies 4 bytes at a time (dp4a). Weights are read
+// amax rounded to even, plus the block's sum for Q4_1's offset; in decode steps the norm
+// or SiLU in front writes them, see Q8Act), then one lane takes one weight block per
+// step and multiplies 4 bytes at a time (dp4a). Weights are read
 // as 16-byte loads; the integer dot products keep the arithmetic well under the
 // memory time even at 4 bits per weight.
 #include "backend/cuda/check.h"
