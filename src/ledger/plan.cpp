@@ -8,6 +8,8 @@
 #include <limits>
 #include <optional>
 
+#include "core/fp8_scratch.h"
+
 namespace pagoda::ledger {
 namespace {
 
@@ -343,8 +345,7 @@ int64_t fp8_activation_bytes(const ModelShape& s, int tp, LayerRange layers, int
                                         : 2 * kv_heads_per_rank(s, tp) * s.head_dim);
   const int64_t cols = std::max({s.hidden, cdiv(s.attn_out_dim(), tp), ffn});
   const int64_t rows = std::max({qkv, 2 * ffn, s.hidden});
-  const int64_t x8 = cdiv(cdiv(max_tokens, 16) * 16 * cols, 16) * 16;
-  return x8 + 16 * rows * 4;  // the tile is fp32
+  return fp8_activation_scratch_bytes(max_tokens, cols, rows);
 }
 
 Overheads overheads(const PlanInput& in, LayerRange layers, bool last_stage) {

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemv_q8.h"
+#include "core/fp8_scratch.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -178,8 +179,7 @@ Status Gemm::matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, i
   if (n <= 0) return Status::ok();
   const void* a = w.data;
   if (w.fp8) return matmul_fp8(w, x, x_stride, n, y, y_stride, accumulate, stream);
-  const bool quant = w.type != DType::kF32 && w.type != DType::kF16 && w.type != DType::kBF16;
-  if (quant) {
+  if (takes_q8(w)) {
     const size_t need = static_cast<size_t>(w.rows * w.cols) * 2;
     if (need > dequant_bytes_) {
       PAGODA_CUDA_TRY(cudaStreamSynchronize(stream));  // queued products may still read it
@@ -200,10 +200,10 @@ Status Gemm::matmul_lt(const DeviceMatrix& w, const void* x, int64_t x_stride, i
 
 Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows) {
   // Activations for max_tokens (rounded up to 16), then a 16-token output tile for the
-  // remainder rows of a padded product, 16-byte aligned.
-  const size_t x8 = static_cast<size_t>((max_tokens + 15) / 16 * 16 * max_cols + 15) / 16 * 16;
-  const size_t tile = static_cast<size_t>(16 * max_rows) * sizeof(float);
-  const size_t need = x8 + tile;
+  // remainder rows of a padded product, 16-byte aligned (the ledger counts the same bytes).
+  const size_t need =
+      static_cast<size_t>(fp8_activation_scratch_bytes(max_tokens, max_cols, max_rows));
+  const size_t x8 = need - static_cast<size_t>(16 * max_rows) * sizeof(float);
   if (!x_scale_) {
     // The activations' scale, then their max |x| 16 bytes on.
     PAGODA_CUDA_TRY(cudaMalloc(&x_scale_, 32));
