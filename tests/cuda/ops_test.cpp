@@ -1,6 +1,7 @@
 // The row-wise ops, embedding lookups and weight products on the GPU against the CPU
 // reference functions (backend/cpu) on fresh random inputs, outputs poisoned with NaN.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -397,6 +398,47 @@ CUDA_TEST(fp8_weight_products_match_reference) {
       const double bound = n <= kGemvMaxTokens ? 1e-8 : (*gemm)->fp8_fast_accum() ? 2e-6 : 1e-7;
       expect_nmse(what, got.data(), ref.data(), ref.size(), bound);
       expect_nmse(what + " vs unquantized", got.data(), exact.data(), exact.size(), 5e-3);
+      if (n > kGemvMaxTokens && !acc) {
+        // The max taken by the activations' producer (here fp8_amax itself): the same
+        // product; and every product leaves the max at 0 for the next one.
+        auto slot = (*gemm)->fp8_amax_slot();
+        if (!slot) return fail(slot.status().message());
+        uint32_t before = 1;
+        cudaMemcpy(&before, *slot, 4, cudaMemcpyDeviceToHost);
+        expect(before == 0, what + ": the activation max is 0 after the product");
+        EXPECT_OK(fp8_amax(dx.get(), at, n, cols, cols, *slot, nullptr));
+        DeviceBuffer dy2 = poisoned(static_cast<size_t>(n * rows) * 4);
+        EXPECT_OK((*gemm)->matmul_fp8_scanned(fm, dx.get(), cols, n, dy2.as<float>(), rows, false,
+                                              nullptr));
+        const auto got2 = to_host<float>(dy2, static_cast<size_t>(n * rows));
+        expect(std::memcmp(got2.data(), got.data(), got.size() * 4) == 0,
+               what + ": with the max taken beforehand, the same bytes");
+      }
+    }
+  }
+}
+
+// rms_norm's max |output| for the FP8 product after it: the max of the values as stored.
+CUDA_TEST(rms_norm_takes_the_fp8_activation_max) {
+  std::mt19937 rng(23);
+  for (int n : {9, 70}) {
+    const int dim = 4096;
+    const auto x = random_floats(rng, static_cast<size_t>(n) * dim, 3.0f);
+    const auto w = random_floats(rng, static_cast<size_t>(dim));
+    DeviceBuffer dx = to_device(x), dw = to_device(w);
+    for (ActType t : kActs) {
+      DeviceBuffer out = poisoned(static_cast<size_t>(n) * dim * act_bytes(t));
+      DeviceBuffer amax = to_device(std::vector<uint32_t>(1, 0));
+      EXPECT_OK(rms_norm(dx.as<float>(), dim, nullptr, dw.as<float>(), out.get(), t, n, dim, 1e-5f,
+                         nullptr, amax.as<uint32_t>()));
+      const auto got = decode_act(to_host<uint8_t>(out, out.bytes()), t);
+      float want = 0;
+      for (float v : got) want = std::max(want, std::fabs(v));
+      const uint32_t bits = to_host<uint32_t>(amax, 1)[0];
+      float have;
+      std::memcpy(&have, &bits, 4);
+      expect(have == want, str_format("rms_norm %s n=%d: max |out| %.9g, taken on the way %.9g",
+                                      act_name(t), n, want, have));
     }
   }
 }

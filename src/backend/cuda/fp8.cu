@@ -46,11 +46,27 @@ __global__ void amax_kernel(const void* __restrict__ x, ActType t, int64_t rows,
   }
 }
 
+// With `reset`, the last block to have read the max sets it (and the counter) back to 0,
+// so the next product's max starts from 0 without a memset between kernels.
 __global__ void quantize_kernel(const void* __restrict__ x, ActType t, int64_t cols, int64_t stride,
-                                const uint32_t* __restrict__ amax_bits,
-                                __nv_fp8_storage_t* __restrict__ out, float* __restrict__ scale) {
-  const float s = scale_of(amax_bits);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = s;
+                                uint32_t* __restrict__ amax_bits,
+                                __nv_fp8_storage_t* __restrict__ out, float* __restrict__ scale,
+                                uint32_t* __restrict__ reset) {
+  __shared__ float s_shared;
+  if (threadIdx.x == 0) {
+    s_shared = scale_of(amax_bits);  // the block's one read of the max
+    if (reset) {
+      __threadfence();
+      const unsigned blocks = gridDim.x * gridDim.y;
+      if (atomicAdd(reset, 1u) == blocks - 1) {
+        *amax_bits = 0;
+        *reset = 0;
+      }
+    }
+  }
+  __syncthreads();
+  const float s = s_shared;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale = s;
   const int64_t r = blockIdx.y;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -77,11 +93,12 @@ Status fp8_amax(const void* x, ActType t, int64_t rows, int64_t cols, int64_t st
 }
 
 Status fp8_quantize(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
-                    const uint32_t* amax_bits, uint8_t* out, float* scale, cudaStream_t stream) {
+                    uint32_t* amax_bits, uint8_t* out, float* scale, cudaStream_t stream,
+                    uint32_t* reset) {
   if (rows <= 0 || cols <= 0) return Status::ok();
   if (rows > 65535) return invalid_argument("fp8_quantize: more than 65,535 rows");
   quantize_kernel<<<grid_for(rows, cols), kThreads, 0, stream>>>(
-      x, t, cols, stride, amax_bits, reinterpret_cast<__nv_fp8_storage_t*>(out), scale);
+      x, t, cols, stride, amax_bits, reinterpret_cast<__nv_fp8_storage_t*>(out), scale, reset);
   return launch_status("fp8_quantize");
 }
 

@@ -208,6 +208,9 @@ Status Gemm::reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows)
     // The activations' scale, then their max |x| 16 bytes on.
     PAGODA_CUDA_TRY(cudaMalloc(&x_scale_, 32));
     amax_ = reinterpret_cast<uint32_t*>(x_scale_ + 4);
+    amax_reset_ = amax_ + 1;
+    // 0 from here on between products: each product's quantization sets it back.
+    PAGODA_CUDA_TRY(cudaMemset(x_scale_, 0, 32));
   }
   if (need <= x8_bytes_) return Status::ok();
   PAGODA_CUDA_TRY(cudaDeviceSynchronize());  // queued products may still read it
@@ -240,16 +243,30 @@ Status Gemm::run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y,
 // matrices) and 16-byte aligned scale pointers (it refuses a scale 4 bytes into a buffer);
 // where it refuses a token count that is not a multiple of 16 the product is split: the
 // multiple-of-16 part straight into y, the last rows padded to 16 through the tile.
+Result<uint32_t*> Gemm::fp8_amax_slot() {
+  if (!x_scale_) PAGODA_RETURN_IF_ERROR(reserve_fp8(0, 0, 0));
+  return amax_;
+}
+
+Status Gemm::matmul_fp8_scanned(const DeviceMatrix& w, const void* x, int64_t x_stride, int n,
+                                float* y, int64_t y_stride, bool accumulate, cudaStream_t stream) {
+  if (!w.fp8 || n <= kGemvMaxTokens)
+    return invalid_argument("matmul_fp8_scanned: FP8 weights and more than 8 tokens");
+  return matmul_fp8(w, x, x_stride, n, y, y_stride, accumulate, stream, /*scanned=*/true);
+}
+
 Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
-                        int64_t y_stride, bool accumulate, cudaStream_t stream) {
+                        int64_t y_stride, bool accumulate, cudaStream_t stream, bool scanned) {
   if (n > x8_tokens_ || w.cols > x8_cols_ || w.rows > x8_rows_)
     PAGODA_RETURN_IF_ERROR(reserve_fp8(std::max<int64_t>(n, x8_tokens_), std::max(w.cols, x8_cols_),
                                        std::max(w.rows, x8_rows_)));
   uint8_t* x8 = static_cast<uint8_t*>(x8_);
   const ActType at = act_type_for(w.type);
-  PAGODA_CUDA_TRY(cudaMemsetAsync(amax_, 0, sizeof(uint32_t), stream));
-  PAGODA_RETURN_IF_ERROR(fp8_amax(x, at, n, w.cols, x_stride, amax_, stream));
-  PAGODA_RETURN_IF_ERROR(fp8_quantize(x, at, n, w.cols, x_stride, amax_, x8, x_scale_, stream));
+  // The max starts from 0 (set back by the last quantization); the producer of x may
+  // have taken it already (scanned).
+  if (!scanned) PAGODA_RETURN_IF_ERROR(fp8_amax(x, at, n, w.cols, x_stride, amax_, stream));
+  PAGODA_RETURN_IF_ERROR(
+      fp8_quantize(x, at, n, w.cols, x_stride, amax_, x8, x_scale_, stream, amax_reset_));
   const Key whole{kFp8Key, w.rows, n, w.cols, w.cols, y_stride, accumulate};
   const bool split = n % 16 != 0 && (fp8_always_pad_ || fp8_refused_.count(whole) > 0);
   if (!split) {

@@ -49,6 +49,12 @@ class Gemm {
   // device, which would leave captured CUDA graphs pointing at freed memory: models
   // reserve their largest batch before capturing.
   Status reserve_fp8(int64_t max_tokens, int64_t max_cols, int64_t max_rows);
+  // FP8 weights, more than kGemvMaxTokens tokens: the device word (fp8_amax's encoding,
+  // 0 between products) into which the producer of a product's activations max-reduces
+  // them (rms_norm's amax_out) before matmul_fp8_scanned, which then skips that pass.
+  Result<uint32_t*> fp8_amax_slot();
+  Status matmul_fp8_scanned(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+                            int64_t y_stride, bool accumulate, cudaStream_t stream);
   // Tests: split every FP8 product whose token count is not a multiple of 16, as is done
   // where cuBLASLt refuses such a count.
   void set_fp8_always_pad(bool on) { fp8_always_pad_ = on; }
@@ -73,7 +79,7 @@ class Gemm {
   Status ensure_q8_scratch(int64_t cols, int n, cudaStream_t stream);
   Status run(Plan* p, const void* a, const void* b, bool accumulate, float* y, cudaStream_t stream);
   Status matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
-                    int64_t y_stride, bool accumulate, cudaStream_t stream);
+                    int64_t y_stride, bool accumulate, cudaStream_t stream, bool scanned = false);
   Status run_fp8(const DeviceMatrix& w, const void* x8, int64_t n, float* y, int64_t y_stride,
                  bool accumulate, cudaStream_t stream);
 
@@ -90,9 +96,10 @@ class Gemm {
   void* x8_tile_ = nullptr;                            // in x8_, after the activations
   bool fp8_always_pad_ = false;
   bool fp8_fast_accum_ = false;
-  std::set<Key> fp8_refused_;  // FP8 shapes cuBLASLt has no algorithm for
-  float* x_scale_ = nullptr;   // the activations' scale (cuBLASLt wants it 16-byte aligned)
-  uint32_t* amax_ = nullptr;   // 16 bytes on: their max |x| as float bits
+  std::set<Key> fp8_refused_;       // FP8 shapes cuBLASLt has no algorithm for
+  float* x_scale_ = nullptr;        // the activations' scale (cuBLASLt wants it 16-byte aligned)
+  uint32_t* amax_ = nullptr;        // 16 bytes on: their max |x| as float bits
+  uint32_t* amax_reset_ = nullptr;  // after it: quantization blocks done (fp8_quantize)
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 

@@ -65,8 +65,12 @@ Status embed_rows(const DeviceMatrix& table, const int32_t* tokens, int n, float
 
 // out[i] = x[r] / sqrt(mean(x[r]^2) + eps) * w, r = rows ? rows[i] : i, converted to
 // out_type; rows of x have stride x_stride floats, rows of out are dim wide.
+// With amax_out, also max-reduces |out| (as stored, after rounding to out_type) into
+// *amax_out (fp8_amax's encoding): the FP8 product that reads `out` then skips its own
+// pass over it (Gemm::fp8_amax_slot).
 Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const float* w, void* out,
-                ActType out_type, int n, int dim, float eps, cudaStream_t stream);
+                ActType out_type, int n, int dim, float eps, cudaStream_t stream,
+                uint32_t* amax_out = nullptr);
 
 // out[i][j] = silu(gu[i][j]) * gu[i][ff + j], converted to out_type ([n][ff]).
 Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cudaStream_t stream);
@@ -218,8 +222,11 @@ Status dequantize_to_f16(const DeviceMatrix& w, uint16_t* out, cudaStream_t stre
 // product quantizes its activations inside a CUDA graph.
 Status fp8_amax(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
                 uint32_t* amax_bits, cudaStream_t stream);
+// With `reset` (a counter, 0 between calls), the max is set back to 0 once every block
+// has read it: a product's max then needs no memset before it.
 Status fp8_quantize(const void* x, ActType t, int64_t rows, int64_t cols, int64_t stride,
-                    const uint32_t* amax_bits, uint8_t* out, float* scale, cudaStream_t stream);
+                    uint32_t* amax_bits, uint8_t* out, float* scale, cudaStream_t stream,
+                    uint32_t* reset = nullptr);
 
 // Fills n floats with NaN (tests poison outputs with it).
 Status fill_nan(void* p, size_t bytes, cudaStream_t stream);

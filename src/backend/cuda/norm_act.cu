@@ -14,16 +14,27 @@ constexpr int kNormMaxThreads = 1024;
 struct ActOut {
   void* out;
   ActType type;
+  uint32_t* amax = nullptr;  // with it, max |value as stored| goes there (fp8_amax's bits)
 };
 
 // Stores value j of row i; for Q8Act the lanes of a warp hold one 32-element block
 // (j - lane a multiple of 32, every lane present).
-__device__ __forceinline__ void store_out(const ActOut& o, int64_t i, int64_t cols, int64_t j,
-                                          float v) {
+__device__ __forceinline__ float store_out(const ActOut& o, int64_t i, int64_t cols, int64_t j,
+                                           float v) {
   store_act(o.out, o.type, i * cols + j, v);
+  return o.type == ActType::kF32   ? v
+         : o.type == ActType::kF16 ? __half2float(__float2half_rn(v))
+                                   : __bfloat162float(__float2bfloat16_rn(v));
 }
-__device__ __forceinline__ void store_out(const Q8Act& o, int64_t i, int64_t, int64_t j, float v) {
+__device__ __forceinline__ float store_out(const Q8Act& o, int64_t i, int64_t, int64_t j, float v) {
   store_q8_block(__half2float(__float2half_rn(v)), o, i, j / 32, static_cast<int>(j % 32));
+  return 0.0f;
+}
+__device__ __forceinline__ uint32_t* amax_of(const ActOut& o) {
+  return o.amax;
+}
+__device__ __forceinline__ uint32_t* amax_of(const Q8Act&) {
+  return nullptr;
 }
 
 // One block per row. Squares summed in double as the CPU (and llama.cpp) do, so the
@@ -50,8 +61,20 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
   double total = 0;
   for (int k = 0; k < static_cast<int>(blockDim.x) / kWarp; ++k) total += part[k];
   const float scale = 1.0f / sqrtf(static_cast<float>(total / dim) + eps);
+  float m = 0.0f;
   for (int j = threadIdx.x; j < dim; j += blockDim.x)
-    store_out(out, i, dim, j, xr[j] * scale * w[j]);
+    m = fmaxf(m, fabsf(store_out(out, i, dim, j, xr[j] * scale * w[j])));
+  if (uint32_t* amax = amax_of(out)) {
+    // One atomic per row: the block's max through shared memory.
+    __shared__ float mx[kNormMaxThreads / kWarp];
+    m = warp_max(m);
+    if (threadIdx.x % kWarp == 0) mx[threadIdx.x / kWarp] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int k = 1; k < static_cast<int>(blockDim.x) / kWarp; ++k) m = fmaxf(m, mx[k]);
+      atomicMax(amax, __float_as_uint(m));
+    }
+  }
 }
 
 template <typename Out>
@@ -105,12 +128,13 @@ __global__ void fill_nan_kernel(uint32_t* p, size_t n) {
 }  // namespace
 
 Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const float* w, void* out,
-                ActType out_type, int n, int dim, float eps, cudaStream_t stream) {
+                ActType out_type, int n, int dim, float eps, cudaStream_t stream,
+                uint32_t* amax_out) {
   if (n <= 0) return Status::ok();
   // A decode step normalises one row or a few: a whole SM's worth of threads each.
   const int threads = n < 64 ? 1024 : 256;
   launch_dependent(rms_norm_kernel<ActOut>, n, threads, stream, x, x_stride, rows, w,
-                   ActOut{out, out_type}, dim, eps);
+                   ActOut{out, out_type, amax_out}, dim, eps);
   return launch_status("rms_norm");
 }
 

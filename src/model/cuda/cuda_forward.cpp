@@ -225,6 +225,14 @@ Status CudaModel::enqueue(const Step& s) {
           cuda::rms_norm_q8(x, dim, nullptr, norm_w, a, n, c.dim, c.rms_eps, st));
       mark("rms_norm");
       PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(w, a, n, y, y_stride, false, st));
+    } else if (w.fp8 && n > cuda::kGemvMaxTokens) {
+      // FP8 products of a batch: the norm takes the activations' max on the way.
+      PAGODA_ASSIGN_OR_RETURN(uint32_t* const amax, gemm.fp8_amax_slot());
+      PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
+                                            cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st,
+                                            amax));
+      mark("rms_norm");
+      PAGODA_RETURN_IF_ERROR(gemm.matmul_fp8_scanned(w, xn_.get(), dim, n, y, y_stride, false, st));
     } else {
       PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
                                             cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st));
