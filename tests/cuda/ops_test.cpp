@@ -27,8 +27,10 @@ double rounding_bound(ActType t) {
 
 CUDA_TEST(rms_norm_matches_cpu) {
   std::mt19937 rng(1);
-  for (int dim : {64, 100, 4096}) {
-    const int n = 7;
+  // 7 rows take 1,024 threads a row and 70 rows 256: dim 5,000 at 70 rows is the path for
+  // rows too long to stay in registers.
+  for (auto [dim, n] :
+       {std::pair{64, 7}, std::pair{100, 7}, std::pair{4096, 7}, std::pair{5000, 70}}) {
     const auto x = random_floats(rng, static_cast<size_t>(n) * dim, 3.0f);
     const auto w = random_floats(rng, static_cast<size_t>(dim));
     const std::vector<int32_t> rows = {6, 0, 3};
@@ -50,6 +52,30 @@ CUDA_TEST(rms_norm_matches_cpu) {
                     got.data(), ref.data(), ref.size(), rounding_bound(t));
       }
     }
+  }
+}
+
+// Greedy choice on the GPU against std::max_element (the first maximum): odd and aligned
+// vocabularies, a maximum planted twice (the lower index wins) and one in the last place.
+CUDA_TEST(argmax_rows_match_first_maximum) {
+  std::mt19937 rng(13);
+  for (int vocab : {50257, 128256}) {
+    const int n = 4;
+    auto logits = random_floats(rng, static_cast<size_t>(n) * vocab, 4.0f);
+    auto row = [&](int r) { return logits.data() + static_cast<size_t>(r) * vocab; };
+    row(1)[vocab / 3] = row(1)[vocab / 2 + 1] = 100.0f;  // a tie
+    row(2)[vocab - 1] = 100.0f;
+    row(3)[5] = row(3)[6] = 100.0f;  // a tie within one 16-byte piece
+    DeviceBuffer dl = to_device(logits), out = poisoned(n * sizeof(int32_t));
+    EXPECT_OK(argmax_rows(dl.as<float>(), n, vocab, out.as<int32_t>(), nullptr));
+    const auto got = to_host<int32_t>(out, n);
+    for (int r = 0; r < n; ++r) {
+      const auto want = static_cast<int32_t>(std::max_element(row(r), row(r) + vocab) - row(r));
+      if (got[static_cast<size_t>(r)] != want)
+        fail(str_format("argmax vocab %d row %d: %d, want %d", vocab, r,
+                        got[static_cast<size_t>(r)], want));
+    }
+    std::printf("  ok   argmax vocab %d: %d rows\n", vocab, n);
   }
 }
 

@@ -215,7 +215,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 }
 
 // Merges the splits of one (row, head): rescales each partial sum to the common max
-// (maxima in log2 units, as the decode kernel keeps them).
+// (maxima in log2 units, as the decode kernels keep them). The first warp takes one split
+// per lane, so the maxima and sums are read at once rather than one after another; the
+// splits' outputs are then summed with all their reads independent.
+static_assert(kMaxDecodeSplits <= kWarp, "combine_kernel takes a split per lane");
 __global__ void combine_kernel(const float* __restrict__ part, const int32_t* __restrict__ rows,
                                int n_heads, int hd, int n_splits, void* __restrict__ out,
                                ActType out_type) {
@@ -223,19 +226,27 @@ __global__ void combine_kernel(const float* __restrict__ part, const int32_t* __
   pdl_wait();
   const int wi = blockIdx.x, h = blockIdx.y;
   const float* pp = part + (static_cast<int64_t>(wi) * n_heads + h) * n_splits * (hd + 2);
-  float m = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) m = fmaxf(m, pp[s * (hd + 2) + hd]);
-  float l = 0.0f;
-  for (int s = 0; s < n_splits; ++s) {
-    const float ms = pp[s * (hd + 2) + hd];
-    if (ms > -INFINITY) l += exp2f(ms - m) * pp[s * (hd + 2) + hd + 1];
+  __shared__ float f_s[kWarp];  // each split's factor exp2(m_s - m); 0 for an empty one
+  __shared__ float l_s;
+  if (threadIdx.x < kWarp) {
+    const int s = threadIdx.x;
+    const float ms = s < n_splits ? pp[s * (hd + 2) + hd] : -INFINITY;
+    const float ls = s < n_splits ? pp[s * (hd + 2) + hd + 1] : 0.0f;
+    const float m = warp_max(ms);  // split 0 holds key 0, so m is finite
+    const float f = ms > -INFINITY ? exp2f(ms - m) : 0.0f;
+    const float l = warp_sum(f * ls);
+    f_s[s] = f;
+    if (s == 0) l_s = l;
   }
+  __syncthreads();
+  const float l = l_s;
   const int64_t row = rows[wi];
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float o = 0.0f;
+#pragma unroll 8
     for (int s = 0; s < n_splits; ++s) {
-      const float ms = pp[s * (hd + 2) + hd];
-      if (ms > -INFINITY) o += exp2f(ms - m) * pp[s * (hd + 2) + d];
+      const float f = f_s[s], v = pp[s * (hd + 2) + d];
+      o += f > 0.0f ? f * v : 0.0f;  // an empty split's partials are not read as numbers
     }
     store_act(out, out_type, row * n_heads * hd + static_cast<int64_t>(h) * hd + d, o / l);
   }

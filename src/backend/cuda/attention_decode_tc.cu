@@ -1,15 +1,23 @@
 // Decode attention on tensor cores, for GQA: a block takes one query row, the query heads
 // of one KV head (up to 16, padded with zero rows to the 16 rows of an mma tile) and one
 // split of the context. Each of its four warps walks its own tiles of 32 keys with its
-// own online-softmax state (no block barrier in the key loop): the tile is gathered from
-// the paged cache into the warp's shared memory with cp.async (an FP8 tile into a staging
-// area, widened to fp16 there, and the warp's next tile requested before this one is
-// used, so its loads overlap the products), S = Q K^T and O += P V are mma.m16n8k16 products as in
-// the prefill kernel, and the warps are merged through shared memory at the end. Against the row
-// kernel (attention_decode.cu) this moves the dot products and the sums over the group's
-// heads from shuffles and scalar FMAs to the tensor cores, so a step is bound by reading
-// the cache rather than by issuing instructions, in fp16 and more so in FP8, whose bytes
-// per key are half.
+// own online-softmax state (no block barrier in the key loop), and the warps are merged
+// through shared memory at the end. S = Q K^T and O += P V are mma.m16n8k16 products as
+// in the prefill kernel. Against the row kernel (attention_decode.cu) this moves the dot
+// products and the sums over the group's heads from shuffles and scalar FMAs to the
+// tensor cores, so a step is bound by reading the cache rather than by issuing
+// instructions.
+//
+// A tile's keys are gathered from the paged cache into the warp's shared memory with
+// cp.async. Each lane finds one key's slot in the pool (one block-table lookup and one
+// division per key, not per 16-byte piece) and the warp passes the slots around with
+// shuffles: addressing was half of all instructions issued when every piece computed its own.
+// - fp16: the K and V tiles, as padded rows for ldmatrix.
+// - FP8: two buffers of raw bytes, the next tile requested before this one is used, so a
+//   whole tile's loads overlap the products. K and V go into the products straight from
+//   the bytes, widened in registers: Q's head dimensions are permuted to the order K's
+//   bytes are read in, and each thread takes V's bytes for its own HD/8 dimensions, which
+//   the output merge puts back in place.
 #include "backend/cuda/attention_impl.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
@@ -24,13 +32,12 @@ constexpr int kTileKeys = 32;  // keys per warp tile
 constexpr int kRows = 16;      // query rows of an mma tile (the group's heads, then zeros)
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Q and each warp's fp16 K and V tiles; with FP8, Q, each warp's fp16 V tile and its
-// staged K and V bytes (K is read from there straight into the products).
+// Q, then per warp: fp16, its K and V tiles; FP8, two buffers of staged K and V bytes.
 template <int HD, bool FP8>
 constexpr size_t smem_bytes() {
-  return FP8 ? static_cast<size_t>(kRows + kWarps * kTileKeys) * (HD + 8) * sizeof(__half) +
-                   static_cast<size_t>(kWarps) * 2 * kTileKeys * HD
-             : static_cast<size_t>(kRows + kWarps * 2 * kTileKeys) * (HD + 8) * sizeof(__half);
+  return static_cast<size_t>(kRows) * (HD + 8) * sizeof(__half) +
+         (FP8 ? static_cast<size_t>(kWarps) * 2 * 2 * kTileKeys * HD
+              : static_cast<size_t>(kWarps) * 2 * kTileKeys * (HD + 8) * sizeof(__half));
 }
 
 // Staged FP8 K rows of 128 bytes: odd keys keep their two 64-byte halves swapped, so the
@@ -39,8 +46,15 @@ template <int HD>
 __device__ __forceinline__ int k8_chunk(int key, int chunk) {
   return HD == 128 ? chunk ^ ((key & 1) << 2) : chunk;
 }
+// Staged FP8 V rows: a quarter warp reads keys 2c (+1, +8, +9) for c = 0..3, two 16-byte
+// pieces each (HD 128), so bits 1-2 of the key move the piece within the row. HD 64 rows
+// are 64 bytes and keep a 2-way conflict.
+template <int HD>
+__device__ __forceinline__ int v8_chunk(int key, int chunk) {
+  return HD == 128 ? chunk ^ (((key >> 1) & 3) << 1) : chunk ^ ((key >> 1) & 3);
+}
 
-// Three blocks fit an SM's shared memory.
+// Three blocks fit an SM's shared memory (fp16) and registers.
 template <int HD, bool FP8>
 __global__ void __launch_bounds__(kThreads, 3)
     decode_tc_kernel(const __half* __restrict__ q, KvLayerView kv, DeviceBatch b,
@@ -49,13 +63,15 @@ __global__ void __launch_bounds__(kThreads, 3)
   pdl_trigger();
   pdl_wait();
   constexpr int kStride = HD + 8;  // padded rows: ldmatrix rows fall in distinct banks
-  constexpr int kChunks = HD / 8;  // 8-element pieces per row
+  constexpr int kChunks = HD / 8;  // 8-element pieces per fp16 row
+  constexpr int kDims = HD / 8;    // FP8: V dimensions per thread (one per 8-wide n tile)
   extern __shared__ __align__(16) __half smem[];
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   __half* q_s = smem;
-  __half* k_s = q_s + kRows * kStride + warp * 2 * kTileKeys * kStride;  // fp16 only
-  __half* v_s =
-      FP8 ? q_s + kRows * kStride + warp * kTileKeys * kStride : k_s + kTileKeys * kStride;
+  __half* k_s = q_s + kRows * kStride + warp * 2 * kTileKeys * kStride;  // fp16
+  __half* v_s = k_s + kTileKeys * kStride;                               // fp16
+  uint8_t* stage8 = reinterpret_cast<uint8_t*>(q_s + kRows * kStride) +
+                    warp * 2 * 2 * kTileKeys * HD;  // FP8: [buffer][K, V][key][HD]
 
   const int wi = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   const int row = rows[wi];
@@ -101,66 +117,79 @@ __global__ void __launch_bounds__(kThreads, 3)
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-  // Keys past this split are zero-filled (their scores are masked below).
-  auto key_offset = [&](int t0, int r, bool* valid) {
-    *valid = t0 + r < n_keys;
-    const int pos = k_begin + (*valid ? t0 + r : 0);
-    return ((static_cast<size_t>(table[pos / bs]) * kv.n_kv_heads + g) * bs + pos % bs) * HD;
+  // Key t0 + lane's place in the pool: its block (a block-table entry, read from global
+  // memory) and its offset there. Keys past the split repeat the last one (their copies
+  // are zero-filled and their scores masked). Each tile's entries are requested a tile
+  // ahead, so the table read's latency is not paid before every tile's copies.
+  struct KeyRef {
+    int32_t block;
+    int offset;
+  };
+  auto lane_ref = [&](int t0) {
+    const int pos = k_begin + min(t0 + lane, n_keys - 1);
+    return KeyRef{table[pos / bs], pos % bs};
+  };
+  auto slot_of = [&](KeyRef k) {
+    return (static_cast<uint32_t>(k.block) * kv.n_kv_heads + g) * bs + k.offset;
   };
   constexpr int kChunks8 = HD / 16;  // 16-byte pieces per FP8 row
-  uint8_t* k8 = reinterpret_cast<uint8_t*>(smem + (kRows + kWarps * kTileKeys) * kStride) +
-                warp * 2 * kTileKeys * HD;
-  uint8_t* v8 = k8 + kTileKeys * HD;
-  // One tile's K (swizzled, k8_chunk) or V bytes, as a cp.async group of its own.
-  auto stage_fp8 = [&](int t0, bool is_k) {
-    const uint8_t* src = static_cast<const uint8_t*>(is_k ? kv.k : kv.v);
-#pragma unroll 4
-    for (int i = lane; i < kTileKeys * kChunks8; i += kWarp) {
-      const int r = i / kChunks8, c = i % kChunks8;
-      bool valid;
-      const size_t base = key_offset(t0, r, &valid) + c * 16;
-      if (is_k)
-        cp_async16(k8 + r * HD + k8_chunk<HD>(r, c) * 16, src + base, valid);
-      else
-        cp_async16(v8 + r * HD + c * 16, src + base, valid);
+  constexpr int kStep = kWarps * kTileKeys;
+  // One tile's K and V bytes into buffer `buf`, as one cp.async group.
+  auto stage_fp8 = [&](int t0, uint32_t slot, int buf) {
+    uint8_t* kd = stage8 + buf * 2 * kTileKeys * HD;
+    uint8_t* vd = kd + kTileKeys * HD;
+#pragma unroll
+    for (int j = 0; j < kTileKeys * kChunks8 / kWarp; ++j) {
+      const int r = j * (kWarp / kChunks8) + lane / kChunks8, c = lane % kChunks8;
+      const size_t off = static_cast<size_t>(__shfl_sync(0xffffffffu, slot, r)) * HD + c * 16;
+      const bool valid = t0 + r < n_keys;
+      cp_async16(kd + r * HD + k8_chunk<HD>(r, c) * 16, static_cast<const uint8_t*>(kv.k) + off,
+                 valid);
+      cp_async16(vd + r * HD + v8_chunk<HD>(r, c) * 16, static_cast<const uint8_t*>(kv.v) + off,
+                 valid);
     }
     cp_async_commit();
   };
-  if constexpr (FP8) {
-    if (warp * kTileKeys < n_keys) {
-      stage_fp8(warp * kTileKeys, false);
-      stage_fp8(warp * kTileKeys, true);
+  const int first = warp * kTileKeys;
+  KeyRef next_ref{0, 0};  // the entries of the tile after the one being staged
+  if (first < n_keys) {
+    const KeyRef r0 = lane_ref(first);
+    if constexpr (FP8) {
+      next_ref = lane_ref(first + kStep);
+      stage_fp8(first, slot_of(r0), 0);
+    } else {
+      next_ref = r0;  // fp16 tiles are staged at the top of the loop
     }
   }
 
-  for (int t0 = warp * kTileKeys; t0 < n_keys; t0 += kWarps * kTileKeys) {
+  int buf = 0;
+  for (int t0 = first; t0 < n_keys; t0 += kStep, buf ^= 1) {
+    const uint8_t* k8 = stage8 + buf * 2 * kTileKeys * HD;
+    const uint8_t* v8 = k8 + kTileKeys * HD;
     if constexpr (!FP8) {
+      const uint32_t slot = slot_of(next_ref);
+      next_ref = lane_ref(t0 + kStep);
 #pragma unroll 4
-      for (int i = lane; i < kTileKeys * kChunks; i += kWarp) {
-        const int r = i / kChunks, c = i % kChunks;
-        bool valid;
-        const size_t base = key_offset(t0, r, &valid) + c * 8;
-        cp_async16(k_s + r * kStride + c * 8, static_cast<const __half*>(kv.k) + base, valid);
-        cp_async16(v_s + r * kStride + c * 8, static_cast<const __half*>(kv.v) + base, valid);
+      for (int j = 0; j < kTileKeys * kChunks / kWarp; ++j) {
+        const int r = j * (kWarp / kChunks) + lane / kChunks, c = lane % kChunks;
+        const size_t off = static_cast<size_t>(__shfl_sync(0xffffffffu, slot, r)) * HD + c * 8;
+        const bool valid = t0 + r < n_keys;
+        cp_async16(k_s + r * kStride + c * 8, static_cast<const __half*>(kv.k) + off, valid);
+        cp_async16(v_s + r * kStride + c * 8, static_cast<const __half*>(kv.v) + off, valid);
       }
       cp_async_wait_all();
-      __syncwarp();
     } else {
-      cp_async_wait_all();
-      __syncwarp();
-      // V is widened to fp16 for ldmatrix.trans; its staging area is then free for the
-      // warp's next tile, requested at once.
-#pragma unroll 4
-      for (int i = lane; i < kTileKeys * kChunks8; i += kWarp) {
-        const int r = i / kChunks8, c = i % kChunks8;
-        const uint4 vb = *reinterpret_cast<const uint4*>(v8 + r * HD + c * 16);
-        __half* vd = v_s + r * kStride + c * 16;
-        *reinterpret_cast<uint4*>(vd) = fp8x8_to_half8(make_uint2(vb.x, vb.y));
-        *reinterpret_cast<uint4*>(vd + 8) = fp8x8_to_half8(make_uint2(vb.z, vb.w));
+      // The warp's next tile goes into the other buffer before this one is used (an
+      // empty group past the end keeps the count).
+      if (t0 + kStep < n_keys) {
+        stage_fp8(t0 + kStep, slot_of(next_ref), buf ^ 1);
+        next_ref = lane_ref(t0 + 2 * kStep);
+      } else {
+        cp_async_commit();
       }
-      __syncwarp();
-      if (t0 + kWarps * kTileKeys < n_keys) stage_fp8(t0 + kWarps * kTileKeys, false);
+      cp_async_wait_group<1>();
     }
+    __syncwarp();
 
     float s[kTileKeys / 8][4];
 #pragma unroll
@@ -185,8 +214,6 @@ __global__ void __launch_bounds__(kThreads, 3)
           }
         }
       }
-      __syncwarp();  // K's staging area is free: request the next tile's K
-      if (t0 + kWarps * kTileKeys < n_keys) stage_fp8(t0 + kWarps * kTileKeys, true);
     } else {
       qk_tile<HD, kTileKeys>(s, qf, k_s, kStride, lane);
     }
@@ -224,12 +251,15 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
     l0 = l0 * a0 + sum0;
     l1 = l1 * a1 + sum1;
+    // Past the first tiles the maxima rarely move: skip the rescale when no row's did.
+    if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < HD / 8; ++i) {
-      o[i][0] *= a0;
-      o[i][1] *= a0;
-      o[i][2] *= a1;
-      o[i][3] *= a1;
+      for (int i = 0; i < HD / 8; ++i) {
+        o[i][0] *= a0;
+        o[i][1] *= a0;
+        o[i][2] *= a1;
+        o[i][3] *= a1;
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < kTileKeys / 16; ++kk) {
@@ -238,17 +268,49 @@ __global__ void __launch_bounds__(kThreads, 3)
       pf[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
       pf[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pf[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      if constexpr (FP8) {
+        // The thread's keys are this step's k indices 2gc, 2gc+1 (b0) and 2gc+8, 2gc+9
+        // (b1); its n column in every n tile is gr, and n tile j stands for dimension
+        // gr * kDims + j. A key's kDims bytes for those dimensions are one read.
+        uint32_t w[4][kDims / 4];
 #pragma unroll
-      for (int dt = 0; dt < HD / 8; dt += 2) {
-        const int mi = lane / 8;
-        const int key = kk * 16 + (mi & 1) * 8 + lane % 8;
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, v_s + key * kStride + (dt + (mi >> 1)) * 8);
-        mma16816(o[dt], pf, vf[0], vf[1]);
-        mma16816(o[dt + 1], pf, vf[2], vf[3]);
+        for (int e = 0; e < 4; ++e) {
+          const int key = kk * 16 + 2 * gc + (e & 1) + (e >> 1) * 8;
+          const uint8_t* src =
+              v8 + key * HD + v8_chunk<HD>(key, gr * kDims / 16) * 16 + (gr * kDims) % 16;
+          if constexpr (kDims == 16) {
+            const uint4 x = *reinterpret_cast<const uint4*>(src);
+            w[e][0] = x.x;
+            w[e][1] = x.y;
+            w[e][2] = x.z;
+            w[e][3] = x.w;
+          } else {
+            const uint2 x = *reinterpret_cast<const uint2*>(src);
+            w[e][0] = x.x;
+            w[e][1] = x.y;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kDims; ++j) {
+          // Byte j % 4 of the two keys' words, side by side in the low half.
+          const uint32_t sel = (j % 4) | ((4 + j % 4) << 4);
+          const uint32_t b0 = fp8x2_to_b16x2(__byte_perm(w[0][j / 4], w[1][j / 4], sel));
+          const uint32_t b1 = fp8x2_to_b16x2(__byte_perm(w[2][j / 4], w[3][j / 4], sel));
+          mma16816(o[j], pf, b0, b1);
+        }
+      } else {
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt += 2) {
+          const int mi = lane / 8;
+          const int key = kk * 16 + (mi & 1) * 8 + lane % 8;
+          uint32_t vf[4];
+          ldmatrix_x4_trans(vf, v_s + key * kStride + (dt + (mi >> 1)) * 8);
+          mma16816(o[dt], pf, vf[0], vf[1]);
+          mma16816(o[dt + 1], pf, vf[2], vf[3]);
+        }
       }
     }
-    __syncwarp();  // the tile is refilled next
+    __syncwarp();  // the tile's memory is refilled next
   }
 #pragma unroll
   for (int off = 1; off <= 2; off <<= 1) {
@@ -263,12 +325,14 @@ __global__ void __launch_bounds__(kThreads, 3)
   float* ml_s = o_s + kWarps * kRows * HD;                        // [warp][row][2]
   const int r0 = warp * kRows + gr, r1 = r0 + 8;
 #pragma unroll
-  for (int dt = 0; dt < HD / 8; ++dt) {
-    const int d = dt * 8 + 2 * gc;
-    o_s[r0 * HD + d] = o[dt][0];
-    o_s[r0 * HD + d + 1] = o[dt][1];
-    o_s[r1 * HD + d] = o[dt][2];
-    o_s[r1 * HD + d + 1] = o[dt][3];
+  for (int j = 0; j < HD / 8; ++j) {
+    // Output column n of n tile j: dimension j * 8 + n (fp16), n * kDims + j (FP8).
+    const int d0 = FP8 ? (2 * gc) * kDims + j : j * 8 + 2 * gc;
+    const int d1 = FP8 ? (2 * gc + 1) * kDims + j : d0 + 1;
+    o_s[r0 * HD + d0] = o[j][0];
+    o_s[r0 * HD + d1] = o[j][1];
+    o_s[r1 * HD + d0] = o[j][2];
+    o_s[r1 * HD + d1] = o[j][3];
   }
   if (gc == 0) {
     ml_s[r0 * 2] = m0;

@@ -26,6 +26,11 @@ __device__ __forceinline__ void cp_async_wait_all() {
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
+// Waits until at most N of the thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -86,6 +91,13 @@ __device__ __forceinline__ uint4 fp8x8_to_half8(uint2 b) {
   fp8x4_to_half2x2(b.x, &h[0], &h[1]);
   fp8x4_to_half2x2(b.y, &h[2], &h[3]);
   return *reinterpret_cast<const uint4*>(h);
+}
+
+// The two E4M3 bytes in the low half of w as one register of two fp16 (lowest first).
+__device__ __forceinline__ uint32_t fp8x2_to_b16x2(uint32_t w) {
+  const __half2 h = __half2(
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3));
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 }  // namespace pagoda::cuda

@@ -38,40 +38,81 @@ __device__ __forceinline__ uint32_t* amax_of(const Q8Act&) {
 }
 
 // One block per row. Squares summed in double as the CPU (and llama.cpp) do, so the
-// scale agrees to the last bit in most rows.
+// scale agrees to the last bit in most rows. A decode step's norm is one block on the
+// path between two products, so its latency counts: the weights are requested before
+// waiting for the kernels before (they don't depend on them), a row of up to kHeld
+// elements per thread stays in registers between the two passes, and the warps' sums
+// meet in one warp rather than in every thread.
+constexpr int kHeld = 16;
+
 template <typename Out>
 __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
                                 const int32_t* __restrict__ rows, const float* __restrict__ w,
                                 Out out, int dim, float eps) {
   pdl_trigger();
+  const int nt = static_cast<int>(blockDim.x);
+  const bool held = dim <= kHeld * nt;
+  float wv[kHeld], xv[kHeld];
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) {
+      const int j = static_cast<int>(threadIdx.x) + k * nt;
+      wv[k] = j < dim ? w[j] : 0.0f;
+    }
+  }
   pdl_wait();
   const int i = blockIdx.x;
   const int64_t r = rows ? rows[i] : i;
   const float* xr = x + r * x_stride;
   double ss = 0;
-  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
-    const float v = xr[j];
-    ss += static_cast<double>(v * v);
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) {
+      const int j = static_cast<int>(threadIdx.x) + k * nt;
+      xv[k] = j < dim ? xr[j] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) ss += static_cast<double>(xv[k] * xv[k]);
+  } else {
+    for (int j = threadIdx.x; j < dim; j += nt) {
+      const float v = xr[j];
+      ss += static_cast<double>(v * v);
+    }
   }
   __shared__ double part[kNormMaxThreads / kWarp];
+  __shared__ double total_s;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if (threadIdx.x % kWarp == 0) part[threadIdx.x / kWarp] = ss;
+  if (lane == 0) part[warp] = ss;
   __syncthreads();
-  double total = 0;
-  for (int k = 0; k < static_cast<int>(blockDim.x) / kWarp; ++k) total += part[k];
-  const float scale = 1.0f / sqrtf(static_cast<float>(total / dim) + eps);
+  if (warp == 0) {
+    double t = lane < nt / kWarp ? part[lane] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (lane == 0) total_s = t;
+  }
+  __syncthreads();
+  const float scale = 1.0f / sqrtf(static_cast<float>(total_s / dim) + eps);
   float m = 0.0f;
-  for (int j = threadIdx.x; j < dim; j += blockDim.x)
-    m = fmaxf(m, fabsf(store_out(out, i, dim, j, xr[j] * scale * w[j])));
+  if (held) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k) {
+      const int j = static_cast<int>(threadIdx.x) + k * nt;
+      if (j < dim) m = fmaxf(m, fabsf(store_out(out, i, dim, j, xv[k] * scale * wv[k])));
+    }
+  } else {
+    for (int j = threadIdx.x; j < dim; j += nt)
+      m = fmaxf(m, fabsf(store_out(out, i, dim, j, xr[j] * scale * w[j])));
+  }
   if (uint32_t* amax = amax_of(out)) {
     // One atomic per row: the block's max through shared memory.
     __shared__ float mx[kNormMaxThreads / kWarp];
     m = warp_max(m);
-    if (threadIdx.x % kWarp == 0) mx[threadIdx.x / kWarp] = m;
+    if (lane == 0) mx[warp] = m;
     __syncthreads();
     if (threadIdx.x == 0) {
-      for (int k = 1; k < static_cast<int>(blockDim.x) / kWarp; ++k) m = fmaxf(m, mx[k]);
+      for (int k = 1; k < nt / kWarp; ++k) m = fmaxf(m, mx[k]);
       atomicMax(amax, __float_as_uint(m));
     }
   }
@@ -97,9 +138,21 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int n_vocab,
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
   float best = -INFINITY;
   int idx = n_vocab;
-  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+  // A thread's values in ascending order (16-byte reads where rows are aligned, several
+  // in flight): ascending i keeps the first maximum of the thread.
+  const bool vec = n_vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
+  const int n4 = vec ? n_vocab / 4 : 0;
+#pragma unroll 4
+  for (int c = threadIdx.x; c < n4; c += blockDim.x) {
+    const float4 v = reinterpret_cast<const float4*>(row)[c];
+    if (v.x > best) best = v.x, idx = 4 * c;
+    if (v.y > best) best = v.y, idx = 4 * c + 1;
+    if (v.z > best) best = v.z, idx = 4 * c + 2;
+    if (v.w > best) best = v.w, idx = 4 * c + 3;
+  }
+  for (int i = 4 * n4 + threadIdx.x; i < n_vocab; i += blockDim.x) {
     const float v = row[i];
-    if (v > best) best = v, idx = i;  // ascending i: the first maximum of this thread
+    if (v > best) best = v, idx = i;
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
