@@ -129,8 +129,17 @@ __device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64
 // (each takes every SPLIT-th column step; partial sums meet in shared memory), so
 // matrices with few rows still put enough warps on every SM. `vec`: rows and x rows are
 // 16-byte aligned so the 8-wide path applies; otherwise one element at a time.
+// One token's kernels over 1- and 2-byte weights are held to 32 registers, so 16 blocks
+// (all 64 warps) fit an SM; with 34-38 registers only 12 did, and matrices of 4,096 rows
+// took 1.3 waves. (F32 weights would spill.)
+constexpr int kNt1BlocksPerSm = 16;
+template <DType T, bool F8, int NT>
+constexpr int min_blocks() {
+  return NT == 1 && (F8 || T != DType::kF32) ? kNt1BlocksPerSm : 1;
+}
+
 template <DType T, bool F8, ActType A, int NT, int SPLIT>
-__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp, (min_blocks<T, F8, NT>()))
     gemv_kernel(DeviceMatrix w, const void* __restrict__ x, int64_t x_stride, int n,
                 float* __restrict__ y, int64_t y_stride, bool accumulate, bool vec) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -240,8 +249,17 @@ void launch_nt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, fl
 template <DType T, ActType A, bool F8 = false>
 Status launch(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
               int64_t y_stride, bool accumulate, bool vec, cudaStream_t stream) {
-  // Two warps per row while one warp per row would not fill the GPU twice over.
+  // Two warps per row while one warp per row would not fill the GPU twice over; for one
+  // token, while all of the blocks fit on the GPU at once (a partial second wave of
+  // blocks leaves too few loads in flight).
+  static const int sms = [] {
+    int dev = 0, count = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
+    return count > 0 ? count : 132;
+  }();
   int split = w.rows < 16384 ? 2 : 1;
+  if (n == 1) split = w.rows * 2 <= int64_t{kRowsPerBlock} * kNt1BlocksPerSm * sms ? 2 : 1;
   if (g_split_override > 0) split = g_split_override;
   if (n == 1)
     launch_nt<T, F8, A, 1>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
