@@ -299,15 +299,7 @@ __global__ void __launch_bounds__(kThreads, 3)
           mma16816(o[j], pf, b0, b1);
         }
       } else {
-#pragma unroll
-        for (int dt = 0; dt < HD / 8; dt += 2) {
-          const int mi = lane / 8;
-          const int key = kk * 16 + (mi & 1) * 8 + lane % 8;
-          uint32_t vf[4];
-          ldmatrix_x4_trans(vf, v_s + key * kStride + (dt + (mi >> 1)) * 8);
-          mma16816(o[dt], pf, vf[0], vf[1]);
-          mma16816(o[dt + 1], pf, vf[2], vf[3]);
-        }
+        pv_step<HD>(o, pf, v_s, kStride, kk, lane);
       }
     }
     __syncwarp();  // the tile's memory is refilled next

@@ -157,15 +157,7 @@ __global__ void __launch_bounds__(kThreads)
       pf[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
       pf[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pf[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-      for (int dt = 0; dt < HD / 8; dt += 2) {
-        const int mi = lane / 8;
-        const int key = kk * 16 + (mi & 1) * 8 + lane % 8;
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, v_s + key * kStride + (dt + (mi >> 1)) * 8);
-        mma16816(o[dt], pf, vf[0], vf[1]);
-        mma16816(o[dt + 1], pf, vf[2], vf[3]);
-      }
+      pv_step<HD>(o, pf, v_s, kStride, kk, lane);
     }
     __syncthreads();  // k_s and v_s are refilled next
   }

@@ -71,6 +71,23 @@ __device__ __forceinline__ void qk_tile(float (*s)[4], const uint32_t (*qf)[4], 
   }
 }
 
+// o[dt] += P V for one warp's 16 rows and keys kk*16 .. kk*16+15: P as A fragments (pf)
+// and fp16 V staged in shared memory as rows of `stride` halves, read transposed by
+// ldmatrix into B fragments for two 8-wide column tiles at once.
+template <int HD>
+__device__ __forceinline__ void pv_step(float (*o)[4], const uint32_t* pf, const __half* v_s,
+                                        int stride, int kk, int lane) {
+#pragma unroll
+  for (int dt = 0; dt < HD / 8; dt += 2) {
+    const int mi = lane / 8;
+    const int key = kk * 16 + (mi & 1) * 8 + lane % 8;
+    uint32_t vf[4];
+    ldmatrix_x4_trans(vf, v_s + key * stride + (dt + (mi >> 1)) * 8);
+    mma16816(o[dt], pf, vf[0], vf[1]);
+    mma16816(o[dt + 1], pf, vf[2], vf[3]);
+  }
+}
+
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
