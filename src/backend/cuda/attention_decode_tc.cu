@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     cp_async_commit();
   };
   const int first = warp * kTileKeys;
-  KeyRef next_ref{0, 0};  // the entries of the tile after the one being staged
+  KeyRef next_ref{0, 0};  // the entries of the next tile to be staged
   if (first < n_keys) {
     const KeyRef r0 = lane_ref(first);
     if constexpr (FP8) {

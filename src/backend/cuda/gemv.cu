@@ -125,10 +125,6 @@ __device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64
   return 0.0f;
 }
 
-// NT: tokens handled (n <= NT; the rest predicated off). SPLIT: warps sharing a row
-// (each takes every SPLIT-th column step; partial sums meet in shared memory), so
-// matrices with few rows still put enough warps on every SM. `vec`: rows and x rows are
-// 16-byte aligned so the 8-wide path applies; otherwise one element at a time.
 // One token's kernels over 1- and 2-byte weights are held to 32 registers, so 16 blocks
 // (all 64 warps) fit an SM; with 34-38 registers only 12 did, and matrices of 4,096 rows
 // took 1.3 waves. (F32 weights would spill.)
@@ -138,6 +134,10 @@ constexpr int min_blocks() {
   return NT == 1 && (F8 || T != DType::kF32) ? kNt1BlocksPerSm : 1;
 }
 
+// NT: tokens handled (n <= NT; the rest predicated off). SPLIT: warps sharing a row
+// (each takes every SPLIT-th column step; partial sums meet in shared memory), so
+// matrices with few rows still put enough warps on every SM. `vec`: rows and x rows are
+// 16-byte aligned so the 8-wide path applies; otherwise one element at a time.
 template <DType T, bool F8, ActType A, int NT, int SPLIT>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp, (min_blocks<T, F8, NT>()))
     gemv_kernel(DeviceMatrix w, const void* __restrict__ x, int64_t x_stride, int n,
