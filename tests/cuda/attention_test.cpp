@@ -337,13 +337,15 @@ CUDA_TEST(attention_fp8_kv_matches_cpu) {
   ThreadPool pool(4);
   const std::vector<SeqSpec> mixed = {{0, 1}, {37, 1}, {300, 1}, {1000, 2}, {37, 29}, {0, 130}};
   const std::vector<SeqSpec> long_prefill = {{0, 200}, {64, 64}, {5, 300}};
-  // The tensor-core decode kernel, then the row kernel at both of its FP8 unrolls.
+  // The tensor-core kernel (keys on M), then the row kernel at both of its FP8 unrolls.
+  // Groups of 1 to 16 heads: one n tile of 8 heads, then two.
   for (int variant = 0; variant < 3; ++variant) {
     set_decode_tensor_cores(variant == 0);
     g_decode_mma = variant == 0;
     set_decode_fp8_unroll(variant == 2 ? 4 : 8);
     for (int hd : {64, 128}) {
-      for (auto [h, kv] : {std::pair{8, 2}, std::pair{28, 4}, std::pair{9, 3}})
+      for (auto [h, kv] :
+           {std::pair{8, 2}, std::pair{28, 4}, std::pair{9, 3}, std::pair{24, 2}, std::pair{32, 2}})
         run_attention_case({h, kv, hd, mixed, true, 0, ActType::kF32, true}, rng, pool);
       run_attention_case({8, 8, hd, long_prefill, true, 0, ActType::kF16, true}, rng, pool);
       run_attention_case({8, 2, hd, mixed, false, 7, ActType::kBF16, true}, rng, pool);

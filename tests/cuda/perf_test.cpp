@@ -39,10 +39,11 @@ DeviceBuffer random_device(size_t bytes, std::mt19937& rng) {
   static std::vector<uint8_t> block;
   if (block.empty()) {
     block.resize(64u << 20);
-    // Small finite fp16/bf16 values in every 16-bit word (exponent bits kept low).
+    // Small finite fp16/bf16 values in every 16-bit word (exponent bits kept low), and
+    // finite E4M3 in every byte (bit 3 clear: no NaN, 0x7f / 0xff).
     for (size_t i = 0; i < block.size(); i += 2) {
       const uint32_t r = rng();
-      block[i] = static_cast<uint8_t>(r);
+      block[i] = static_cast<uint8_t>(r & 0xf7);
       block[i + 1] = static_cast<uint8_t>(0x20 | ((r >> 8) & 0x8f));
     }
   }

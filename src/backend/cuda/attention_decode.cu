@@ -303,7 +303,11 @@ Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBa
   const size_t need = static_cast<size_t>(plan.n_decode_rows) * n_heads * splits * (hd + 2) * 4;
   if (splits > 1 && need > plan.workspace_bytes)
     return internal_error("attention workspace too small for the split-KV partials");
-  if (g_tensor_cores && has_decode_tc_kernel(n_heads / kv.n_kv_heads, hd))
+  const int group = n_heads / kv.n_kv_heads;
+  if (g_tensor_cores && kv.type == KvType::kFp8E4M3 && has_decode_fp8_kernel(group, hd))
+    PAGODA_RETURN_IF_ERROR(
+        decode_attention_fp8(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream));
+  else if (g_tensor_cores && kv.type == KvType::kF16 && has_decode_tc_kernel(group, hd))
     PAGODA_RETURN_IF_ERROR(
         decode_attention_tc(q, kv, b, plan, n_heads, scale, splits, out, out_type, stream));
   else if (kv.type == KvType::kF16)

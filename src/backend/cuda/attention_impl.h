@@ -1,7 +1,11 @@
-// The two attention kernels behind attention() (attention.cu dispatches).
+// The attention kernels behind attention() (attention.cpp dispatches), and the device
+// helpers the decode kernels share.
 #pragma once
 
 #include "backend/cuda/kernels.h"
+#ifdef __CUDACC__
+#include "backend/cuda/common.cuh"
+#endif
 
 namespace pagoda::cuda {
 
@@ -11,8 +15,8 @@ constexpr int kDecodeMinChunk = 64;       // keys per split at least
 
 #ifdef __CUDACC__
 // One decode row's share of its context: keys [k_begin, k_begin + n_keys) of the
-// sequence's block table. Later splits of a short context are empty (n_keys 0). Both
-// decode kernels cut the context here, so their splits agree with the merge.
+// sequence's block table. Later splits of a short context are empty (n_keys 0). Every
+// decode kernel cuts the context here, so their splits agree with the merge.
 struct DecodeSplit {
   int k_begin, n_keys;
   const int32_t* table;
@@ -25,17 +29,69 @@ __device__ __forceinline__ DecodeSplit decode_split(const DeviceBatch& b, int ro
   const int k_begin = split * chunk, k_end = min(ctx, k_begin + chunk);
   return {k_begin, max(0, k_end - k_begin), b.blocks + b.seq_blocks_off[seq]};
 }
+
+// Split-KV partials: [decode row][head][split][hd + 2], the split's unnormalised output,
+// then its max (log2 units) and its sum, which combine_kernel merges.
+__device__ __forceinline__ float* split_partial(float* part, int wi, int h, int split, int n_heads,
+                                                int n_splits, int hd) {
+  return part + ((static_cast<int64_t>(wi) * n_heads + h) * n_splits + split) * (hd + 2);
+}
+
+// The end of a block of the tensor-core decode kernels: its warps left their rows'
+// outputs in o_s ([warp][row][HD]) and their (max, sum) in ml_s ([warp][row][2]), row r
+// standing for head g * group + r. Writes the merged output, or with several splits
+// this split's partials.
+template <int HD>
+__device__ __forceinline__ void merge_warps(const float* o_s, const float* ml_s, int n_warps,
+                                            int rows_per_warp, int wi, int g, int group,
+                                            int n_heads, int split, int n_splits, int64_t row,
+                                            float v_scale, void* out, ActType out_type,
+                                            float* part) {
+  for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+    const int r = i / HD, d = i % HD;
+    float m = -INFINITY;
+    for (int w = 0; w < n_warps; ++w) m = fmaxf(m, ml_s[(w * rows_per_warp + r) * 2]);
+    float l = 0.0f, acc = 0.0f;
+    for (int w = 0; w < n_warps; ++w) {
+      const float mw = ml_s[(w * rows_per_warp + r) * 2];
+      if (mw > -INFINITY) {
+        const float f = exp2f(mw - m);
+        l += f * ml_s[(w * rows_per_warp + r) * 2 + 1];
+        acc += f * o_s[(w * rows_per_warp + r) * HD + d];
+      }
+    }
+    acc *= v_scale;
+    const int h = g * group + r;
+    if (n_splits == 1) {
+      store_act(out, out_type, row * n_heads * HD + static_cast<int64_t>(h) * HD + d,
+                l > 0 ? acc / l : 0.0f);
+    } else {
+      float* pp = split_partial(part, wi, h, split, n_heads, n_splits, HD);
+      pp[d] = acc;
+      if (d == 0) {
+        pp[HD] = m;
+        pp[HD + 1] = l;
+      }
+    }
+  }
+}
+
 #endif
 
 Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                         const AttentionPlan& plan, int n_heads, float scale, void* out,
                         ActType out_type, cudaStream_t stream);
-// Decode rows on tensor cores (attention_decode_tc.cu), for GQA groups of up to 16 heads
-// and head sizes 64 and 128; `splits` as decode_attention chose it.
+// Decode rows over an fp16 pool on tensor cores (attention_decode_tc.cu), for GQA groups
+// of up to 16 heads and head sizes 64 and 128; `splits` as decode_attention chose it.
 bool has_decode_tc_kernel(int group, int head_dim);
 Status decode_attention_tc(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                            const AttentionPlan& plan, int n_heads, float scale, int splits,
                            void* out, ActType out_type, cudaStream_t stream);
+// The same over an FP8 pool, with the keys on the mma's M side (attention_decode_fp8.cu).
+bool has_decode_fp8_kernel(int group, int head_dim);
+Status decode_attention_fp8(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
+                            const AttentionPlan& plan, int n_heads, float scale, int splits,
+                            void* out, ActType out_type, cudaStream_t stream);
 Status prefill_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
                          const AttentionPlan& plan, int n_heads, float scale, void* out,
                          ActType out_type, cudaStream_t stream);
