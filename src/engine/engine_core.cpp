@@ -284,6 +284,7 @@ bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
 }
 
 void EngineCore::step(std::vector<RequestOutput>* out) {
+  const double begin = Engine::now();
   sched::SchedulerOutput so = sched_.schedule();
   if (so.empty()) return;
   const double now = Engine::now();
@@ -316,6 +317,7 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   const int32_t n_vocab = exec_.n_vocab();
   const bool greedy = greedy_step(so);
   const bool on_device = greedy || device_sampling_step(so);
+  const double exec_begin = Engine::now();
   Status s;
   if (greedy) {
     chosen_.resize(batch_.logit_rows.size());
@@ -332,6 +334,7 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
     logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab));
     s = exec_.execute(batch_, logits_.data());
   }
+  stats_.execute_s += Engine::now() - exec_begin;
   if (!s) {
     log_error("engine step failed: " + s.message());
     stats_.failed_steps++;
@@ -363,6 +366,7 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
       slack += static_cast<int64_t>(kv_.blocks(sid).size()) * kv_.block_size() - r->s.num_computed;
   waste_slots_ += static_cast<double>(slack);
   reserved_slots_ += static_cast<double>(kv_.reserved_slots());
+  stats_.step_s += Engine::now() - begin;
 }
 
 EngineStats EngineCore::stats() const {

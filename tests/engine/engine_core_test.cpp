@@ -85,6 +85,17 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
   return p;
 }
 
+// The step and model-run times: every step is counted, and the model run is part of it.
+TEST(EngineCore, StatsSplitStepTimeIntoModelRunAndHost) {
+  Harness h(64, 8, 64);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(h.add("r" + std::to_string(i), {1, 2, 3, 4, 5}, 6));
+  h.run();
+  const EngineStats s = h.core->stats();
+  EXPECT_GT(s.steps, 0);
+  EXPECT_GT(s.execute_s, 0.0);
+  EXPECT_GE(s.step_s, s.execute_s);
+}
+
 TEST(EngineCore, TokenBudgetAndSeqLimitHoldEveryStep) {
   Harness h(/*n_blocks=*/400, /*max_seqs=*/6, /*budget=*/48);
   std::mt19937 rng(1);
