@@ -89,8 +89,6 @@ __global__ void __launch_bounds__(kThreads, min_blocks<NT>())
   const DecodeSplit sp = decode_split(b, row, split, n_splits);
   const int k_begin = sp.k_begin, n_keys = sp.n_keys;
   const int64_t qd = static_cast<int64_t>(n_heads) * HD;
-  const int32_t* table = sp.table;
-  const int bs = kv.block_size;
 
   // Q^T as B fragments, head nt*8 + gr: in step ks the thread's k indices (2gc, 2gc+1,
   // 2gc+8, 2gc+9) are dimensions base..base+3, base = (ks/4)*64 + gc*16 + (ks%4)*4, so
@@ -129,19 +127,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks<NT>())
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) m[nt][0] = m[nt][1] = -INFINITY, l[nt][0] = l[nt][1] = 0.0f;
 
-  // Key t0 + lane's place in the pool. Keys past the split repeat the last one (their
-  // copies are zero-filled and their scores masked).
-  struct KeyRef {
-    int32_t block;
-    int offset;
-  };
-  auto lane_ref = [&](int t0) {
-    const int pos = k_begin + min(t0 + lane, n_keys - 1);
-    return KeyRef{table[pos / bs], pos % bs};
-  };
-  auto slot_of = [&](KeyRef k) {
-    return (static_cast<uint32_t>(k.block) * kv.n_kv_heads + g) * bs + k.offset;
-  };
+  // Each tile's block-table entries are requested a tile ahead, so the table read's
+  // latency is not paid before every tile's copies.
+  const SplitKeys keys{sp.table, k_begin, n_keys, kv.block_size, kv.n_kv_heads, g};
+  auto lane_ref = [&](int t0) { return keys.ref(t0, lane); };
+  auto slot_of = [&](KeyRef k) { return keys.slot(k); };
   constexpr int kPieces = HD / 16;  // 16-byte pieces per row
   constexpr int kStep = kWarps * kTileKeys;
   auto stage_tile = [&](int t0, uint32_t slot, int buf) {

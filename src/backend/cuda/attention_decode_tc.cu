@@ -57,8 +57,6 @@ __global__ void __launch_bounds__(kThreads, 3)
   const DecodeSplit sp = decode_split(b, row, split, n_splits);
   const int k_begin = sp.k_begin, n_keys = sp.n_keys;
   const int64_t qd = static_cast<int64_t>(n_heads) * HD;
-  const int32_t* table = sp.table;
-  const int bs = kv.block_size;
   const int gr = lane / 4, gc = lane % 4;
 
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
@@ -82,21 +80,11 @@ __global__ void __launch_bounds__(kThreads, 3)
   for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-  // Key t0 + lane's place in the pool: its block (a block-table entry, read from global
-  // memory) and its offset there. Keys past the split repeat the last one (their copies
-  // are zero-filled and their scores masked). Each tile's entries are requested a tile
-  // ahead, so the table read's latency is not paid before every tile's copies.
-  struct KeyRef {
-    int32_t block;
-    int offset;
-  };
-  auto lane_ref = [&](int t0) {
-    const int pos = k_begin + min(t0 + lane, n_keys - 1);
-    return KeyRef{table[pos / bs], pos % bs};
-  };
-  auto slot_of = [&](KeyRef k) {
-    return (static_cast<uint32_t>(k.block) * kv.n_kv_heads + g) * bs + k.offset;
-  };
+  // Each tile's block-table entries are requested a tile ahead, so the table read's
+  // latency is not paid before every tile's copies.
+  const SplitKeys keys{sp.table, k_begin, n_keys, kv.block_size, kv.n_kv_heads, g};
+  auto lane_ref = [&](int t0) { return keys.ref(t0, lane); };
+  auto slot_of = [&](KeyRef k) { return keys.slot(k); };
   constexpr int kStep = kWarps * kTileKeys;
   const int first = warp * kTileKeys;
   KeyRef next_ref{0, 0};  // the entries of the next tile to be staged

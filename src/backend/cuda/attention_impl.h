@@ -30,6 +30,27 @@ __device__ __forceinline__ DecodeSplit decode_split(const DeviceBatch& b, int ro
   return {k_begin, max(0, k_end - k_begin), b.blocks + b.seq_blocks_off[seq]};
 }
 
+// Where the keys of a decode split sit in the paged pool, for the tensor-core kernels: a
+// lane finds one key's block-table entry and offset (ref), then its slot in the pool of
+// KV head g (slot), and the warp passes the slots around by shuffles. Keys past the split
+// repeat the last one (their copies are zero-filled and their scores masked).
+struct KeyRef {
+  int32_t block;
+  int offset;
+};
+struct SplitKeys {
+  const int32_t* table;
+  int k_begin, n_keys, block_size, n_kv_heads, g;
+  // Key t0 + lane of the split.
+  __device__ __forceinline__ KeyRef ref(int t0, int lane) const {
+    const int pos = k_begin + min(t0 + lane, n_keys - 1);
+    return KeyRef{table[pos / block_size], pos % block_size};
+  }
+  __device__ __forceinline__ uint32_t slot(KeyRef k) const {
+    return (static_cast<uint32_t>(k.block) * n_kv_heads + g) * block_size + k.offset;
+  }
+};
+
 // Split-KV partials: [decode row][head][split][hd + 2], the split's unnormalised output,
 // then its max (log2 units) and its sum, which combine_kernel merges.
 __device__ __forceinline__ float* split_partial(float* part, int wi, int h, int split, int n_heads,
