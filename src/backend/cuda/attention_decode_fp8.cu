@@ -349,20 +349,10 @@ Status launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
               const AttentionPlan& plan, int n_heads, float scale, int splits, void* out,
               ActType out_type, cudaStream_t stream) {
   constexpr size_t kSmem = smem_bytes<HD, NT>();
-  static bool configured = false;  // the attribute is per function, set once per process
-  if (!configured) {
-    PAGODA_CUDA_TRY(cudaFuncSetAttribute(decode_fp8_kernel<HD, NT>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmem)));
-    configured = true;
-  }
-  const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(kv.n_kv_heads),
-                  static_cast<unsigned>(splits));
-  launch_dependent_smem(decode_fp8_kernel<HD, NT>, grid, kThreads, kSmem, stream,
-                        reinterpret_cast<const __half*>(q), kv, b, plan.decode_rows, n_heads,
-                        scale * kLog2e * kv.k_scale, splits, out, out_type,
-                        static_cast<float*>(plan.workspace));
-  return launch_status("decode_attention_fp8");
+  static bool configured = false;  // per kernel, so per instantiation of this launcher
+  return launch_decode_tc(decode_fp8_kernel<HD, NT>, configured, kSmem, kThreads, q, kv, b, plan,
+                          n_heads, scale * kLog2e * kv.k_scale, splits, out, out_type, stream,
+                          "decode_attention_fp8");
 }
 
 }  // namespace

@@ -202,20 +202,10 @@ Status launch(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
   static_assert(
       kSmem >= (kRows * (HD + 8)) * sizeof(__half) + (kWarps * kRows * (HD + 2)) * sizeof(float),
       "the merge reuses the tile memory");
-  static bool configured = false;  // the attribute is per function, set once per process
-  if (!configured) {
-    PAGODA_CUDA_TRY(cudaFuncSetAttribute(decode_tc_kernel<HD>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmem)));
-    configured = true;
-  }
-  const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(kv.n_kv_heads),
-                  static_cast<unsigned>(splits));
-  launch_dependent_smem(decode_tc_kernel<HD>, grid, kThreads, kSmem, stream,
-                        reinterpret_cast<const __half*>(q), kv, b, plan.decode_rows, n_heads,
-                        scale * kLog2e * kv.k_scale, splits, out, out_type,
-                        static_cast<float*>(plan.workspace));
-  return launch_status("decode_attention_tc");
+  static bool configured = false;  // per kernel, so per instantiation of this launcher
+  return launch_decode_tc(decode_tc_kernel<HD>, configured, kSmem, kThreads, q, kv, b, plan,
+                          n_heads, scale * kLog2e * kv.k_scale, splits, out, out_type, stream,
+                          "decode_attention_tc");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/kernels.h"
 #ifdef __CUDACC__
+#include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #endif
 
@@ -97,6 +98,27 @@ __device__ __forceinline__ void merge_warps(const float* o_s, const float* ml_s,
   }
 }
 
+// The tensor-core decode kernels' common launch: decode rows x KV heads x splits blocks
+// of `threads`, `smem` bytes of dynamic shared memory (allowed past the 48 KiB default
+// once per kernel, `configured` keeping the count), as a programmatic dependent.
+template <typename Kernel>
+Status launch_decode_tc(Kernel* kernel, bool& configured, size_t smem, int threads,
+                        const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
+                        const AttentionPlan& plan, int n_heads, float scale_log2, int splits,
+                        void* out, ActType out_type, cudaStream_t stream, const char* name) {
+  if (!configured) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
+    if (e != cudaSuccess) return cuda_status(e, name);
+    configured = true;
+  }
+  const dim3 grid(static_cast<unsigned>(plan.n_decode_rows), static_cast<unsigned>(kv.n_kv_heads),
+                  static_cast<unsigned>(splits));
+  launch_dependent_smem(kernel, grid, threads, smem, stream, reinterpret_cast<const __half*>(q), kv,
+                        b, plan.decode_rows, n_heads, scale_log2, splits, out, out_type,
+                        static_cast<float*>(plan.workspace));
+  return launch_status(name);
+}
 #endif
 
 Status decode_attention(const uint16_t* q, const KvLayerView& kv, const DeviceBatch& b,
