@@ -340,6 +340,7 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
     stats_.failed_steps++;
     stats_.last_step_failed = true;
     fail_step(so, s, out);
+    stats_.step_s += Engine::now() - begin;  // a failed step still counts its time
     return;
   }
   stats_.last_step_failed = false;
