@@ -123,7 +123,9 @@ done
 SMOL_Q4="$MODEL_DIR/smollm2-shape-random-Q4_0.gguf"
 $BIN/pagoda mkmodel --preset smollm2-135m --vocab "$DATA/testdata/tokenizer/ggml-vocab-gpt-2.gguf" \
   --type Q4_0 -o "$SMOL_Q4" > "$OUT_DIR/mk_smol_q4.log" 2>&1
-for m in "F16 16 $SMOL" "fp8-weights 16 $SMOL --quantization fp8" "Q4_0 4 $SMOL_Q4"; do
+# Q4_0 one sequence at a time as well: one-token steps take the fused products
+# (gemv_fused: RoPE epilogue, block weights quantizing their own input).
+for m in "F16 16 $SMOL" "fp8-weights 16 $SMOL --quantization fp8" "Q4_0 4 $SMOL_Q4" "Q4_0-alone 1 $SMOL_Q4"; do
   read -r name par path extra <<< "$m"
   # shellcheck disable=SC2086
   $BIN/pagoda cuda-check -m "$path" --tokens-file "$OUT_DIR/SmolLM2-F16.tokens" -n 64 \
@@ -199,6 +201,7 @@ if [ $SKIP_BENCH = 0 ]; then
         > "$OUT_DIR/bench_${TYPE}_b128_fp8w.json" 2>&1
     fi
     PAGODA_CUDA_PDL=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nopdl.json" 2>&1
+    PAGODA_CUDA_FUSE=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nofuse.json" 2>&1
     }
     if [ $PROFILE = 1 ]; then
       PAGODA_CUDA_GRAPHS=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nographs.json" 2>&1
@@ -225,7 +228,8 @@ rows = [("pp512_tg128", "prefill 512", "prefill_tok_s"), ("pp512_tg128", "decode
         ("pp512_tg128_fp8w", "prefill 512, fp8 weights", "prefill_tok_s"),
         ("pp512_tg128_fp8w", "decode tg128 batch 1, fp8 weights", "decode_tok_s"),
         ("b128_fp8w", "decode 128 seqs, fp8 weights + KV", "decode_tok_s"),
-        ("tg128_nopdl", "decode tg128 batch 1, no PDL", "decode_tok_s")]
+        ("tg128_nopdl", "decode tg128 batch 1, no PDL", "decode_tok_s"),
+        ("tg128_nofuse", "decode tg128 batch 1, no fused products", "decode_tok_s")]
 for name, label, key in rows:
     if name.endswith("_fp8w") and t != "BF16":
         continue  # FP8 weights are quantized from the BF16 file only

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "backend/cpu/matmul.h"
+#include "backend/cuda/kernels.h"
 #include "core/dtype.h"
 
 namespace pagoda::cuda::testing {
@@ -124,6 +126,33 @@ float from_fp8(uint8_t b) {
   __nv_fp8_e4m3 f;
   f.__x = b;
   return static_cast<float>(f);
+}
+
+TestMatrix make_matrix(std::mt19937& rng, DType type, int64_t rows, int64_t cols) {
+  TestMatrix tm;
+  const size_t rb = row_bytes(type, cols);
+  tm.gguf.resize(rb * static_cast<size_t>(rows));
+  tm.deq.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto v = random_floats(rng, static_cast<size_t>(cols));
+    if (!cpu::quantize_row(type, v.data(), tm.gguf.data() + rb * r, cols)) fail("quantize_row");
+    if (!cpu::dequantize_row(type, tm.gguf.data() + rb * r, tm.deq.data() + r * cols, cols))
+      fail("dequantize_row");
+  }
+  tm.m.type = type;
+  tm.m.rows = rows;
+  tm.m.cols = cols;
+  auto b = DeviceBuffer::alloc(device_matrix_bytes(type, rows, cols));
+  if (!b) {
+    fail(b.status().message());
+    return tm;
+  }
+  tm.buf = std::move(b).value();
+  assign_matrix_storage(&tm.m, tm.buf.get());
+  DeviceBuffer raw = to_device(tm.gguf);
+  EXPECT_OK(repack_rows(raw.get(), 0, rows, tm.m, nullptr));
+  cudaDeviceSynchronize();
+  return tm;
 }
 
 }  // namespace pagoda::cuda::testing

@@ -71,4 +71,13 @@ uint8_t to_fp8(float x);
 float from_fp8(uint8_t b);
 const char* act_name(ActType t);
 
+// A random weight matrix (values of std 1) in GGUF layout and on the device.
+struct TestMatrix {
+  std::vector<uint8_t> gguf;
+  std::vector<float> deq;  // the CPU's dequantization of every row
+  DeviceBuffer buf;
+  DeviceMatrix m;
+};
+TestMatrix make_matrix(std::mt19937& rng, DType type, int64_t rows, int64_t cols);
+
 }  // namespace pagoda::cuda::testing

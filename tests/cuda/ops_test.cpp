@@ -155,41 +155,6 @@ CUDA_TEST(q8_outputs_match_separate_quantization) {
          "rms_norm_q8 refuses a width that is not whole blocks");
 }
 
-// A random weight matrix in GGUF layout and on the device.
-struct TestMatrix {
-  std::vector<uint8_t> gguf;
-  std::vector<float> deq;  // the CPU's dequantization of every row
-  DeviceBuffer buf;
-  DeviceMatrix m;
-};
-
-TestMatrix make_matrix(std::mt19937& rng, DType type, int64_t rows, int64_t cols) {
-  TestMatrix tm;
-  const size_t rb = row_bytes(type, cols);
-  tm.gguf.resize(rb * static_cast<size_t>(rows));
-  tm.deq.resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto v = random_floats(rng, static_cast<size_t>(cols));
-    if (!cpu::quantize_row(type, v.data(), tm.gguf.data() + rb * r, cols)) fail("quantize_row");
-    if (!cpu::dequantize_row(type, tm.gguf.data() + rb * r, tm.deq.data() + r * cols, cols))
-      fail("dequantize_row");
-  }
-  tm.m.type = type;
-  tm.m.rows = rows;
-  tm.m.cols = cols;
-  auto b = DeviceBuffer::alloc(device_matrix_bytes(type, rows, cols));
-  if (!b) {
-    fail(b.status().message());
-    return tm;
-  }
-  tm.buf = std::move(b).value();
-  assign_matrix_storage(&tm.m, tm.buf.get());
-  DeviceBuffer raw = to_device(tm.gguf);
-  EXPECT_OK(repack_rows(raw.get(), 0, rows, tm.m, nullptr));
-  cudaDeviceSynchronize();
-  return tm;
-}
-
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
                                   DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
 

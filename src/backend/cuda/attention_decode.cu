@@ -28,16 +28,6 @@ bool g_tensor_cores = true;
 constexpr int kMinBlocksPerSm = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ void unpack8h(const uint4 u, float* f) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
-    f[2 * k] = v.x;
-    f[2 * k + 1] = v.y;
-  }
-}
-
 // How a lane reads its 8 elements of one cached key or value, by pool type.
 struct F16Kv {
   using Vec = uint4;  // 8 fp16

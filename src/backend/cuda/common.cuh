@@ -39,8 +39,37 @@ __device__ __forceinline__ void store_act(void* out, ActType t, int64_t i, float
   }
 }
 
+// 8 fp16 values (one 16-byte word, the first in the lowest bits) as floats.
+__device__ __forceinline__ void unpack8h(const uint4 u, float* f) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+    f[2 * k] = v.x;
+    f[2 * k + 1] = v.y;
+  }
+}
+
 __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
   return __half2float(__ushort_as_half(h));
+}
+
+// Q8Act's rule for one 32-element block of activations (already rounded to fp16): the
+// scale d = amax / 127 and the sum of the quants, each as stored.
+struct Q8Scales {
+  float d;  // rounded to fp16
+  float s;  // sum * d, rounded to fp16
+  int c;    // sum of the quants
+};
+__device__ __forceinline__ Q8Scales q8_scales(float amax, int sum) {
+  const float dd = amax / 127.0f;
+  return {__half2float(__float2half_rn(dd)),
+          __half2float(__float2half_rn(static_cast<float>(sum) * dd)), sum};
+}
+// The quant of v in a block whose max |value| is amax.
+__device__ __forceinline__ int q8_quant(float v, float amax) {
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  return __float2int_rn(v * id);
 }
 
 // Quantizes the 32-element block `blk` of activation row t, one value per lane of a
@@ -48,16 +77,15 @@ __device__ __forceinline__ float half_bits_to_float(uint16_t h) {
 __device__ __forceinline__ void store_q8_block(float v, const Q8Act& out, int64_t t, int64_t blk,
                                                int lane) {
   const float amax = warp_max(fabsf(v));
-  const float dd = amax / 127.0f;
-  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-  const int qi = __float2int_rn(v * id);
+  const int qi = q8_quant(v, amax);
   const int sum = static_cast<int>(warp_sum(static_cast<float>(qi)));  // exact: |sum| < 2^24
   const int64_t nb = out.cols / 32;
   out.q[t * out.cols + blk * 32 + lane] = static_cast<int8_t>(qi);
   if (lane == 0) {
-    out.d[t * nb + blk] = __half2float(__float2half_rn(dd));
-    out.s[t * nb + blk] = __half2float(__float2half_rn(static_cast<float>(sum) * dd));
-    out.c[t * nb + blk] = sum;
+    const Q8Scales sc = q8_scales(amax, sum);
+    out.d[t * nb + blk] = sc.d;
+    out.s[t * nb + blk] = sc.s;
+    out.c[t * nb + blk] = sc.c;
   }
 }
 

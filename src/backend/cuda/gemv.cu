@@ -5,6 +5,8 @@
 // and the sums multiplied by the matrix's scale.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv_fusion.cuh"
+#include "backend/cuda/gemv_q8.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -125,32 +127,31 @@ __device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64
   return 0.0f;
 }
 
-// One token's kernels over 1- and 2-byte weights are held to 32 registers, so 16 blocks
-// (all 64 warps) fit an SM; with 34-38 registers only 12 did, and matrices of 4,096 rows
-// took 1.3 waves. (F32 weights would spill.)
+// One token's kernels over 1- and 2-byte weights are held to 32 registers, so all 64
+// warps an SM holds fit (16 blocks of 4 warps); with 34-38 registers only 12 blocks of 4
+// did, and matrices of 4,096 rows took 1.3 waves. (F32 weights would spill.)
 constexpr int kNt1BlocksPerSm = 16;
 template <DType T, bool F8, int NT>
 constexpr int min_blocks() {
   return NT == 1 && (F8 || T != DType::kF32) ? kNt1BlocksPerSm : 1;
 }
 
-// NT: tokens handled (n <= NT; the rest predicated off). SPLIT: warps sharing a row
-// (each takes every SPLIT-th column step; partial sums meet in shared memory), so
-// matrices with few rows still put enough warps on every SM. `vec`: rows and x rows are
-// 16-byte aligned so the 8-wide path applies; otherwise one element at a time.
-template <DType T, bool F8, ActType A, int NT, int SPLIT>
+// NT: tokens handled (n <= NT; the rest predicated off). SPLIT: warps sharing a row (each
+// takes every SPLIT-th column step; partial sums meet in shared memory), so matrices with
+// few rows still put enough warps on every SM. `vec`: rows and x rows are 16-byte aligned
+// so the 8-wide path applies; otherwise one element at a time. EPI: what becomes of the
+// results (kStore: y; GemvFusion's epilogues: the block's rows meet in shared memory).
+template <DType T, bool F8, ActType A, int NT, int SPLIT, GemvFusion::Kind EPI>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp, (min_blocks<T, F8, NT>()))
     gemv_kernel(DeviceMatrix w, const void* __restrict__ x, int64_t x_stride, int n,
-                float* __restrict__ y, int64_t y_stride, bool accumulate, bool vec) {
+                float* __restrict__ y, int64_t y_stride, bool accumulate, bool vec, GemvFusion f) {
+  constexpr int RB = kRowsPerBlock / SPLIT;  // rows per block
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int part = warp % SPLIT;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / SPLIT) + warp / SPLIT;
+  const int part = warp % SPLIT, wi = warp / SPLIT;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * RB + wi;
+  const bool active = r < w.rows;
   __shared__ float red[kRowsPerBlock][NT];
-  if (r >= w.rows) {
-    pdl_wait();
-    if constexpr (SPLIT > 1) __syncthreads();  // the block's other rows still meet below
-    return;
-  }
+  __shared__ float ys[RB][NT];
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp, (min_blocks<T, F8, NT>()
   int64_t c = 8 * lane + 8 * kWarp * part;
   // The first weights are requested before waiting for the activations (pdl_wait).
   Raw8 raw[kUnroll];
-  bool full = c + (kUnroll - 1) * kStep < cols8;
+  bool full = active && c + (kUnroll - 1) * kStep < cols8;
   if (full)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T, F8>(w, r, c + u * kStep);
@@ -186,24 +187,26 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp, (min_blocks<T, F8, NT>()
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T, F8>(w, r, c + u * kStep);
   }
-  for (; c < cols8; c += kStep) {
-    float wf[8];
-    decode_w8<T, F8>(load_w8<T, F8>(w, r, c), wf);
+  if (active) {
+    for (; c < cols8; c += kStep) {
+      float wf[8];
+      decode_w8<T, F8>(load_w8<T, F8>(w, r, c), wf);
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      if (t < n) {
-        float xf[8];
-        load_x8<A>(x, t * x_stride + c, xf);
+      for (int t = 0; t < NT; ++t) {
+        if (t < n) {
+          float xf[8];
+          load_x8<A>(x, t * x_stride + c, xf);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) acc[t] = fmaf(wf[k], xf[k], acc[t]);
+          for (int k = 0; k < 8; ++k) acc[t] = fmaf(wf[k], xf[k], acc[t]);
+        }
       }
     }
-  }
-  for (int64_t cc = cols8 + lane + kWarp * part; cc < cols; cc += kWarp * SPLIT) {
-    const float wv = load_w1<T, F8>(w, r, cc);
+    for (int64_t cc = cols8 + lane + kWarp * part; cc < cols; cc += kWarp * SPLIT) {
+      const float wv = load_w1<T, F8>(w, r, cc);
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
-      if (t < n) acc[t] = fmaf(wv, load_x1<A>(x, t * x_stride + cc), acc[t]);
+      for (int t = 0; t < NT; ++t)
+        if (t < n) acc[t] = fmaf(wv, load_x1<A>(x, t * x_stride + cc), acc[t]);
+    }
   }
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
@@ -212,62 +215,106 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp, (min_blocks<T, F8, NT>()
 #pragma unroll
       for (int t = 0; t < NT; ++t) red[warp][t] = acc[t];
     __syncthreads();
-    if (part != 0) return;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       acc[t] = 0.0f;
 #pragma unroll
-      for (int p = 0; p < SPLIT; ++p) acc[t] += red[warp + p][t];
+      for (int p = 0; p < SPLIT; ++p) acc[t] += red[wi * SPLIT + p][t];
     }
   }
   if constexpr (F8) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] *= w.fp8_scale;
   }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    if (t < n && lane == 0) {
-      float* dst = y + t * y_stride + r;
-      *dst = accumulate ? *dst + acc[t] : acc[t];
-    }
-  }
+  finish_rows<EPI, RB, NT>(f, acc, ys, active, part == 0 && lane == 0, wi, n, r, blockIdx.x, w.rows,
+                           y, y_stride, accumulate);
 }
 
-template <DType T, bool F8, ActType A, int NT>
-void launch_nt(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
-               int64_t y_stride, bool accumulate, bool vec, int split, cudaStream_t stream) {
+// Two warps per row while one warp per row would not fill the GPU twice over; for one
+// token, while all of the blocks fit on the GPU at once (a partial second wave of
+// blocks leaves too few loads in flight).
+int split_for(const DeviceMatrix& w, int n) {
+  if (g_split_override > 0) return g_split_override;
+  if (n == 1) return w.rows * 2 <= int64_t{kRowsPerBlock} * kNt1BlocksPerSm * sm_count() ? 2 : 1;
+  return w.rows < 16384 ? 2 : 1;
+}
+
+template <DType T, bool F8, ActType A, int NT, GemvFusion::Kind EPI>
+void launch_k(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+              int64_t y_stride, bool accumulate, bool vec, const GemvFusion& f,
+              cudaStream_t stream) {
+  const int split = split_for(w, n);
   const unsigned threads = kRowsPerBlock * kWarp;
   const unsigned grid = blocks_for(w.rows, kRowsPerBlock / split);
   if (split == 1)
-    launch_dependent(gemv_kernel<T, F8, A, NT, 1>, grid, threads, stream, w, x, x_stride, n, y,
-                     y_stride, accumulate, vec);
+    launch_dependent(gemv_kernel<T, F8, A, NT, 1, EPI>, grid, threads, stream, w, x, x_stride, n, y,
+                     y_stride, accumulate, vec, f);
   else
-    launch_dependent(gemv_kernel<T, F8, A, NT, 2>, grid, threads, stream, w, x, x_stride, n, y,
-                     y_stride, accumulate, vec);
+    launch_dependent(gemv_kernel<T, F8, A, NT, 2, EPI>, grid, threads, stream, w, x, x_stride, n, y,
+                     y_stride, accumulate, vec, f);
 }
 
+// f: the epilogue of a one-token product (gemv_fused), or none.
 template <DType T, ActType A, bool F8 = false>
 Status launch(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
-              int64_t y_stride, bool accumulate, bool vec, cudaStream_t stream) {
-  // Two warps per row while one warp per row would not fill the GPU twice over; for one
-  // token, while all of the blocks fit on the GPU at once (a partial second wave of
-  // blocks leaves too few loads in flight).
-  static const int sms = [] {
-    int dev = 0, count = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
-    return count > 0 ? count : 132;
-  }();
-  int split = w.rows < 16384 ? 2 : 1;
-  if (n == 1) split = w.rows * 2 <= int64_t{kRowsPerBlock} * kNt1BlocksPerSm * sms ? 2 : 1;
-  if (g_split_override > 0) split = g_split_override;
-  if (n == 1)
-    launch_nt<T, F8, A, 1>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+              int64_t y_stride, bool accumulate, bool vec, const GemvFusion& f,
+              cudaStream_t stream) {
+  if (f.kind == GemvFusion::kRopeKv)
+    launch_k<T, F8, A, 1, GemvFusion::kRopeKv>(w, x, x_stride, n, y, y_stride, false, vec, f,
+                                               stream);
+  else if (n == 1)
+    launch_k<T, F8, A, 1, GemvFusion::kStore>(w, x, x_stride, n, y, y_stride, accumulate, vec, f,
+                                              stream);
   else if (n <= 4)
-    launch_nt<T, F8, A, 4>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+    launch_k<T, F8, A, 4, GemvFusion::kStore>(w, x, x_stride, n, y, y_stride, accumulate, vec, f,
+                                              stream);
   else
-    launch_nt<T, F8, A, 8>(w, x, x_stride, n, y, y_stride, accumulate, vec, split, stream);
+    launch_k<T, F8, A, 8, GemvFusion::kStore>(w, x, x_stride, n, y, y_stride, accumulate, vec, f,
+                                              stream);
   return launch_status("gemv");
+}
+
+// Whether the 8-wide loads apply (16-byte aligned rows of w and x).
+bool vec_ok(const DeviceMatrix& w, const void* x, int64_t x_stride) {
+  const size_t xb = act_bytes(act_type_for(w.type));
+  const size_t wb = w.fp8 ? 1 : w.type == DType::kF32 ? 4 : 2;
+  return (static_cast<size_t>(w.cols) * wb) % 16 == 0 &&
+         (static_cast<size_t>(x_stride) * xb) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+Status dispatch(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
+                int64_t y_stride, bool accumulate, const GemvFusion& f, cudaStream_t stream) {
+  const bool vec = vec_ok(w, x, x_stride);
+  const ActType at = act_type_for(w.type);
+  if (w.fp8) {
+    // The activations are in the type the original weights asked for.
+    switch (at) {
+      case ActType::kF32:
+        return launch<DType::kF32, ActType::kF32, true>(w, x, x_stride, n, y, y_stride, accumulate,
+                                                        vec, f, stream);
+      case ActType::kF16:
+        return launch<DType::kF16, ActType::kF16, true>(w, x, x_stride, n, y, y_stride, accumulate,
+                                                        vec, f, stream);
+      case ActType::kBF16:
+        return launch<DType::kBF16, ActType::kBF16, true>(w, x, x_stride, n, y, y_stride,
+                                                          accumulate, vec, f, stream);
+    }
+  }
+  switch (w.type) {
+    case DType::kF32:
+      return launch<DType::kF32, ActType::kF32>(w, x, x_stride, n, y, y_stride, accumulate, vec, f,
+                                                stream);
+    case DType::kF16:
+      return launch<DType::kF16, ActType::kF16>(w, x, x_stride, n, y, y_stride, accumulate, vec, f,
+                                                stream);
+    case DType::kBF16:
+      return launch<DType::kBF16, ActType::kBF16>(w, x, x_stride, n, y, y_stride, accumulate, vec,
+                                                  f, stream);
+    default:
+      return unsupported("gemv takes F32, F16 and BF16 weights (quantized ones: gemv_q8), not " +
+                         std::string(dtype_name(w.type)));
+  }
 }
 
 }  // namespace
@@ -280,41 +327,31 @@ Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float
             int64_t y_stride, bool accumulate, cudaStream_t stream) {
   if (n <= 0) return Status::ok();
   if (n > kGemvMaxTokens) return invalid_argument("gemv takes at most 8 tokens");
-  const ActType at = act_type_for(w.type);
-  const size_t xb = act_bytes(at);
-  const size_t wb = w.fp8 ? 1 : w.type == DType::kF32 ? 4 : 2;
-  const bool vec = (static_cast<size_t>(w.cols) * wb) % 16 == 0 &&
-                   (static_cast<size_t>(x_stride) * xb) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
-  if (w.fp8) {
-    // The activations are in the type the original weights asked for.
-    switch (at) {
-      case ActType::kF32:
-        return launch<DType::kF32, ActType::kF32, true>(w, x, x_stride, n, y, y_stride, accumulate,
-                                                        vec, stream);
-      case ActType::kF16:
-        return launch<DType::kF16, ActType::kF16, true>(w, x, x_stride, n, y, y_stride, accumulate,
-                                                        vec, stream);
-      case ActType::kBF16:
-        return launch<DType::kBF16, ActType::kBF16, true>(w, x, x_stride, n, y, y_stride,
-                                                          accumulate, vec, stream);
-    }
+  return dispatch(w, x, x_stride, n, y, y_stride, accumulate, GemvFusion{}, stream);
+}
+
+bool gemv_takes(const DeviceMatrix& w, int n, const GemvFusion& f) {
+  if (n != 1) return false;
+  if (f.kind == GemvFusion::kRopeKv) {
+    // Adjacent pairs (GGUF's llama layout) meet in one block; the rows are q, k, v.
+    const RopeParams& p = f.rope;
+    if (p.neox || p.head_dim % 2 != 0 || p.n_heads <= 0 || p.n_kv_heads <= 0 ||
+        w.rows != int64_t{p.n_heads + 2 * p.n_kv_heads} * p.head_dim || !f.cs || !f.q_out ||
+        f.kv.head_dim != p.head_dim || f.kv.n_kv_heads != p.n_kv_heads)
+      return false;
   }
-  switch (w.type) {
-    case DType::kF32:
-      return launch<DType::kF32, ActType::kF32>(w, x, x_stride, n, y, y_stride, accumulate, vec,
-                                                stream);
-    case DType::kF16:
-      return launch<DType::kF16, ActType::kF16>(w, x, x_stride, n, y, y_stride, accumulate, vec,
-                                                stream);
-    case DType::kBF16:
-      return launch<DType::kBF16, ActType::kBF16>(w, x, x_stride, n, y, y_stride, accumulate, vec,
-                                                  stream);
-    default:
-      return unsupported("gemv takes F32, F16 and BF16 weights (quantized ones: gemv_q8), not " +
-                         std::string(dtype_name(w.type)));
-  }
+  if (is_q8_block_type(w.type)) return gemv_q8_takes(w);
+  return w.fp8 || w.type == DType::kF32 || w.type == DType::kF16 || w.type == DType::kBF16;
+}
+
+Status gemv_fused(const DeviceMatrix& w, const void* x, float* y, bool accumulate,
+                  const GemvFusion& f, cudaStream_t stream) {
+  if (!gemv_takes(w, 1, f))
+    return invalid_argument("gemv_fused: this product cannot take the fusion");
+  if (f.kind != GemvFusion::kStore && accumulate)
+    return invalid_argument("gemv_fused: an epilogue replaces the store, it cannot accumulate");
+  if (is_q8_block_type(w.type)) return gemv_q8_fused(w, x, y, accumulate, f, stream);
+  return dispatch(w, x, w.cols, 1, y, w.rows, accumulate, f, stream);
 }
 
 }  // namespace pagoda::cuda

@@ -6,8 +6,11 @@
 // step and multiplies 4 bytes at a time (dp4a). Weights are read
 // as 16-byte loads; the integer dot products keep the arithmetic well under the
 // memory time even at 4 bits per weight.
+#include <algorithm>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv_fusion.cuh"
 #include "backend/cuda/gemv_q8.h"
 
 namespace pagoda::cuda {
@@ -58,11 +61,10 @@ __device__ __forceinline__ WBlock load_block(const DeviceMatrix& w, int64_t blk)
   return r;
 }
 
-// Integer dot product of a weight block with a block of quantized activations.
+// Integer dot product of a weight block with a block of quantized activations (its 32
+// bytes as x0, x1).
 template <DType T>
-__device__ __forceinline__ int block_dot(const WBlock& wb, const int8_t* xq) {
-  const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xq));
-  const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xq + 16));
+__device__ __forceinline__ int block_dot(const WBlock& wb, uint4 x0, uint4 x1) {
   const int xs[8] = {static_cast<int>(x0.x), static_cast<int>(x0.y), static_cast<int>(x0.z),
                      static_cast<int>(x0.w), static_cast<int>(x1.x), static_cast<int>(x1.y),
                      static_cast<int>(x1.z), static_cast<int>(x1.w)};
@@ -87,48 +89,89 @@ __device__ __forceinline__ int block_dot(const WBlock& wb, const int8_t* xq) {
   return sum;
 }
 
-// SPLIT warps share a row (as in gemv.cu) so long rows of few-row matrices still fill
-// the GPU. One token's 4-bit kernels are held to 64 registers so that 8 blocks (32
-// warps) fit on an SM; the compiler's own choice (72-80 registers) fitted 6.
-template <DType T>
-constexpr int min_blocks(int nt) {
-  return nt == 1 && T != DType::kQ8_0 ? 8 : 4;
+// Where a product's 8-bit activations come from: a Q8Act in global memory written by the
+// kernel before, or the block's own copy in shared memory, quantized by its prologue from
+// f16 activations as quantize_q8 does (kQuant).
+enum class Pro { kNone, kQuant };
+
+// The prologue's copy: q [cols] bytes, then d, s and c [cols / 32] each.
+size_t q8_smem_bytes(int64_t cols) {
+  return static_cast<size_t>(cols) + 12 * static_cast<size_t>(cols / 32);
 }
-template <DType T, int NT, int SPLIT>
-__global__ void __launch_bounds__(kRowsPerBlock* kWarp, min_blocks<T>(NT))
-    gemv_q8_kernel(DeviceMatrix w, const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                   const float* __restrict__ xs, const int* __restrict__ xc, int n,
-                   float* __restrict__ y, int64_t y_stride, bool accumulate) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int part = warp % SPLIT;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / SPLIT) + warp / SPLIT;
-  __shared__ float red[kRowsPerBlock][NT];
-  if (r >= w.rows) {
-    pdl_wait();
-    if constexpr (SPLIT > 1) __syncthreads();
-    return;
-  }
-  const int64_t nb = w.cols / 32;
-  float acc[NT];
+
+// Fills the block's copy (q8_smem_bytes(cols) at `smem`) from the f16 row xin by all
+// threads of the block and returns it as a Q8Act. Four lanes take a 32-element block, 8
+// values each (so the max and the sum take two shuffles, not five); ends with a
+// __syncthreads.
+__device__ __forceinline__ Q8Act q8_prologue(const __half* __restrict__ xin, int cols,
+                                             uint4* smem) {
+  const int nb = cols / 32;
+  Q8Act a;
+  a.cols = cols;
+  a.q = reinterpret_cast<int8_t*>(smem);
+  a.d = reinterpret_cast<float*>(a.q + cols);
+  a.s = a.d + nb;
+  a.c = reinterpret_cast<int32_t*>(a.s + nb);
+  const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  const int sub = lane % 4;
+  for (int b0 = threadIdx.x / kWarp * 8; b0 < nb; b0 += warps * 8) {
+    const int b = b0 + lane / 4;
+    const bool ok = b < nb;
+    const int j = b * 32 + sub * 8;
+    float v[8] = {};
+    if (ok) unpack8h(__ldg(reinterpret_cast<const uint4*>(xin + j)), v);
+    float amax = 0.0f;
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-  auto accumulate_block = [&](const WBlock& wb, int64_t b) {
+    for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(v[k]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    int sum = 0;
+    uint32_t packed[2] = {0, 0};
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      if (t < n) {
-        const int si = block_dot<T>(wb, xq + t * w.cols + b * 32);
-        const float dx = xd[t * nb + b];
-        if constexpr (T == DType::kQ8_0) {
-          acc[t] += wb.d * dx * static_cast<float>(si);
-        } else if constexpr (T == DType::kQ4_0) {
-          // x . (q - 8) = sum(q x) - 8 sum(x): the activation sum from the CPU's rule.
-          acc[t] += wb.d * dx * static_cast<float>(si - 8 * xc[t * nb + b]);
-        } else {
-          acc[t] += wb.d * dx * static_cast<float>(si) + wb.m * xs[t * nb + b];
-        }
+    for (int k = 0; k < 8; ++k) {
+      const int qi = q8_quant(v[k], amax);
+      sum += qi;
+      packed[k / 4] |= static_cast<uint32_t>(qi & 0xff) << (8 * (k % 4));
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (ok) {
+      *reinterpret_cast<uint2*>(a.q + j) = make_uint2(packed[0], packed[1]);
+      if (sub == 0) {
+        const Q8Scales sc = q8_scales(amax, sum);
+        a.d[b] = sc.d;
+        a.s[b] = sc.s;
+        a.c[b] = sc.c;
       }
     }
-  };
+  }
+  __syncthreads();
+  return a;
+}
+
+// SPLIT warps share a row (as in gemv.cu) so long rows of few-row matrices still fill
+// the GPU. One token's 4-bit kernels are held to 64 registers so that 32 warps fit on an
+// SM; the compiler's own choice (72-80 registers) fitted 24. R: warps per block (the
+// fused kernels take 16, so that more rows share one prologue, and their grid is one
+// wave, as in gemv.cu). EPI as in gemv.cu.
+template <DType T>
+constexpr int min_blocks(int nt, int r) {
+  return (nt == 1 && T != DType::kQ8_0 ? 8 : 4) * kRowsPerBlock / r;
+}
+template <DType T, int NT, int R, int SPLIT, Pro PRO, GemvFusion::Kind EPI>
+__global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R))
+    gemv_q8_kernel(DeviceMatrix w, Q8Act xg, const void* __restrict__ xin, int n,
+                   float* __restrict__ y, int64_t y_stride, bool accumulate, int64_t n_groups,
+                   GemvFusion f) {
+  constexpr int RB = R / SPLIT;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int part = warp % SPLIT, wi = warp / SPLIT;
+  // Double-buffered by the group's parity (gemv.cu's kernel says why).
+  __shared__ float red[2][R][NT];
+  __shared__ float ys[2][RB][NT];
+  extern __shared__ uint4 q8_smem[];
+  const int64_t nb = w.cols / 32;
+  Q8Act x = xg;
   constexpr int kStride = kWarp * SPLIT;
   constexpr int kGroup = kUnroll * kStride;
   const int64_t b0 = lane + kWarp * part;
@@ -136,77 +179,160 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp, min_blocks<T>(NT))
   // end) before the previous group's arithmetic. The first group is requested before
   // waiting for the activations (pdl_wait): in the 8B model's matrices that is every
   // block a lane has (rows of 128 to 448 blocks shared by 32 to 128 lanes), so the whole
-  // product's weights are in flight while the producer of x finishes.
-  auto load_group = [&](WBlock* dst, int64_t b) {
+  // product's weights are in flight while the producer of x finishes. A block takes the
+  // row groups blockIdx.x, + gridDim.x, ... < n_groups, as gemv.cu's kernel does.
+  auto load_group = [&](WBlock* dst, int64_t row, int64_t nbr, int64_t b) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (b + u * kStride < nb) dst[u] = load_block<T>(w, r * nb + b + u * kStride);
+      if (b + u * kStride < nbr) dst[u] = load_block<T>(w, row * nb + b + u * kStride);
   };
+  int64_t g = blockIdx.x;
+  int64_t r = g * RB + wi;
+  bool active = r < w.rows;
   WBlock cur[kUnroll] = {};
-  load_group(cur, b0);
+  load_group(cur, r, active ? nb : 0, b0);
   pdl_wait();
-  for (int64_t b = b0; b < nb; b += kGroup) {
-    WBlock next[kUnroll] = {};
-    if (b + kGroup < nb) load_group(next, b + kGroup);
+  if constexpr (PRO != Pro::kNone)
+    x = q8_prologue(static_cast<const __half*>(xin), static_cast<int>(w.cols), q8_smem);
+  for (int it = 0; g < n_groups; g += gridDim.x, ++it) {
+    const int64_t nbr = active ? nb : 0;  // blocks this warp multiplies
+    float acc[NT];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (b + u * kStride < nb) accumulate_block(cur[u], b + u * kStride);
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    auto accumulate_block = [&](const WBlock& wb, int64_t b) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
-  }
+      for (int t = 0; t < NT; ++t) {
+        if (t < n) {
+          const uint4* xq = reinterpret_cast<const uint4*>(x.q + t * w.cols + b * 32);
+          uint4 x0, x1;
+          if constexpr (PRO == Pro::kNone) {
+            x0 = __ldg(xq);
+            x1 = __ldg(xq + 1);
+          } else {
+            x0 = xq[0];
+            x1 = xq[1];
+          }
+          const int si = block_dot<T>(wb, x0, x1);
+          const float dx = x.d[t * nb + b];
+          if constexpr (T == DType::kQ8_0) {
+            acc[t] += wb.d * dx * static_cast<float>(si);
+          } else if constexpr (T == DType::kQ4_0) {
+            // x . (q - 8) = sum(q x) - 8 sum(x): the activation sum from the CPU's rule.
+            acc[t] += wb.d * dx * static_cast<float>(si - 8 * x.c[t * nb + b]);
+          } else {
+            acc[t] += wb.d * dx * static_cast<float>(si) + wb.m * x.s[t * nb + b];
+          }
+        }
+      }
+    };
+    for (int64_t b = b0; b < nbr; b += kGroup) {
+      WBlock next[kUnroll] = {};
+      if (b + kGroup < nbr) load_group(next, r, nbr, b + kGroup);
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
-  if constexpr (SPLIT > 1) {
-    if (lane == 0)
+      for (int u = 0; u < kUnroll; ++u)
+        if (b + u * kStride < nbr) accumulate_block(cur[u], b + u * kStride);
 #pragma unroll
-      for (int t = 0; t < NT; ++t) red[warp][t] = acc[t];
-    __syncthreads();
-    if (part != 0) return;
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      acc[t] = 0.0f;
-#pragma unroll
-      for (int p = 0; p < SPLIT; ++p) acc[t] += red[warp + p][t];
+      for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
     }
-  }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    if (t < n && lane == 0) {
-      float* dst = y + t * y_stride + r;
-      *dst = accumulate ? *dst + acc[t] : acc[t];
+    // The next group's first blocks, in flight while this one's sums are reduced (the
+    // fused kernels only: the plain ones take one group).
+    int64_t rn = 0;
+    bool active_n = false;
+    if constexpr (PRO != Pro::kNone) {
+      const int64_t gn = g + gridDim.x;
+      rn = gn * RB + wi;
+      active_n = rn < w.rows && gn < n_groups;
+      if (active_n) load_group(cur, rn, nb, b0);
     }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
+    if constexpr (SPLIT > 1) {
+      if (lane == 0)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) red[it & 1][warp][t] = acc[t];
+      __syncthreads();
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        acc[t] = 0.0f;
+#pragma unroll
+        for (int p = 0; p < SPLIT; ++p) acc[t] += red[it & 1][wi * SPLIT + p][t];
+      }
+    }
+    finish_rows<EPI, RB, NT>(f, acc, ys[it & 1], active, part == 0 && lane == 0, wi, n, r, g,
+                             w.rows, y, y_stride, accumulate);
+    if constexpr (PRO == Pro::kNone) break;
+    r = rn;
+    active = active_n;
   }
 }
 
-template <DType T, int SPLIT>
-void launch_split(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
-                  bool accumulate, cudaStream_t stream) {
-  const unsigned threads = kRowsPerBlock * kWarp;
-  const unsigned grid = blocks_for(w.rows, kRowsPerBlock / SPLIT);
-  if (n == 1)
-    launch_dependent(gemv_q8_kernel<T, 1, SPLIT>, grid, threads, stream, w, x.q, x.d, x.s, x.c, n,
-                     y, y_stride, accumulate);
+template <DType T, int NT, int R, Pro PRO, GemvFusion::Kind EPI>
+void launch_k(const DeviceMatrix& w, const Q8Act& x, const void* xin, int n, float* y,
+              int64_t y_stride, bool accumulate, int split, const GemvFusion& f,
+              cudaStream_t stream) {
+  const unsigned threads = R * kWarp;
+  const size_t smem = PRO == Pro::kNone ? 0 : q8_smem_bytes(w.cols);
+  auto go = [&](auto* k, int s) {
+    const int64_t groups = blocks_for(w.rows, R / s);
+    const int64_t grid =
+        PRO == Pro::kNone ? groups : std::min(groups, resident_blocks(k, threads, smem));
+    launch_dependent_smem(k, static_cast<unsigned>(grid), threads, smem, stream, w, x, xin, n, y,
+                          y_stride, accumulate, groups, f);
+  };
+  if (PRO != Pro::kNone && split == 0) {
+    // The fused kernels: as many warps a row as balance the groups over the one wave.
+    split = fused_split(w.rows, R,
+                        resident_blocks(gemv_q8_kernel<T, NT, R, 1, PRO, EPI>, threads, smem), 4);
+  }
+  if (split == 1)
+    go(gemv_q8_kernel<T, NT, R, 1, PRO, EPI>, 1);
+  else if (split == 2)
+    go(gemv_q8_kernel<T, NT, R, 2, PRO, EPI>, 2);
   else
-    launch_dependent(gemv_q8_kernel<T, 8, SPLIT>, grid, threads, stream, w, x.q, x.d, x.s, x.c, n,
-                     y, y_stride, accumulate);
+    go(gemv_q8_kernel<T, NT, R, 4, PRO, EPI>, 4);
+}
+
+// One warp per row, each lane with 4 or more blocks in flight, unless a row is long
+// and the matrix has few rows: measured on the H200 (n = 1, 8B shapes), Q4_0 qkv
+// 6144x4096 12.1 us with one warp against 15.1 with four, wo 4096x4096 10.6 against
+// 12.8, but down 4096x14336 17.2 with four against 18.4 with one.
+int split_for(const DeviceMatrix& w) {
+  return g_q8_split_override > 0                ? g_q8_split_override
+         : w.cols / 32 >= 256 && w.rows < 16384 ? 4
+                                                : 1;
 }
 
 template <DType T>
 void launch(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
             bool accumulate, cudaStream_t stream) {
-  // One warp per row, each lane with 4 or more blocks in flight, unless a row is long
-  // and the matrix has few rows: measured on the H200 (n = 1, 8B shapes), Q4_0 qkv
-  // 6144x4096 12.1 us with one warp against 15.1 with four, wo 4096x4096 10.6 against
-  // 12.8, but down 4096x14336 17.2 with four against 18.4 with one.
-  const int split = g_q8_split_override > 0                ? g_q8_split_override
-                    : w.cols / 32 >= 256 && w.rows < 16384 ? 4
-                                                           : 1;
-  if (split == 1)
-    launch_split<T, 1>(w, x, n, y, y_stride, accumulate, stream);
-  else if (split == 2)
-    launch_split<T, 2>(w, x, n, y, y_stride, accumulate, stream);
+  const int split = split_for(w);
+  const GemvFusion none;
+  if (n == 1)
+    launch_k<T, 1, kRowsPerBlock, Pro::kNone, GemvFusion::kStore>(w, x, nullptr, n, y, y_stride,
+                                                                  accumulate, split, none, stream);
   else
-    launch_split<T, 4>(w, x, n, y, y_stride, accumulate, stream);
+    launch_k<T, 8, kRowsPerBlock, Pro::kNone, GemvFusion::kStore>(w, x, nullptr, n, y, y_stride,
+                                                                  accumulate, split, none, stream);
+}
+
+// Rows (warps) per block of the fused kernels: more rows share one prologue.
+constexpr int kFusedRowsPerBlock = 16;
+
+// The fused kernels: the input quantized in every block, then the product's store or
+// its epilogue.
+template <DType T>
+Status launch_fused(const DeviceMatrix& w, const void* xin, float* y, bool accumulate,
+                    const GemvFusion& f, cudaStream_t stream) {
+  constexpr int R = kFusedRowsPerBlock;
+  const int split = g_q8_split_override;  // 0: fused_split
+  const Q8Act none;
+  if (f.kind == GemvFusion::kRopeKv)
+    launch_k<T, 1, R, Pro::kQuant, GemvFusion::kRopeKv>(w, none, xin, 1, y, 0, false, split, f,
+                                                        stream);
+  else
+    launch_k<T, 1, R, Pro::kQuant, GemvFusion::kStore>(w, none, xin, 1, y, 0, accumulate, split, f,
+                                                       stream);
+  return launch_status("gemv_q8_fused");
 }
 
 size_t round256(size_t n) {
@@ -266,6 +392,31 @@ Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y,
       return unsupported("gemv_q8: weight type " + std::string(dtype_name(w.type)));
   }
   return launch_status("gemv_q8");
+}
+
+// The prologue's copy and the static arrays must fit the 48 KiB of shared memory a block
+// may have without asking.
+constexpr size_t kFusedSmemMax = 46 * 1024;
+
+bool gemv_q8_takes(const DeviceMatrix& w) {
+  // The prologue reads 8 values per lane, 16-byte aligned.
+  return is_q8_block_type(w.type) && w.cols % 32 == 0 && q8_smem_bytes(w.cols) <= kFusedSmemMax;
+}
+
+Status gemv_q8_fused(const DeviceMatrix& w, const void* x, float* y, bool accumulate,
+                     const GemvFusion& f, cudaStream_t stream) {
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return invalid_argument("gemv_q8_fused: activations must be 16-byte aligned");
+  switch (w.type) {
+    case DType::kQ8_0:
+      return launch_fused<DType::kQ8_0>(w, x, y, accumulate, f, stream);
+    case DType::kQ4_0:
+      return launch_fused<DType::kQ4_0>(w, x, y, accumulate, f, stream);
+    case DType::kQ4_1:
+      return launch_fused<DType::kQ4_1>(w, x, y, accumulate, f, stream);
+    default:
+      return unsupported("gemv_q8_fused: weight type " + std::string(dtype_name(w.type)));
+  }
 }
 
 Status gemv_q8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,

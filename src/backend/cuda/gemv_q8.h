@@ -17,6 +17,14 @@ Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y,
                          bool accumulate, cudaStream_t stream);
 // Tests and benchmarks: force 1, 2 or 4 warps per row (0: the size heuristic).
 void set_gemv_q8_split_override(int split);
+// The GGUF block types these kernels take.
+inline bool is_q8_block_type(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+}
+// gemv_takes / gemv_fused (kernels.h) for those types (gemv_takes checks the epilogue).
+bool gemv_q8_takes(const DeviceMatrix& w);
+Status gemv_q8_fused(const DeviceMatrix& w, const void* x, float* y, bool accumulate,
+                     const GemvFusion& f, cudaStream_t stream);
 // The same from f16 x: quantizes into `scratch`, then multiplies.
 Status gemv_q8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
                int64_t y_stride, bool accumulate, void* scratch, size_t scratch_bytes,

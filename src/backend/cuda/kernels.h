@@ -211,6 +211,37 @@ Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float
             int64_t y_stride, bool accumulate, cudaStream_t stream);
 // Tests and benchmarks: force 1 or 2 warps per row in gemv (0: the size heuristic).
 void set_gemv_split_override(int split);
+
+// What a one-token matrix-vector product (gemv_fused) does besides multiplying, so that
+// the small ops around it need no kernels of their own: on the 8B model's batch-1 step
+// each of those costs a few microseconds of kernel boundary for little work.
+//  - kRopeKv: the epilogue replaces the store of y (y is then not written): the rows are
+//    a layer's qkv, and they go where rope_qkv_store puts them (bias, RoPE of adjacent
+//    pairs, q to q_out, k and v to the KV pool), with its roundings.
+//  - GGUF block weights (Q8_0, Q4_0, Q4_1) take f16 activations and quantize them in
+//    every block as quantize_q8 does, so their input needs no kernel of its own either.
+// (Measured and dropped, bench/RESULTS.md stop 17: the RMSNorm in front of a product,
+// normalised by every block or on the fly from the sum of squares of the product that
+// stored the row, and SiLU-and-multiply after gate/up: each lost time on the H200.)
+struct GemvFusion {
+  enum Kind : uint8_t { kStore, kRopeKv };
+  Kind kind = kStore;
+  // kRopeKv
+  const float* bias = nullptr;
+  RopeParams rope;
+  const float* cs = nullptr;  // rope_tables of the batch
+  DeviceBatch batch;
+  uint16_t* q_out = nullptr;
+  KvLayerView kv;
+};
+// Whether gemv_fused runs `f` for a product of `w` with n tokens (n == 1; float, FP8 and
+// Q8_0 / Q4_0 / Q4_1 weights; RoPE over adjacent pairs); where not, the caller runs the
+// separate kernels.
+bool gemv_takes(const DeviceMatrix& w, int n, const GemvFusion& f);
+// y (+)= W x for one token with the fusion `f` (gemv_takes(w, 1, f) must hold); x in
+// act_type_for(w.type) (f16 for block weights); y is written only for kStore.
+Status gemv_fused(const DeviceMatrix& w, const void* x, float* y, bool accumulate,
+                  const GemvFusion& f, cudaStream_t stream);
 // Dequantizes a quantized matrix into fp16 rows ([rows][cols]) for the GEMM path.
 Status dequantize_to_f16(const DeviceMatrix& w, uint16_t* out, cudaStream_t stream);
 

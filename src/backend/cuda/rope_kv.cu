@@ -1,6 +1,7 @@
 // Bias, RoPE and the KV-cache write of one layer in a single pass over the qkv rows.
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv_fusion.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -40,11 +41,7 @@ __device__ __forceinline__ float rotated(const RopeParams& p, const float2* cs, 
     a = 2 * i;
     b = a + 1;
   }
-  const float c = cs[i].x, s = cs[i].y;
-  const float va = val(a), vb = val(b);
-  // Explicit roundings: no fused multiply-add, as on the CPU.
-  return d == a ? __fsub_rn(__fmul_rn(va, c), __fmul_rn(vb, s))
-                : __fadd_rn(__fmul_rn(va, s), __fmul_rn(vb, c));
+  return rope_rotate(cs[i].x, cs[i].y, val(a), val(b), d == a);
 }
 
 // grid (rows, ceil(width / blockDim.x)): one element of q, k or v per thread.
@@ -69,26 +66,10 @@ __global__ void rope_qkv_kernel(const float* __restrict__ qkv, const float* __re
     q_out[static_cast<int64_t>(row) * qd + e] = __float2half_rn(rotated(p, rcs, head, hb, d));
     return;
   }
-  const int pos = b.row_pos[row];
-  const int seq = b.row_seq[row];
-  const int32_t block = b.blocks[b.seq_blocks_off[seq] + pos / kv.block_size];
-  const size_t off =
-      ((static_cast<size_t>(block) * kv.n_kv_heads + h) * kv.block_size + pos % kv.block_size) *
-          hd +
-      d;
   const float val = part == 1 ? rotated(p, rcs, head, hb, d)
                     : hb      ? __fadd_rn(head[d], hb[d])
                               : head[d];
-  void* pool = part == 1 ? kv.k : kv.v;
-  if (kv.type == KvType::kF16) {
-    static_cast<__half*>(pool)[off] = __float2half_rn(val);
-  } else {
-    // Divided, not multiplied by a reciprocal, so the byte is the correctly rounded
-    // quotient whatever the scale.
-    const float scale = part == 1 ? kv.k_scale : kv.v_scale;
-    static_cast<__nv_fp8_storage_t*>(pool)[off] =
-        __nv_cvt_float_to_fp8(__fdiv_rn(val, scale), __NV_SATFINITE, __NV_E4M3);
-  }
+  kv_store(kv, b, row, part == 1, h, d, val);
 }
 
 }  // namespace

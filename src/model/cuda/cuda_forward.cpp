@@ -242,34 +242,65 @@ Status CudaModel::enqueue(const Step& s) {
     mark(op);
     return Status::ok();
   };
+  // One-token steps: the qkv product stores q and the KV cache itself (RoPE epilogue), and
+  // products over GGUF block weights quantize their f16 input themselves (gemv_fused).
+  const unsigned fuse = n == 1 ? fuse_ : 0;
+  // x += W in; block weights take their f16 input straight.
+  auto residual_product = [&](const cuda::DeviceMatrix& w, const void* in, int64_t cols,
+                              const char* op) -> Status {
+    if ((fuse & kFuseQuant) && cuda::Gemm::takes_q8(w) &&
+        cuda::gemv_takes(w, 1, cuda::GemvFusion{}))
+      PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(w, in, x, true, cuda::GemvFusion{}, st));
+    else
+      PAGODA_RETURN_IF_ERROR(gemm.matmul(w, in, cols, n, x, dim, true, st));
+    mark(op);
+    return Status::ok();
+  };
   PAGODA_RETURN_IF_ERROR(cuda::embed_rows(tok_embd_, s.tokens, n, x, st));
   PAGODA_RETURN_IF_ERROR(cuda::rope_tables(rp, s.db, rope_cs_.as<float>(), st));
   mark("embed+rope");
   for (int l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     const cuda::KvLayerView kv = kv_layer(l);
-    PAGODA_RETURN_IF_ERROR(norm_product(L.attn_norm, L.qkv, qkv_.as<float>(), qkv_w, "qkv"));
-    PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(
-        qkv_.as<float>(), L.qkv_bias, rp, rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(), kv, st));
-    mark("rope+kv");
+    cuda::GemvFusion fq;
+    fq.kind = cuda::GemvFusion::kRopeKv;
+    fq.bias = L.qkv_bias;
+    fq.rope = rp;
+    fq.cs = rope_cs_.as<float>();
+    fq.batch = s.db;
+    fq.q_out = q16_.as<uint16_t>();
+    fq.kv = kv;
+    if ((fuse & kFuseQkv) && cuda::gemv_takes(L.qkv, 1, fq)) {
+      PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
+                                            cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps,
+                                            st));
+      mark("rms_norm");
+      PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.qkv, xn_.get(), nullptr, false, fq, st));
+      mark("qkv+rope");
+    } else {
+      PAGODA_RETURN_IF_ERROR(norm_product(L.attn_norm, L.qkv, qkv_.as<float>(), qkv_w, "qkv"));
+      PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(qkv_.as<float>(), L.qkv_bias, rp,
+                                                  rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(),
+                                                  kv, st));
+      mark("rope+kv");
+    }
     PAGODA_RETURN_IF_ERROR(cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads, scale,
                                            attn_.get(), cuda::act_type_for(L.wo.type), st));
     mark("attention");
-    PAGODA_RETURN_IF_ERROR(gemm.matmul(L.wo, attn_.get(), qd, n, x, dim, true, st));
-    mark("wo");
+    PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo"));
     PAGODA_RETURN_IF_ERROR(norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up"));
-    if (q8_input(L.down)) {
+    if (q8_input(L.down) && !((fuse & kFuseQuant) && cuda::gemv_takes(L.down, 1, {}))) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
       PAGODA_RETURN_IF_ERROR(cuda::silu_mul_q8(gu_.as<float>(), n, c.ffn_dim, h, st));
       mark("silu_mul");
       PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(L.down, h, n, x, dim, true, st));
-    } else {
-      PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
-                                            cuda::act_type_for(L.down.type), st));
-      mark("silu_mul");
-      PAGODA_RETURN_IF_ERROR(gemm.matmul(L.down, hidden_.get(), ff, n, x, dim, true, st));
+      mark("down");
+      continue;
     }
-    mark("down");
+    PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
+                                          cuda::act_type_for(L.down.type), st));
+    mark("silu_mul");
+    PAGODA_RETURN_IF_ERROR(residual_product(L.down, hidden_.get(), ff, "down"));
   }
   if (s.n_out == 0) return Status::ok();
   PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, s.logit_rows, output_norm_, xn_.get(),

@@ -184,6 +184,8 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e == '1')
     m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
   if (const char* e = std::getenv("PAGODA_CUDA_GRAPHS"); e && *e == '0') m->use_graphs_ = false;
+  if (const char* e = std::getenv("PAGODA_CUDA_FUSE"))
+    m->fuse_ = static_cast<unsigned>(std::strtoul(e, nullptr, 0));
   return m;
 }
 

@@ -102,6 +102,12 @@ class CudaModel : public ModelRunner {
   std::map<GraphKey, std::unique_ptr<Graph>> graphs_;
   std::map<GraphKey, int> graph_seen_;  // eager runs per key before capture
   bool use_graphs_ = true;
+  // Which fusions one-token steps take (cuda::gemv_fused): the qkv product's RoPE + KV
+  // store epilogue, and block weights quantizing their input in the product. Measured on
+  // the H200 (bench/RESULTS.md, stop 17). PAGODA_CUDA_FUSE sets the bits (0: the separate
+  // kernels, as larger batches run).
+  static constexpr unsigned kFuseQkv = 1, kFuseQuant = 4;
+  unsigned fuse_ = kFuseQkv | kFuseQuant;
   std::unique_ptr<OpProfiler> profiler_;  // PAGODA_CUDA_PROFILE=1: time per op kind
 };
 
