@@ -142,6 +142,17 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, c
   return launch_dependent_smem(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
+// The number of multiprocessors of the current device (read once per process).
+inline int sm_count() {
+  static const int sms = [] {
+    int dev = 0, count = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
+    return count > 0 ? count : 132;
+  }();
+  return sms;
+}
+
 // Launch grid size for n items of `per` each.
 inline unsigned blocks_for(int64_t n, int64_t per) {
   return static_cast<unsigned>((n + per - 1) / per);

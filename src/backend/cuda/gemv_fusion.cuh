@@ -1,35 +1,11 @@
 // Device side of GemvFusion (kernels.h): what the matrix-vector kernels (gemv.cu,
-// gemv_q8.cu) do after their products, the RoPE and KV-slot helpers they share with
-// rope_kv.cu (so the fused and the separate paths round alike), and the grid of a kernel
-// whose blocks loop over the work.
+// gemv_q8.cu) do after their products, and the RoPE and KV-slot helpers they share with
+// rope_kv.cu (so the fused and the separate paths round alike).
 #pragma once
-
-#include <algorithm>
 
 #include "backend/cuda/common.cuh"
 
 namespace pagoda::cuda {
-
-// The number of multiprocessors of the current device (read once per process).
-inline int sm_count() {
-  static const int sms = [] {
-    int dev = 0, count = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
-    return count > 0 ? count : 132;
-  }();
-  return sms;
-}
-
-// How many blocks of `kernel` the whole GPU holds at once: the grid of a kernel whose
-// blocks loop over the work (one wave).
-template <typename Kernel>
-int64_t resident_blocks(Kernel* kernel, int threads, size_t smem) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
-    per_sm = 1;
-  return static_cast<int64_t>(std::max(per_sm, 1)) * sm_count();
-}
 
 // One rotated element of the pair (va, vb) by the angle with cosine c and sine s: the
 // first (first) or the second. Explicit roundings: no fused multiply-add, as on the CPU.
@@ -81,24 +57,6 @@ __device__ __forceinline__ void fused_rope_kv_row(const GemvFusion& f, int t, in
     reinterpret_cast<__half*>(f.q_out)[static_cast<int64_t>(t) * qd + r] = __float2half_rn(val);
   else
     kv_store(f.kv, f.batch, t, part == 1, h, d, val);
-}
-
-// Warps a row (1, 2, 4 ... up to max_split) for a fused kernel's `rows` rows in groups
-// of R / split over `blocks` resident blocks: the fewest whole groups a block takes,
-// divided by the warps on each row (a block's time), the smallest wins; ties go to
-// fewer warps a row (fewer partial sums to meet).
-inline int fused_split(int64_t rows, int R, int64_t blocks, int max_split) {
-  int best = 1;
-  double best_cost = 0;
-  for (int s = 1; s <= max_split && R / s >= 2; s *= 2) {
-    const int64_t groups = (rows + R / s - 1) / (R / s);
-    const double cost = static_cast<double>((groups + blocks - 1) / blocks) / s;
-    if (s == 1 || cost < best_cost) {
-      best = s;
-      best_cost = cost;
-    }
-  }
-  return best;
 }
 
 // The epilogue of block `blk` once ys[i][t] holds row blk * RB + i's result for token t

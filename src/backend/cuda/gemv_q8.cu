@@ -89,6 +89,34 @@ __device__ __forceinline__ int block_dot(const WBlock& wb, uint4 x0, uint4 x1) {
   return sum;
 }
 
+// How many blocks of `kernel` the whole GPU holds at once: the grid of the fused kernels,
+// whose blocks loop over the work (one wave).
+template <typename Kernel>
+int64_t resident_blocks(Kernel* kernel, int threads, size_t smem) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess)
+    per_sm = 1;
+  return static_cast<int64_t>(std::max(per_sm, 1)) * sm_count();
+}
+
+// Warps a row (1, 2, 4 ... up to max_split) for a fused kernel's `rows` rows in groups
+// of R / split over `blocks` resident blocks: the fewest whole groups a block takes,
+// divided by the warps on each row (a block's time), the smallest wins; ties go to
+// fewer warps a row (fewer partial sums to meet).
+int fused_split(int64_t rows, int R, int64_t blocks, int max_split) {
+  int best = 1;
+  double best_cost = 0;
+  for (int s = 1; s <= max_split && R / s >= 2; s *= 2) {
+    const int64_t groups = (rows + R / s - 1) / (R / s);
+    const double cost = static_cast<double>((groups + blocks - 1) / blocks) / s;
+    if (s == 1 || cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 // Where a product's 8-bit activations come from: a Q8Act in global memory written by the
 // kernel before, or the block's own copy in shared memory, quantized by its prologue from
 // f16 activations as quantize_q8 does (kQuant).
@@ -152,8 +180,7 @@ __device__ __forceinline__ Q8Act q8_prologue(const __half* __restrict__ xin, int
 // SPLIT warps share a row (as in gemv.cu) so long rows of few-row matrices still fill
 // the GPU. One token's 4-bit kernels are held to 64 registers so that 32 warps fit on an
 // SM; the compiler's own choice (72-80 registers) fitted 24. R: warps per block (the
-// fused kernels take 16, so that more rows share one prologue, and their grid is one
-// wave, as in gemv.cu). EPI as in gemv.cu.
+// fused kernels take 16, so that more rows share one prologue). EPI as in gemv.cu.
 template <DType T>
 constexpr int min_blocks(int nt, int r) {
   return (nt == 1 && T != DType::kQ8_0 ? 8 : 4) * kRowsPerBlock / r;
@@ -166,7 +193,8 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R))
   constexpr int RB = R / SPLIT;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int part = warp % SPLIT, wi = warp / SPLIT;
-  // Double-buffered by the group's parity (gemv.cu's kernel says why).
+  // Double-buffered by the group's parity: a warp may reach the next group's partial sums
+  // while others still read this one's.
   __shared__ float red[2][R][NT];
   __shared__ float ys[2][RB][NT];
   extern __shared__ uint4 q8_smem[];
@@ -180,7 +208,10 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R))
   // waiting for the activations (pdl_wait): in the 8B model's matrices that is every
   // block a lane has (rows of 128 to 448 blocks shared by 32 to 128 lanes), so the whole
   // product's weights are in flight while the producer of x finishes. A block takes the
-  // row groups blockIdx.x, + gridDim.x, ... < n_groups, as gemv.cu's kernel does.
+  // row groups blockIdx.x, + gridDim.x, ... < n_groups: the plain kernels one group each,
+  // the fused ones as many as it takes for the grid to be one wave (each block quantizes
+  // its input once), the next group's first blocks requested before this group's sums
+  // are reduced.
   auto load_group = [&](WBlock* dst, int64_t row, int64_t nbr, int64_t b) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
