@@ -186,15 +186,13 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
   // The whole pools: the row's slot as the separate kernels wrote it, every other slot
   // as it was.
   for (int kv_i = 0; kv_i < 2; ++kv_i) {
-    const Pool& a = sep;
-    const Pool& c = fus;
-    const float scale = kv_i == 0 ? a.view.k_scale : a.view.v_scale;
-    const auto ps = pool_values(kv_i == 0 ? a.k : a.v, kv_type, scale, pool_elems);
-    const auto pf = pool_values(kv_i == 0 ? c.k : c.v, kv_type, scale, pool_elems);
+    const float scale = kv_i == 0 ? sep.view.k_scale : sep.view.v_scale;
+    const auto ps = pool_values(kv_i == 0 ? sep.k : sep.v, kv_type, scale, pool_elems);
+    const auto pf = pool_values(kv_i == 0 ? fus.k : fus.v, kv_type, scale, pool_elems);
     // FP8: a value within a rounding of an E4M3 midpoint may land one step away.
     expect_nmse(name + (kv_i == 0 ? ": K pool" : ": V pool"), pf.data(), ps.data(), ps.size(),
                 kv_type == KvType::kF16 ? bound_for(at) : 1e-4);
-    const auto bytes = to_host<uint8_t>(kv_i == 0 ? c.k : c.v, fill.size());
+    const auto bytes = to_host<uint8_t>(kv_i == 0 ? fus.k : fus.v, fill.size());
     const size_t eb = kv_elem_bytes(kv_type);
     size_t changed_elsewhere = 0;
     for (size_t i = 0; i < pool_elems; ++i) {

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/gemv_q8.h"
 #include "backend/cuda/kernels.h"
 
 namespace pagoda::cuda {
@@ -32,9 +33,8 @@ class Gemm {
                 int64_t y_stride, bool accumulate, cudaStream_t stream);
   // Whether products of `w` with at most kGemvMaxTokens tokens take 8-bit activations
   // (the GGUF block types): their producers may then write a Q8Act (q8_input) straight.
-  static bool takes_q8(const DeviceMatrix& w) {
-    return w.type == DType::kQ8_0 || w.type == DType::kQ4_0 || w.type == DType::kQ4_1;
-  }
+  static bool takes_q8(const DeviceMatrix& w) { return is_q8_block_type(w.type); }
+
   // Where the 8-bit activations of n <= kGemvMaxTokens rows of `cols` values go before a
   // matmul_q8 (the scratch the product would quantize into, reserved for any width).
   Result<Q8Act> q8_input(int64_t cols, int n, cudaStream_t stream);

@@ -245,11 +245,15 @@ Status CudaModel::enqueue(const Step& s) {
   // One-token steps: the qkv product stores q and the KV cache itself (RoPE epilogue), and
   // products over GGUF block weights quantize their f16 input themselves (gemv_fused).
   const unsigned fuse = n == 1 ? fuse_ : 0;
+  // Whether a product over block weights quantizes its f16 input itself.
+  auto quantizes_input = [&](const cuda::DeviceMatrix& w) {
+    return (fuse & kFuseQuant) && cuda::Gemm::takes_q8(w) &&
+           cuda::gemv_takes(w, 1, cuda::GemvFusion{});
+  };
   // x += W in; block weights take their f16 input straight.
   auto residual_product = [&](const cuda::DeviceMatrix& w, const void* in, int64_t cols,
                               const char* op) -> Status {
-    if ((fuse & kFuseQuant) && cuda::Gemm::takes_q8(w) &&
-        cuda::gemv_takes(w, 1, cuda::GemvFusion{}))
+    if (quantizes_input(w))
       PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(w, in, x, true, cuda::GemvFusion{}, st));
     else
       PAGODA_RETURN_IF_ERROR(gemm.matmul(w, in, cols, n, x, dim, true, st));
@@ -289,7 +293,7 @@ Status CudaModel::enqueue(const Step& s) {
     mark("attention");
     PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo"));
     PAGODA_RETURN_IF_ERROR(norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up"));
-    if (q8_input(L.down) && !((fuse & kFuseQuant) && cuda::gemv_takes(L.down, 1, {}))) {
+    if (q8_input(L.down) && !quantizes_input(L.down)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
       PAGODA_RETURN_IF_ERROR(cuda::silu_mul_q8(gu_.as<float>(), n, c.ffn_dim, h, st));
       mark("silu_mul");
