@@ -12,13 +12,16 @@ import openai
 from server_util import ServerProcess
 
 
-def stream_one(url, i, max_tokens):
+def stream_one(url, i, max_tokens, on_first_chunk=None):
     c = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=300)
     text, reason, usage = "", None, None
     for chunk in c.completions.create(model="smollm2", prompt=f"Request {i}: the sea is",
                                       max_tokens=max_tokens, temperature=0.8, seed=i,
                                       stream=True, stream_options={"include_usage": True},
                                       extra_body={"ignore_eos": True}):
+        if on_first_chunk is not None:
+            on_first_chunk()
+            on_first_chunk = None
         if chunk.choices:
             text += chunk.choices[0].text
             reason = chunk.choices[0].finish_reason or reason
@@ -105,20 +108,25 @@ def test_sigterm_under_load_finishes_in_flight_and_exits_0():
     s = ServerProcess("--shutdown-grace", "60")
     try:
         results, errors = [], []
+        # Every request must be in flight (its stream has begun) before SIGTERM: a token
+        # count alone can be reached by the first requests while a slow-starting client
+        # thread has not yet connected, and that request is rightly refused with 503.
+        streaming = [threading.Event() for _ in range(8)]
 
         def worker(i):
             try:
-                results.append(stream_one(s.url, i, 24))
+                results.append(stream_one(s.url, i, 24, streaming[i].set))
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(e)
+                streaming[i].set()
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
         for t in threads:
             t.start()
         deadline = time.time() + 30
-        while s.metrics()[("pagoda:generation_tokens_total", ())] < 8:
-            assert time.time() < deadline
-            time.sleep(0.02)
+        for ev in streaming:
+            assert ev.wait(timeout=max(0.0, deadline - time.time()))
+        assert not errors, errors
         s.proc.send_signal(signal.SIGTERM)
         time.sleep(0.2)
         # New work is refused while draining.
