@@ -4,23 +4,36 @@
 
 namespace pagoda {
 
-std::string Utf8Stream::push(const std::string& bytes) {
-  pending_ += bytes;
-  // Find the end of the last complete character.
-  const size_t n = pending_.size();
+namespace {
+
+// Length of the longest prefix of `s` that ends on a character boundary (a trailing
+// incomplete UTF-8 sequence is left out).
+size_t whole_characters(std::string_view s) {
+  const size_t n = s.size();
   size_t back = 0;
-  while (back < 4 && back < n &&
-         (static_cast<unsigned char>(pending_[n - 1 - back]) & 0xC0) == 0x80)
+  while (back < 4 && back < n && (static_cast<unsigned char>(s[n - 1 - back]) & 0xC0) == 0x80)
     ++back;
-  size_t cut = n;
   if (back < n) {
-    const auto lead = static_cast<unsigned char>(pending_[n - 1 - back]);
+    const auto lead = static_cast<unsigned char>(s[n - 1 - back]);
     const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (need > back + 1) cut = n - 1 - back;  // incomplete: hold it back
+    if (need > back + 1) return n - 1 - back;  // incomplete: hold it back
   }
-  std::string out = pending_.substr(0, cut);
+  return n;
+}
+
+}  // namespace
+
+void Utf8Stream::push(std::string_view bytes, std::string* out) {
+  if (pending_.empty()) {  // the common case: no copy through pending_
+    const size_t cut = whole_characters(bytes);
+    out->append(bytes.substr(0, cut));
+    pending_.assign(bytes.substr(cut));
+    return;
+  }
+  pending_ += bytes;
+  const size_t cut = whole_characters(pending_);
+  out->append(pending_, 0, cut);
   pending_.erase(0, cut);
-  return out;
 }
 
 std::string Utf8Stream::flush() {
@@ -39,8 +52,13 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, std::vector
 IncrementalDetokenizer::Update IncrementalDetokenizer::push(int32_t token) {
   Update u;
   if (stopped_) return u;
+  if (sent_ > hold_ + 256) {  // drop released text no stop string can begin in any more
+    const size_t drop = sent_ - hold_;
+    decoded_.erase(0, drop);
+    sent_ -= drop;
+  }
   const size_t old_size = decoded_.size();
-  decoded_ += utf8_.push(tok_.token_to_piece(token));
+  utf8_.push(tok_.token_to_piece(token), &decoded_);
   if (!stop_.empty() && decoded_.size() > old_size) {
     // A stop string completed by this token ends inside the new text, so it starts at
     // most its length - 1 bytes before it.
@@ -57,15 +75,18 @@ IncrementalDetokenizer::Update IncrementalDetokenizer::push(int32_t token) {
       decoded_.resize(include_stop_ ? best + best_len : best);
       stopped_ = true;
       u.stopped = true;
-      if (decoded_.size() > text_.size()) u.text = decoded_.substr(text_.size());
-      text_ = decoded_;
+      if (decoded_.size() > sent_) u.text.assign(decoded_, sent_);
+      sent_ = decoded_.size();
       return u;
     }
   }
-  const size_t safe = decoded_.size() > hold_ ? decoded_.size() - hold_ : 0;
-  if (safe > text_.size()) {
-    u.text = decoded_.substr(text_.size(), safe - text_.size());
-    text_.append(u.text);
+  size_t safe = decoded_.size() > hold_ ? decoded_.size() - hold_ : 0;
+  // Released text ends on a character boundary: a stream must never carry half a
+  // character (decoded_ holds whole characters, so a non-continuation byte starts one).
+  while (safe > sent_ && (static_cast<unsigned char>(decoded_[safe]) & 0xC0) == 0x80) --safe;
+  if (safe > sent_) {
+    u.text.assign(decoded_, sent_, safe - sent_);
+    sent_ = safe;
   }
   return u;
 }
@@ -73,8 +94,8 @@ IncrementalDetokenizer::Update IncrementalDetokenizer::push(int32_t token) {
 std::string IncrementalDetokenizer::finish() {
   if (stopped_) return {};
   decoded_ += utf8_.flush();
-  std::string rest = decoded_.substr(text_.size());
-  text_ = decoded_;
+  std::string rest = decoded_.substr(sent_);
+  sent_ = decoded_.size();
   return rest;
 }
 

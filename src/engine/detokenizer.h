@@ -5,16 +5,23 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 
-// Collects bytes and releases only whole UTF-8 characters.
 class Utf8Stream {
  public:
-  std::string push(const std::string& bytes);
+  // Appends the whole characters of what came before plus `bytes` to `out`, holding
+  // back an incomplete character at the end.
+  void push(std::string_view bytes, std::string* out);
+  std::string push(std::string_view bytes) {
+    std::string out;
+    push(bytes, &out);
+    return out;
+  }
   // Whatever is left, even an incomplete character.
   std::string flush();
 
@@ -35,8 +42,6 @@ class IncrementalDetokenizer {
   Update push(int32_t token);
   // The request ended: releases the text held back.
   std::string finish();
-  // All text released so far.
-  const std::string& text() const { return text_; }
 
  private:
   const Tokenizer& tok_;
@@ -44,8 +49,11 @@ class IncrementalDetokenizer {
   bool include_stop_;
   size_t hold_ = 0;  // longest stop string - 1: bytes that must stay back
   Utf8Stream utf8_;
-  std::string decoded_;  // whole characters decoded so far
-  std::string text_;     // decoded_[0, sent) that has been released
+  // The tail of the whole characters decoded so far: what is not yet released, and the
+  // hold_ released bytes before it that a stop string may still begin in. The engine
+  // runs this for every generated token, so it keeps no copy of the whole text.
+  std::string decoded_;
+  size_t sent_ = 0;  // decoded_[0, sent_) has been released
   bool stopped_ = false;
 };
 

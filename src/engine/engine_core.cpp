@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
-#include <random>
 
 namespace pagoda {
 
@@ -114,7 +113,7 @@ EngineCore::Req* EngineCore::fork(Req& parent, int index) {
   c->params = parent.params;
   c->sampler = parent.sampler;
   c->sampler->reseed(parent.params.seed ? *parent.params.seed + static_cast<uint64_t>(index)
-                                        : std::random_device{}());
+                                        : random_seed());
   if (tok_)
     c->detok = std::make_unique<IncrementalDetokenizer>(*tok_, parent.params.stop,
                                                         parent.params.include_stop_str_in_output);
@@ -254,16 +253,16 @@ void EngineCore::finish(Req& r, FinishReason why, std::vector<RequestOutput>* ou
 void EngineCore::fail_step(const sched::SchedulerOutput& so, const Status& s,
                            std::vector<RequestOutput>* out) {
   const double now = Engine::now();
-  for (const sched::ScheduledSeq& q : so.seqs)
-    finish(*reqs_.at(q.req->id), FinishReason::kError, out, now, nullptr,
+  for (size_t i = 0; i < so.seqs.size(); ++i)
+    finish(*step_reqs_[i], FinishReason::kError, out, now, nullptr,
            "the model failed: " + s.message());
 }
 
 bool EngineCore::greedy_step(const sched::SchedulerOutput& so) const {
   if (!exec_.has_greedy()) return false;
-  for (const sched::ScheduledSeq& q : so.seqs) {
-    if (!q.samples) continue;
-    const Req& r = *reqs_.at(q.req->id);
+  for (size_t i = 0; i < so.seqs.size(); ++i) {
+    if (!so.seqs[i].samples) continue;
+    const Req& r = *step_reqs_[i];
     if (!r.sampler->plain_greedy() || r.params.logprobs || r.pending_forks > 0) return false;
   }
   return true;
@@ -275,9 +274,9 @@ bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
     return !(e && *e == '0');
   }();
   if (!enabled || !exec_.has_sampling()) return false;
-  for (const sched::ScheduledSeq& q : so.seqs) {
-    if (!q.samples) continue;
-    const Req& r = *reqs_.at(q.req->id);
+  for (size_t i = 0; i < so.seqs.size(); ++i) {
+    if (!so.seqs[i].samples) continue;
+    const Req& r = *step_reqs_[i];
     if (r.params.logprobs || r.pending_forks > 0) return false;
   }
   return true;
@@ -293,9 +292,14 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   batch_.tokens.clear();
   batch_.seqs.clear();
   batch_.logit_rows.clear();
+  // Each scheduled request's record, looked up once: the step's loops below would
+  // otherwise each pay a hash lookup (two cache misses) per sequence.
+  step_reqs_.clear();
+  for (const sched::ScheduledSeq& q : so.seqs) step_reqs_.push_back(reqs_.at(q.req->id).get());
   int row = 0;
-  for (const sched::ScheduledSeq& q : so.seqs) {
-    Req& r = *reqs_.at(q.req->id);
+  for (size_t i = 0; i < so.seqs.size(); ++i) {
+    const sched::ScheduledSeq& q = so.seqs[i];
+    Req& r = *step_reqs_[i];
     const int64_t pos0 = r.s.num_computed;
     batch_.tokens.insert(batch_.tokens.end(), r.s.tokens.begin() + pos0,
                          r.s.tokens.begin() + pos0 + q.num_tokens);
@@ -325,9 +329,9 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   } else if (on_device) {
     sampling_.rows.clear();
     sampling_.penalties.clear();
-    for (const sched::ScheduledSeq& q : so.seqs)
-      if (q.samples)
-        sampling_.rows.push_back(reqs_.at(q.req->id)->sampler->device_row(&sampling_.penalties));
+    for (size_t i = 0; i < so.seqs.size(); ++i)
+      if (so.seqs[i].samples)
+        sampling_.rows.push_back(step_reqs_[i]->sampler->device_row(&sampling_.penalties));
     chosen_.resize(batch_.logit_rows.size());
     s = exec_.execute_sample(batch_, sampling_, chosen_.data());
   } else {
@@ -350,21 +354,20 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
 
   const double done = Engine::now();
   size_t li = 0;
-  for (const sched::ScheduledSeq& q : so.seqs) {
-    if (!q.samples) continue;
+  for (size_t i = 0; i < so.seqs.size(); ++i) {
+    if (!so.seqs[i].samples) continue;
     if (on_device)
-      sample_into(*reqs_.at(q.req->id), nullptr, chosen_[li], out, done);
+      sample_into(*step_reqs_[i], nullptr, chosen_[li], out, done);
     else
-      sample_into(*reqs_.at(q.req->id), logits_.data() + li * static_cast<size_t>(n_vocab), -1, out,
+      sample_into(*step_reqs_[i], logits_.data() + li * static_cast<size_t>(n_vocab), -1, out,
                   done);
     ++li;
   }
 
   // KV waste: the unfilled tail of each running sequence's last block.
   int64_t slack = 0;
-  for (const auto& [sid, r] : reqs_)
-    if (r->s.status == sched::RequestStatus::kRunning)
-      slack += static_cast<int64_t>(kv_.blocks(sid).size()) * kv_.block_size() - r->s.num_computed;
+  for (const sched::Request* r : sched_.running())
+    slack += static_cast<int64_t>(kv_.blocks(r->id).size()) * kv_.block_size() - r->num_computed;
   waste_slots_ += static_cast<double>(slack);
   reserved_slots_ += static_cast<double>(kv_.reserved_slots());
   stats_.step_s += Engine::now() - begin;

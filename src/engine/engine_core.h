@@ -76,6 +76,7 @@ class EngineCore {
   std::vector<int32_t> chosen_;
   StepSampling sampling_;
   Batch batch_;
+  std::vector<Req*> step_reqs_;  // the step's requests, in SchedulerOutput::seqs order
 };
 
 }  // namespace pagoda

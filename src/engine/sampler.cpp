@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace pagoda {
@@ -12,14 +13,32 @@ int32_t argmax(const float* v, int32_t n) {
   return best;
 }
 
+uint64_t random_seed() {
+  // One read of the system's entropy per process: std::random_device costs a system call
+  // or more per construction, and the engine thread seeded every unseeded request so.
+  static const uint64_t base = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }();
+  static std::atomic<uint64_t> count{0};
+  // splitmix64: distinct, well-mixed seeds from consecutive counts.
+  uint64_t x = base + 0x9e3779b97f4a7c15ull * (count.fetch_add(1, std::memory_order_relaxed) + 1);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt)
-    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {
+    : params_(params), rng_(params.seed ? *params.seed : random_seed()) {
   if (params_.repetition_penalty != 1.0f) seen_.insert(prompt.begin(), prompt.end());
 }
 
 void Sampler::accept(int32_t token) {
   if (params_.repetition_penalty != 1.0f) seen_.insert(token);
-  out_counts_[token]++;
+  // Counts feed only the presence and frequency penalties. Kept for every request, the
+  // map's insert was the largest host cost of a 512-sequence greedy step
+  // (bench/bench_engine_host), and its nodes' frees the next one when a request ended.
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) out_counts_[token]++;
 }
 
 void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {

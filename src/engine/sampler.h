@@ -43,9 +43,12 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_set<int32_t> seen_;             // prompt and output, for repetition
-  std::unordered_map<int32_t, int> out_counts_;  // output only, presence/frequency
+  std::unordered_map<int32_t, int> out_counts_;  // output only, when presence/frequency apply
   std::vector<std::pair<float, int32_t>> cand_;  // reused candidate buffer
 };
+
+// A seed for a request that gave none: different on every call and in every process.
+uint64_t random_seed();
 
 // Index of the largest value (the first on ties).
 int32_t argmax(const float* v, int32_t n);

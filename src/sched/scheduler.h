@@ -70,6 +70,7 @@ class Scheduler {
   void remove(Request* r);
 
   int num_running() const { return static_cast<int>(running_.size()); }
+  const std::vector<Request*>& running() const { return running_; }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   const SchedulerCounters& counters() const { return counters_; }

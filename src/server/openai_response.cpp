@@ -46,11 +46,11 @@ json ResponseBuilder::logprobs_json(Choice& c, const std::vector<TokenLogprob>& 
   if (req_.kind == ApiKind::kChat) {
     json content = json::array();
     for (const TokenLogprob& lp : lps) {
-      const std::string piece = tok_.token_to_piece(lp.token);
+      const std::string piece(tok_.token_to_piece(lp.token));
       json top = json::array();
       for (const auto& [t, l] : lp.top) {
         if (static_cast<int>(top.size()) >= req_.top_logprobs) break;
-        const std::string p = tok_.token_to_piece(t);
+        const std::string p(tok_.token_to_piece(t));
         top.push_back({{"token", p}, {"logprob", l}, {"bytes", bytes_of(p)}});
       }
       content.push_back({{"token", piece},
@@ -63,13 +63,13 @@ json ResponseBuilder::logprobs_json(Choice& c, const std::vector<TokenLogprob>& 
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
   for (const TokenLogprob& lp : lps) {
-    const std::string piece = tok_.token_to_piece(lp.token);
+    const std::string piece(tok_.token_to_piece(lp.token));
     tokens.push_back(piece);
     token_logprobs.push_back(lp.logprob);
     json t = json::object();
     for (const auto& [id, l] : lp.top) {
       if (static_cast<int>(t.size()) >= req_.top_logprobs) break;
-      t[tok_.token_to_piece(id)] = l;
+      t[std::string(tok_.token_to_piece(id))] = l;
     }
     top.push_back(t);
     offsets.push_back(c.text_offset);

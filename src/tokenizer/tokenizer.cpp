@@ -59,8 +59,17 @@ class GgufTokenizer final : public Tokenizer {
  public:
   GgufTokenizer(Vocab vocab, std::optional<PreTokenizer> pre)
       : vocab_(std::move(vocab)), pre_(std::move(pre)) {
-    pieces_.reserve(vocab_.tokens.size());
-    for (TokenId id = 0; id < vocab_.n_tokens(); ++id) pieces_.push_back(render(id));
+    // All pieces back to back, with start offsets (the top bit marks pieces hidden
+    // unless rendering special tokens): the engine looks up a piece for every generated
+    // token, and a table of separate strings cost it three cache misses (the token's
+    // record, the string, its bytes) where this costs about one.
+    piece_start_.reserve(vocab_.tokens.size() + 1);
+    for (TokenId id = 0; id < vocab_.n_tokens(); ++id) {
+      const bool hidden = vocab_.attr(id) & (kAttrControl | kAttrUnknown);
+      piece_start_.push_back(static_cast<uint32_t>(pieces_.size()) | (hidden ? kHidden : 0u));
+      pieces_ += render(id);  // from_gguf checked the total fits 31 bits
+    }
+    piece_start_.push_back(static_cast<uint32_t>(pieces_.size()));
   }
 
   std::vector<TokenId> encode(std::string_view text, bool add_special,
@@ -98,10 +107,13 @@ class GgufTokenizer final : public Tokenizer {
     return out;
   }
 
-  std::string token_to_piece(TokenId id, bool render_special) const override {
-    if (!vocab_.valid(id)) return {};
-    if (!render_special && (vocab_.attr(id) & (kAttrControl | kAttrUnknown))) return {};
-    return pieces_[static_cast<size_t>(id)];
+  std::string_view token_to_piece(TokenId id, bool render_special) const override {
+    if (id < 0 || static_cast<size_t>(id) + 1 >= piece_start_.size()) return {};
+    const uint32_t start = piece_start_[static_cast<size_t>(id)];
+    if (!render_special && (start & kHidden)) return {};
+    const uint32_t begin = start & ~kHidden,
+                   end = piece_start_[static_cast<size_t>(id) + 1] & ~kHidden;
+    return std::string_view(pieces_).substr(begin, end - begin);
   }
 
   std::string decode(const std::vector<TokenId>& ids, bool render_special) const override {
@@ -111,7 +123,7 @@ class GgufTokenizer final : public Tokenizer {
     // it renders to, uses up the chance).
     bool strip_space = vocab_.add_space_prefix;
     for (TokenId id : ids) {
-      const std::string piece = token_to_piece(id, render_special);
+      const std::string_view piece = token_to_piece(id, render_special);
       if (strip_space && !piece.empty() && piece[0] == ' ')
         out.append(piece, 1, std::string::npos);
       else
@@ -154,7 +166,9 @@ class GgufTokenizer final : public Tokenizer {
 
   Vocab vocab_;
   std::optional<PreTokenizer> pre_;
-  std::vector<std::string> pieces_;
+  static constexpr uint32_t kHidden = 1u << 31;
+  std::string pieces_;                 // every token's rendered piece, in id order
+  std::vector<uint32_t> piece_start_;  // n_vocab + 1 offsets into pieces_ (| kHidden)
 };
 
 }  // namespace
@@ -168,6 +182,11 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) {
       return p.status().with_context("tokenizer: pre-tokenizer '" + vocab.pre.canonical + "'");
     pre = std::move(p).value();
   }
+  // Pieces render to at most their stored text's bytes; the piece table's offsets are 31-bit.
+  size_t text_bytes = 0;
+  for (const TokenData& t : vocab.tokens) text_bytes += t.text.size();
+  if (text_bytes >= (size_t{1} << 31))
+    return invalid_argument("tokenizer: the vocabulary's token strings exceed 2 GiB");
   return std::unique_ptr<Tokenizer>(new GgufTokenizer(std::move(vocab), std::move(pre)));
 }
 

@@ -30,8 +30,10 @@ class Tokenizer {
                                       bool parse_special) const = 0;
 
   // Bytes of one token as it appears in generated text (may be part of a UTF-8
-  // character). Control tokens give "" unless render_special.
-  virtual std::string token_to_piece(TokenId id, bool render_special = false) const = 0;
+  // character). Control tokens give "" unless render_special. A view into the
+  // tokenizer's own table (valid while it lives): the engine calls this for every
+  // generated token, and a copy per call showed in its host time.
+  virtual std::string_view token_to_piece(TokenId id, bool render_special = false) const = 0;
   // Ids to text: the concatenation of the pieces, with the SentencePiece leading space
   // rule applied as llama.cpp does.
   virtual std::string decode(const std::vector<TokenId>& ids,

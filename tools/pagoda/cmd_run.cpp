@@ -144,7 +144,7 @@ int cmd_run(int argc, char** argv) {
       finish = "stop";
       break;
     }
-    const std::string piece = tok.token_to_piece(next);
+    const std::string piece(tok.token_to_piece(next));
     text += piece;
     if (!json) {
       const std::string out = stream.push(piece);

@@ -59,7 +59,7 @@ int usage_error(const std::string& message) {
 
 // Pieces are arbitrary bytes (possibly half a UTF-8 character): show control bytes and
 // bytes >= 0x80 that do not form valid UTF-8 as escapes, keep the rest readable.
-std::string printable(const std::string& s) {
+std::string printable(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
     if (c == '\n')
@@ -91,7 +91,7 @@ void print_info(const pagoda::Tokenizer& tok) {
   std::printf("\n");
 }
 
-std::string hex(const std::string& s) {
+std::string hex(std::string_view s) {
   std::string out;
   for (unsigned char c : s) out += pagoda::str_format("%02x", c);
   return out.empty() ? "-" : out;

@@ -1,0 +1,116 @@
+// The engine core's host cost per step, with a model that costs nothing: what the GPU
+// waits for between two forward passes (scheduling, batch building, token handling,
+// detokenization, outputs). The offline run of issue 6 spent 3-4% of its time here.
+//
+//   build/bench_engine_host VOCAB.gguf [requests=1000] [prompt=1000] [output=1000]
+//                           [max_seqs=512] [n_blocks=110000] [wait_ms=0]
+//
+// The executor answers every greedy step at once with a token derived from the step and
+// row (never an end-of-generation token: EOS is ignored as in the offline run). With
+// wait_ms > 0 it sleeps that long in each step, as the engine thread does while the GPU
+// runs, so caches and the core it wakes on are as cold as in a real run.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "model/gguf.h"
+#include "pagoda/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+namespace {
+
+class InstantExecutor : public Executor {
+ public:
+  InstantExecutor(int32_t n_vocab, double wait_ms) : n_vocab_(n_vocab), wait_ms_(wait_ms) {}
+  int32_t n_vocab() const override { return n_vocab_; }
+  Status execute(const Batch&, float*) override { return unsupported("greedy only"); }
+  void copy_blocks(const std::vector<kv::BlockCopy>&) override {}
+  bool has_greedy() const override { return true; }
+  Status execute_greedy(const Batch& b, int32_t* tokens) override {
+    if (wait_ms_ > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(wait_ms_));
+    for (size_t i = 0; i < b.logit_rows.size(); ++i)
+      tokens[i] = static_cast<int32_t>(1000 + (step_ * 7919 + i * 104729) % 100000);
+    ++step_;
+    return Status::ok();
+  }
+
+ private:
+  int32_t n_vocab_;
+  double wait_ms_;
+  uint64_t step_ = 0;
+};
+
+int run(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr,
+                 "usage: %s VOCAB.gguf [requests] [prompt] [output] [max_seqs] [n_blocks] "
+                 "[wait_ms]\n",
+                 argv[0]);
+    return 2;
+  }
+  const auto arg = [&](int i, double def) { return argc > i ? std::atof(argv[i]) : def; };
+  const int requests = static_cast<int>(arg(2, 1000));
+  const int prompt_len = static_cast<int>(arg(3, 1000));
+  const int output_len = static_cast<int>(arg(4, 1000));
+  const int max_seqs = static_cast<int>(arg(5, 512));
+  const int n_blocks = static_cast<int>(arg(6, 110000));
+  const double wait_ms = arg(7, 0);
+
+  auto file = GgufFile::open(argv[1]);
+  if (!file) return std::fprintf(stderr, "%s\n", file.status().message().c_str()), 1;
+  auto tok = Tokenizer::from_gguf(**file);
+  if (!tok) return std::fprintf(stderr, "%s\n", tok.status().message().c_str()), 1;
+
+  InstantExecutor exec((*tok)->n_vocab(), wait_ms);
+  EngineCoreConfig c;
+  c.n_blocks = n_blocks;
+  c.block_size = 16;
+  c.sched.max_num_seqs = max_seqs;
+  c.sched.max_num_batched_tokens = 8192;
+  c.sched.max_model_len = prompt_len + output_len;
+  EngineCore core(c, exec, tok->get());
+
+  std::mt19937 rng(1);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = output_len;
+  p.ignore_eos = true;
+  for (int i = 0; i < requests; ++i) {
+    std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+    for (int32_t& t : prompt) t = static_cast<int32_t>(1000 + rng() % 119000);
+    if (Status s = core.add_request(std::to_string(i), prompt, p, 0, Engine::now()); !s)
+      return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+  }
+  std::vector<RequestOutput> out;
+  int64_t outputs = 0;
+  const double t0 = Engine::now();
+  while (core.has_work()) {
+    out.clear();
+    core.step(&out);
+    outputs += static_cast<int64_t>(out.size());
+  }
+  const double elapsed = Engine::now() - t0;
+  const EngineStats st = core.stats();
+  const double host = st.step_s - st.execute_s;
+  std::printf(
+      "%d requests x (%d + %d), %d seqs: %lld steps, %lld tokens generated, %lld outputs; "
+      "host %.3f s (%.1f us a step), execute %.3f s, elapsed %.3f s\n",
+      requests, prompt_len, output_len, max_seqs, static_cast<long long>(st.steps),
+      static_cast<long long>(st.generation_tokens), static_cast<long long>(outputs), host,
+      1e6 * host / static_cast<double>(st.steps), st.execute_s, elapsed);
+  return 0;
+}
+
+}  // namespace
+}  // namespace pagoda
+
+int main(int argc, char** argv) {
+  return pagoda::run(argc, argv);
+}
