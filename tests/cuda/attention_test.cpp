@@ -305,6 +305,22 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
               got.data(), ref.data(), ref.size(), bound);
 }
 
+CUDA_TEST(decode_splits_follow_the_context) {
+  // Llama-3.1-8B's 8 KV heads: one row may take up to 32 splits (264 / 8 blocks), 4 rows
+  // up to 8; 128 rows fill the GPU with one split each.
+  expect(decode_splits(1, 8) == 32, "decode_splits(1, 8) == 32");
+  struct Case {
+    int rows, ctx, keys, splits;
+  };
+  for (const Case& c : {Case{1, 1, 256, 1}, Case{1, 256, 256, 1}, Case{1, 257, 256, 2},
+                        Case{1, 1000, 256, 4}, Case{1, 4000, 256, 16}, Case{1, 100000, 256, 32},
+                        Case{128, 100000, 256, 1}, Case{4, 3000, 128, 8}}) {
+    const int got = decode_splits_for_context(c.rows, 8, c.ctx, c.keys);
+    expect(got == c.splits, str_format("decode_splits_for_context(%d, 8, %d, %d) = %d, want %d",
+                                       c.rows, c.ctx, c.keys, got, c.splits));
+  }
+}
+
 CUDA_TEST(attention_matches_cpu) {
   std::mt19937 rng(11);
   ThreadPool pool(4);
@@ -323,6 +339,16 @@ CUDA_TEST(attention_matches_cpu) {
       run_attention_case({8, 2, hd, mixed, false, 1, ActType::kF32}, rng, pool);
       run_attention_case({8, 2, hd, mixed, false, 7, ActType::kBF16}, rng, pool);
       run_attention_case({32, 8, hd, {{4000, 1}}, false, 0, ActType::kF32}, rng, pool);
+      // One row at the splits its context gets under PAGODA_CUDA_SPLIT_KEYS=256.
+      for (int ctx : {1, 100, 700, 4000})
+        run_attention_case({32,
+                            8,
+                            hd,
+                            {{ctx - 1, 1}},
+                            false,
+                            decode_splits_for_context(1, 8, ctx, 256),
+                            ActType::kBF16},
+                           rng, pool);
     }
   }
   set_decode_tensor_cores(true);
@@ -350,6 +376,16 @@ CUDA_TEST(attention_fp8_kv_matches_cpu) {
       run_attention_case({8, 8, hd, long_prefill, true, 0, ActType::kF16, true}, rng, pool);
       run_attention_case({8, 2, hd, mixed, false, 7, ActType::kBF16, true}, rng, pool);
       run_attention_case({32, 8, hd, {{4000, 1}}, false, 0, ActType::kF32, true}, rng, pool);
+      for (int ctx : {1, 100, 700, 4000})
+        run_attention_case({32,
+                            8,
+                            hd,
+                            {{ctx - 1, 1}},
+                            false,
+                            decode_splits_for_context(1, 8, ctx, 256),
+                            ActType::kBF16,
+                            true},
+                           rng, pool);
     }
     for (int hd : {8, 80, 256})
       run_attention_case({4, 2, hd, mixed, false, 0, ActType::kF32, true}, rng, pool);

@@ -15,6 +15,14 @@ int decode_splits(int n_rows, int n_kv_heads) {
   return std::min(kMaxDecodeSplits, by_blocks);
 }
 
+int decode_splits_for_context(int n_rows, int n_kv_heads, int max_ctx, int keys_per_split) {
+  const int most = decode_splits(n_rows, n_kv_heads);
+  const int want = (std::max(1, max_ctx) + keys_per_split - 1) / std::max(1, keys_per_split);
+  int splits = 1;
+  while (splits < want && splits < most) splits *= 2;
+  return std::min(splits, most);
+}
+
 size_t attention_workspace_bytes(int max_rows, int n_heads, int head_dim) {
   // rows * splits <= rows + kDecodeTargetBlocks (decode_splits), each split keeping
   // n_heads partial outputs plus their max and sum.

@@ -189,6 +189,11 @@ constexpr int kDecodeMaxQueries = 4;
 bool has_prefill_kernel(int head_dim);
 // Splits for n_rows decode rows: enough blocks to fill the GPU twice.
 int decode_splits(int n_rows, int n_kv_heads);
+// Splits for decode rows whose longest context is max_ctx keys: about keys_per_split keys
+// a split, rounded up to a power of two (few distinct values, so few CUDA graphs), never
+// more than decode_splits(). One split needs no merge kernel: a short context at batch 1
+// otherwise runs 32 splits, most of them empty, and the merge.
+int decode_splits_for_context(int n_rows, int n_kv_heads, int max_ctx, int keys_per_split);
 // Tests and benchmarks: keys per worker step of the decode kernel on an FP8 pool (4 or
 // 8, the default).
 void set_decode_fp8_unroll(int keys);

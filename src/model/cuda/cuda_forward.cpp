@@ -108,7 +108,7 @@ Status CudaModel::build_batch(const Batch& batch, Step* st) {
   const int bs = options_.kv_block_size;
   std::vector<int32_t> row_seq(static_cast<size_t>(n), -1), row_pos(static_cast<size_t>(n));
   std::vector<int32_t> q_row, n_q, pos0, blocks_off, blocks, decode_rows, prefill_seqs;
-  int max_prefill_q = 0;
+  int max_prefill_q = 0, max_decode_ctx = 0;
   const bool tc = cuda::has_prefill_kernel(c.head_dim);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const cpu::AttentionSeq& q = batch.seqs[s];
@@ -135,6 +135,7 @@ Status CudaModel::build_batch(const Batch& batch, Step* st) {
     }
     if (q.n_q <= cuda::kDecodeMaxQueries || !tc) {
       for (int t = 0; t < q.n_q; ++t) decode_rows.push_back(q.q_row + t);
+      max_decode_ctx = std::max(max_decode_ctx, q.pos0 + q.n_q);
     } else {
       prefill_seqs.push_back(static_cast<int32_t>(s));
       max_prefill_q = std::max(max_prefill_q, q.n_q);
@@ -180,6 +181,10 @@ Status CudaModel::build_batch(const Batch& batch, Step* st) {
   st->db.blocks = d + o_bl;
   st->plan.decode_rows = d + o_dr;
   st->plan.n_decode_rows = static_cast<int>(decode_rows.size());
+  st->plan.n_splits = split_keys_ > 0 && !decode_rows.empty()
+                          ? cuda::decode_splits_for_context(st->plan.n_decode_rows, c.n_kv_heads,
+                                                            max_decode_ctx, split_keys_)
+                          : 0;
   st->plan.prefill_seqs = d + o_ps;
   st->plan.n_prefill_seqs = static_cast<int>(prefill_seqs.size());
   st->plan.max_prefill_q = max_prefill_q;
@@ -320,7 +325,7 @@ Status CudaModel::enqueue(const Step& s) {
 }
 
 Status CudaModel::launch_graph(const Step& s) {
-  const GraphKey key{s.n, s.n_out, s.greedy};
+  const GraphKey key{s.n, s.n_out, s.greedy, s.plan.n_splits};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     if (graph_seen_[key]++ < kEagerRunsBeforeCapture) return enqueue(s);

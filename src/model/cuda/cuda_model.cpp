@@ -186,6 +186,8 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   if (const char* e = std::getenv("PAGODA_CUDA_GRAPHS"); e && *e == '0') m->use_graphs_ = false;
   if (const char* e = std::getenv("PAGODA_CUDA_FUSE"))
     m->fuse_ = static_cast<unsigned>(std::strtoul(e, nullptr, 0));
+  if (const char* e = std::getenv("PAGODA_CUDA_SPLIT_KEYS"))
+    m->split_keys_ = std::max(0, std::atoi(e));
   return m;
 }
 

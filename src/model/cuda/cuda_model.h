@@ -50,8 +50,8 @@ class CudaModel : public ModelRunner {
     int n = 0, n_out = 0;
     bool greedy = false;  // argmax on the device instead of logits to the host
   };
-  // Decode steps replay CUDA graphs captured per (rows, logit rows, greedy).
-  using GraphKey = std::tuple<int, int, bool>;
+  // Decode steps replay CUDA graphs captured per (rows, logit rows, greedy, KV splits).
+  using GraphKey = std::tuple<int, int, bool, int>;
   struct Graph {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
@@ -108,6 +108,11 @@ class CudaModel : public ModelRunner {
   // kernels, as larger batches run).
   static constexpr unsigned kFuseQkv = 1, kFuseQuant = 4;
   unsigned fuse_ = kFuseQkv | kFuseQuant;
+  // Keys a decode KV split aims at (cuda::decode_splits_for_context), so short contexts
+  // run few splits and skip the merge; 0 (the default): splits depend on the batch size
+  // alone (cuda::decode_splits). PAGODA_CUDA_SPLIT_KEYS sets it. Not yet measured on the
+  // H200: off until it is.
+  int split_keys_ = 0;
   std::unique_ptr<OpProfiler> profiler_;  // PAGODA_CUDA_PROFILE=1: time per op kind
 };
 
