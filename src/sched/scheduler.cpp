@@ -146,10 +146,15 @@ SchedulerOutput Scheduler::schedule() {
 }
 
 void Scheduler::step_done(const SchedulerOutput& out) {
+  const int64_t bs = kv_.block_size();
   for (const ScheduledSeq& s : out.seqs) {
     Request* r = s.req;
+    const int64_t before = r->num_computed;
     r->num_computed += s.num_tokens;
-    kv_.cache_computed_blocks(r->id, r->tokens, r->num_computed, r->cache_extra);
+    // Only a step that fills a block has one to offer (most decode steps fill none, and
+    // the lookup costs a cache miss or two per sequence).
+    if (r->num_computed / bs != before / bs)
+      kv_.cache_computed_blocks(r->id, r->tokens, r->num_computed, r->cache_extra);
   }
 }
 
