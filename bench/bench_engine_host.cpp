@@ -3,15 +3,22 @@
 // detokenization, outputs). The offline run of issue 6 spent 3-4% of its time here.
 //
 //   build/bench_engine_host VOCAB.gguf [requests=1000] [prompt=1000] [output=1000]
-//                           [max_seqs=512] [n_blocks=110000] [wait_ms=0]
+//                           [max_seqs=512] [n_blocks=110000] [wait_ms=0] [streams=0]
 //
 // The executor answers every greedy step at once with a token derived from the step and
 // row (never an end-of-generation token: EOS is ignored as in the offline run). With
 // wait_ms > 0 it sleeps that long in each step, as the engine thread does while the GPU
-// runs, so caches and the core it wakes on are as cold as in a real run.
+// runs, so caches and the core it wakes on are as cold as in a real run. With streams=1
+// the outputs go as the Engine hands them on (moved into a locked per-request queue) to
+// a consumer thread that reads the requests in order, as `pagoda generate` does; the
+// time to hand them on is reported apart.
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -47,6 +54,34 @@ class InstantExecutor : public Executor {
   uint64_t step_ = 0;
 };
 
+// A request's outputs on their way to the consumer (the Engine's StreamImpl, reduced).
+struct Stream {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<RequestOutput> q;
+  bool done = false;
+  void push(RequestOutput o) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      done = done || o.finished;
+      q.push_back(std::move(o));
+    }
+    cv.notify_all();
+  }
+  // Drains the stream; returns the outputs read.
+  int64_t drain() {
+    int64_t n = 0;
+    for (;;) {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return !q.empty(); });
+      const bool last = q.front().finished;
+      q.pop_front();
+      ++n;
+      if (last) return n;
+    }
+  }
+};
+
 int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
@@ -62,6 +97,7 @@ int run(int argc, char** argv) {
   const int max_seqs = static_cast<int>(arg(5, 512));
   const int n_blocks = static_cast<int>(arg(6, 110000));
   const double wait_ms = arg(7, 0);
+  const bool streams = arg(8, 0) != 0;
 
   auto file = GgufFile::open(argv[1]);
   if (!file) return std::fprintf(stderr, "%s\n", file.status().message().c_str()), 1;
@@ -88,14 +124,28 @@ int run(int argc, char** argv) {
     if (Status s = core.add_request(std::to_string(i), prompt, p, 0, Engine::now()); !s)
       return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
   }
+  std::vector<Stream> stream(static_cast<size_t>(requests));
+  std::atomic<int64_t> consumed{0};
+  std::thread consumer;
+  if (streams)
+    consumer = std::thread([&] {
+      for (Stream& st : stream) consumed += st.drain();
+    });
   std::vector<RequestOutput> out;
   int64_t outputs = 0;
+  double hand_on_s = 0;
   const double t0 = Engine::now();
   while (core.has_work()) {
     out.clear();
     core.step(&out);
     outputs += static_cast<int64_t>(out.size());
+    if (streams) {
+      const double h0 = Engine::now();
+      for (RequestOutput& o : out) stream[std::stoul(o.request_id)].push(std::move(o));
+      hand_on_s += Engine::now() - h0;
+    }
   }
+  if (consumer.joinable()) consumer.join();
   const double elapsed = Engine::now() - t0;
   const EngineStats st = core.stats();
   const double host = st.step_s - st.execute_s;
@@ -105,6 +155,10 @@ int run(int argc, char** argv) {
       requests, prompt_len, output_len, max_seqs, static_cast<long long>(st.steps),
       static_cast<long long>(st.generation_tokens), static_cast<long long>(outputs), host,
       1e6 * host / static_cast<double>(st.steps), st.execute_s, elapsed);
+  if (streams)
+    std::printf("handing outputs on: %.3f s (%.1f us a step); the consumer read %lld\n", hand_on_s,
+                1e6 * hand_on_s / static_cast<double>(st.steps),
+                static_cast<long long>(consumed.load()));
   return 0;
 }
 
