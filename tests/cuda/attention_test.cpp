@@ -305,6 +305,15 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
               got.data(), ref.data(), ref.size(), bound);
 }
 
+// One Llama-3.1-8B row (32 query, 8 KV heads) at the splits its context gets under
+// PAGODA_CUDA_SPLIT_KEYS=256.
+void run_context_splits(int hd, bool fp8, std::mt19937& rng, ThreadPool& pool) {
+  for (int ctx : {1, 100, 700, 4000}) {
+    const int splits = decode_splits_for_context(1, 8, ctx, 256);
+    run_attention_case({32, 8, hd, {{ctx - 1, 1}}, false, splits, ActType::kBF16, fp8}, rng, pool);
+  }
+}
+
 CUDA_TEST(decode_splits_follow_the_context) {
   // Llama-3.1-8B's 8 KV heads: one row may take up to 32 splits (264 / 8 blocks), 4 rows
   // up to 8; 128 rows fill the GPU with one split each.
@@ -339,16 +348,7 @@ CUDA_TEST(attention_matches_cpu) {
       run_attention_case({8, 2, hd, mixed, false, 1, ActType::kF32}, rng, pool);
       run_attention_case({8, 2, hd, mixed, false, 7, ActType::kBF16}, rng, pool);
       run_attention_case({32, 8, hd, {{4000, 1}}, false, 0, ActType::kF32}, rng, pool);
-      // One row at the splits its context gets under PAGODA_CUDA_SPLIT_KEYS=256.
-      for (int ctx : {1, 100, 700, 4000})
-        run_attention_case({32,
-                            8,
-                            hd,
-                            {{ctx - 1, 1}},
-                            false,
-                            decode_splits_for_context(1, 8, ctx, 256),
-                            ActType::kBF16},
-                           rng, pool);
+      run_context_splits(hd, false, rng, pool);
     }
   }
   set_decode_tensor_cores(true);
@@ -376,16 +376,7 @@ CUDA_TEST(attention_fp8_kv_matches_cpu) {
       run_attention_case({8, 8, hd, long_prefill, true, 0, ActType::kF16, true}, rng, pool);
       run_attention_case({8, 2, hd, mixed, false, 7, ActType::kBF16, true}, rng, pool);
       run_attention_case({32, 8, hd, {{4000, 1}}, false, 0, ActType::kF32, true}, rng, pool);
-      for (int ctx : {1, 100, 700, 4000})
-        run_attention_case({32,
-                            8,
-                            hd,
-                            {{ctx - 1, 1}},
-                            false,
-                            decode_splits_for_context(1, 8, ctx, 256),
-                            ActType::kBF16,
-                            true},
-                           rng, pool);
+      run_context_splits(hd, true, rng, pool);
     }
     for (int hd : {8, 80, 256})
       run_attention_case({4, 2, hd, mixed, false, 0, ActType::kF32, true}, rng, pool);
