@@ -36,6 +36,11 @@ struct EngineConfig {
   int64_t max_model_len = 0;  // 0: the model's context length
   SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
   bool enable_prefix_caching = true;
+  // Queue each step before handling the previous one's tokens (vLLM's
+  // --async-scheduling): greedy and device-sampled requests without penalties,
+  // log-probabilities or n > 1; others run plain steps. Off by default: no backend
+  // overlaps the two yet (every executor runs a queued step at once).
+  bool async_scheduling = false;
   // "cpu", or "cuda" / "cuda:N" for GPU N (the CUDA backend plugin).
   std::string device = "cpu";
   // On a GPU without kv_cache_memory: the share of the GPU's memory this engine may use
@@ -92,6 +97,7 @@ struct EngineStats {
   int64_t computed_tokens = 0;         // run through the model, all kinds
   int64_t prompt_tokens_computed = 0;  // of which prompt positions (prefill, recompute)
   int64_t steps = 0;
+  int64_t pipelined_steps = 0;  // of which queued ahead (async_scheduling)
   // Steps whose model run failed (their requests finished with an error), and whether the
   // latest step that ran the model was one of them.
   int64_t failed_steps = 0;

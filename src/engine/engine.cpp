@@ -127,6 +127,7 @@ class EngineImpl : public Engine {
     cc.n_blocks = budget.n_blocks;
     cc.block_size = cfg.block_size;
     cc.enable_prefix_caching = cfg.enable_prefix_caching;
+    cc.async_scheduling = cfg.async_scheduling;
     cc.sched.max_num_seqs = cfg.max_num_seqs;
     cc.sched.max_num_batched_tokens = cfg.max_num_batched_tokens;
     cc.sched.max_model_len = config_.max_model_len;

@@ -19,6 +19,11 @@ struct EngineCore::Req {
   int pending_forks = 0;  // completions still to fork off when the prompt is done
   bool scheduled = false;
   RequestMetrics m;
+  // Pipelined steps: the last step queued with this request, placeholder tokens at the
+  // end of s.tokens awaiting their step, and whether it finished while a step held it.
+  uint64_t launched = 0;
+  int pending = 0;
+  bool done = false;
   int64_t num_output() const { return s.num_tokens() - s.num_prompt_tokens; }
 };
 
@@ -87,6 +92,7 @@ Status EngineCore::add_request(const std::string& id, std::vector<int32_t> promp
   r->pending_forks = params.n - 1;
   r->m.arrival = arrival_time;
   r->m.prompt_tokens = r->s.num_prompt_tokens;
+  if (!pipelinable(params)) ++sync_only_;
   sched_.add(&r->s);
   by_id_[id].push_back(r->s.id);
   stats_.requests_added++;
@@ -119,6 +125,7 @@ EngineCore::Req* EngineCore::fork(Req& parent, int index) {
                                                         parent.params.include_stop_str_in_output);
   c->scheduled = true;
   c->m = parent.m;
+  if (!pipelinable(c->params)) ++sync_only_;
   kv_.fork(parent.s.id, c->s.id);
   sched_.add_running(&c->s);
   by_id_[c->id].push_back(c->s.id);
@@ -155,7 +162,7 @@ TokenLogprob logprobs_of(const float* logits, int32_t n_vocab, int32_t chosen, i
 }  // namespace
 
 void EngineCore::sample_into(Req& r, float* logits, int32_t chosen, std::vector<RequestOutput>* out,
-                             double now) {
+                             double now, int64_t slot) {
   const int32_t n_vocab = exec_.n_vocab();
   std::vector<float> raw;
   std::vector<Req*> children;
@@ -172,9 +179,14 @@ void EngineCore::sample_into(Req& r, float* logits, int32_t chosen, std::vector<
     r.sampler->accept(tok);
   else
     tok = r.sampler->sample(logits, n_vocab);
-  r.s.tokens.push_back(tok);
+  if (slot < 0) {
+    slot = r.s.num_tokens();
+    r.s.tokens.push_back(tok);
+  }
+  // Tokens up to this one (a pipelined step may hold a placeholder after it).
+  const int64_t upto = slot + 1, n_output = upto - r.s.num_prompt_tokens;
   stats_.generation_tokens++;
-  if (r.num_output() == 1) r.m.first_token = now;
+  if (n_output == 1) r.m.first_token = now;
   r.m.last_token = now;
 
   RequestOutput o;
@@ -196,7 +208,7 @@ void EngineCore::sample_into(Req& r, float* logits, int32_t chosen, std::vector<
     if (u.stopped) why = FinishReason::kStop;
   }
   if (why == FinishReason::kNone &&
-      (r.num_output() >= r.params.max_tokens || r.s.num_tokens() >= config_.sched.max_model_len))
+      (n_output >= r.params.max_tokens || upto >= config_.sched.max_model_len))
     why = FinishReason::kLength;
   if (why != FinishReason::kNone)
     finish(r, why, out, now, &o);
@@ -221,7 +233,7 @@ void EngineCore::finish(Req& r, FinishReason why, std::vector<RequestOutput>* ou
   o.finish_reason = why;
   o.error = error;
   r.m.finished = now;
-  r.m.generation_tokens = r.num_output();
+  r.m.generation_tokens = r.num_output() - r.pending;
   r.m.cached_tokens = r.s.num_cached_tokens;
   r.m.preemptions = r.s.num_preemptions;
   o.metrics = r.m;
@@ -243,11 +255,18 @@ void EngineCore::finish(Req& r, FinishReason why, std::vector<RequestOutput>* ou
     stats_.requests_aborted++;
   else
     stats_.requests_finished++;
+  if (!pipelinable(r.params)) --sync_only_;
   sched_.remove(&r.s);
   auto it = by_id_.find(r.id);
   std::erase(it->second, r.s.id);
   if (it->second.empty()) by_id_.erase(it);
-  reqs_.erase(r.s.id);  // r is gone from here on
+  auto node = reqs_.find(r.s.id);
+  if (inflight_ && r.launched == inflight_->id) {
+    // A queued step still holds it: kept (its token there unwanted) until collected.
+    r.done = true;
+    zombies_.push_back(std::move(node->second));
+  }
+  reqs_.erase(node);  // r is gone from here on, unless a zombie
 }
 
 void EngineCore::fail_step(const sched::SchedulerOutput& so, const Status& s,
@@ -268,12 +287,16 @@ bool EngineCore::greedy_step(const sched::SchedulerOutput& so) const {
   return true;
 }
 
-bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
+bool EngineCore::device_sampling_enabled() {
   static const bool enabled = [] {
     const char* e = std::getenv("PAGODA_DEVICE_SAMPLING");
     return !(e && *e == '0');
   }();
-  if (!enabled || !exec_.has_sampling()) return false;
+  return enabled;
+}
+
+bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
+  if (!device_sampling_enabled() || !exec_.has_sampling()) return false;
   for (size_t i = 0; i < so.seqs.size(); ++i) {
     if (!so.seqs[i].samples) continue;
     const Req& r = *step_reqs_[i];
@@ -282,13 +305,9 @@ bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
   return true;
 }
 
-void EngineCore::step(std::vector<RequestOutput>* out) {
-  const double begin = Engine::now();
-  sched::SchedulerOutput so = sched_.schedule();
-  if (so.empty()) return;
+void EngineCore::build_batch(const sched::SchedulerOutput& so) {
   const double now = Engine::now();
   exec_.copy_blocks(so.copies);
-
   batch_.tokens.clear();
   batch_.seqs.clear();
   batch_.logit_rows.clear();
@@ -318,6 +337,26 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
     stats_.prompt_tokens_computed +=
         std::max<int64_t>(0, std::min(pos0 + q.num_tokens, r.s.num_prompt_tokens) - pos0);
   }
+}
+
+void EngineCore::step(std::vector<RequestOutput>* out) {
+  if (config_.async_scheduling && sync_only_ == 0) {
+    step_pipelined(out);
+    return;
+  }
+  if (inflight_) {  // a plain step must see every token: finish the queued one first
+    const double begin = Engine::now();
+    std::optional<InFlight> f = std::move(inflight_);
+    inflight_.reset();
+    complete(*f, out);
+    zombies_.clear();
+    stats_.step_s += Engine::now() - begin;
+    return;
+  }
+  const double begin = Engine::now();
+  sched::SchedulerOutput so = sched_.schedule();
+  if (so.empty()) return;
+  build_batch(so);
   const int32_t n_vocab = exec_.n_vocab();
   const bool greedy = greedy_step(so);
   const bool on_device = greedy || device_sampling_step(so);
@@ -364,13 +403,128 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
     ++li;
   }
 
+  count_waste();
+  stats_.step_s += Engine::now() - begin;
+}
+
+void EngineCore::count_waste() {
   // KV waste: the unfilled tail of each running sequence's last block.
   int64_t slack = 0;
   for (const sched::Request* r : sched_.running())
     slack += static_cast<int64_t>(kv_.blocks(r->id).size()) * kv_.block_size() - r->num_computed;
   waste_slots_ += static_cast<double>(slack);
   reserved_slots_ += static_cast<double>(kv_.reserved_slots());
+}
+
+bool EngineCore::pipelinable(const SamplingParams& p) const {
+  if (p.n != 1 || p.logprobs || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+      p.frequency_penalty != 0.0f)
+    return false;
+  const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
+  return (greedy && exec_.has_greedy()) || (device_sampling_enabled() && exec_.has_sampling());
+}
+
+void EngineCore::step_pipelined(std::vector<RequestOutput>* out) {
+  // Queue the next step before collecting the one queued last call: the device runs it
+  // while the host handles the earlier step's tokens. Sequences sampled by the earlier
+  // step take its tokens as placeholders (Executor::launch), and one that turns out to
+  // have finished there wastes its slot in the new step.
+  const double begin = Engine::now();
+  std::optional<InFlight> prev = std::move(inflight_);
+  inflight_.reset();
+  sched::SchedulerOutput so = sched_.schedule();
+  const bool launching = !so.empty();
+  if (launching) launch(std::move(so));
+  if (prev) complete(*prev, out);
+  // Requests finished while a queued step held them go once no queued step does.
+  std::erase_if(zombies_, [&](const std::unique_ptr<Req>& z) {
+    return !inflight_ || z->launched != inflight_->id;
+  });
+  if (launching || prev) count_waste();
   stats_.step_s += Engine::now() - begin;
+}
+
+void EngineCore::launch(sched::SchedulerOutput so) {
+  build_batch(so);
+  bool greedy = exec_.has_greedy();
+  for (size_t i = 0; i < so.seqs.size(); ++i)
+    if (so.seqs[i].samples && !step_reqs_[i]->sampler->plain_greedy()) greedy = false;
+  if (!greedy) {
+    sampling_.rows.clear();
+    sampling_.penalties.clear();
+    for (size_t i = 0; i < so.seqs.size(); ++i)
+      if (so.seqs[i].samples)
+        sampling_.rows.push_back(step_reqs_[i]->sampler->device_row(&sampling_.penalties));
+  }
+  InFlight f;
+  f.id = ++launches_;
+  f.reqs = step_reqs_;
+  const double t0 = Engine::now();
+  f.status = exec_.launch(batch_, greedy ? nullptr : &sampling_);
+  stats_.execute_s += Engine::now() - t0;
+  for (Req* r : f.reqs) r->launched = f.id;
+  if (f.status) {
+    // Placeholders: the token each sampled row will pick, for the next step's batch.
+    int32_t row = 0;
+    for (size_t i = 0; i < so.seqs.size(); ++i) {
+      if (!so.seqs[i].samples) continue;
+      Req& r = *f.reqs[i];
+      f.slots.push_back(r.s.num_tokens());
+      r.s.tokens.push_back(-(row + 1));
+      ++r.pending;
+      ++row;
+    }
+    sched_.advance(so);
+    stats_.steps++;
+    stats_.pipelined_steps++;
+    stats_.computed_tokens += so.num_tokens;
+  }
+  f.so = std::move(so);
+  inflight_ = std::move(f);
+}
+
+void EngineCore::complete(InFlight& f, std::vector<RequestOutput>* out) {
+  std::vector<int32_t> tokens;
+  Status s = f.status;
+  if (s) {
+    const double t0 = Engine::now();
+    s = exec_.collect(&tokens);
+    stats_.execute_s += Engine::now() - t0;  // waiting for the device
+    if (s && tokens.size() != f.slots.size())
+      s = internal_error(
+          str_format("the step gave %zu tokens for %zu rows", tokens.size(), f.slots.size()));
+  }
+  if (!s) {
+    log_error("engine step failed: " + s.message());
+    stats_.failed_steps++;
+    stats_.last_step_failed = true;
+    const double now = Engine::now();
+    for (Req* r : f.reqs)
+      if (!r->done)
+        finish(*r, FinishReason::kError, out, now, nullptr, "the model failed: " + s.message());
+    return;
+  }
+  stats_.last_step_failed = false;
+  const double done = Engine::now();
+  size_t li = 0;
+  for (size_t i = 0; i < f.so.seqs.size(); ++i) {
+    Req& r = *f.reqs[i];
+    if (!f.so.seqs[i].samples) {
+      if (!r.done) sched_.offer_blocks(&r.s);
+      continue;
+    }
+    const int64_t slot = f.slots[li];
+    const int32_t tok = tokens[li++];
+    if (r.done) continue;  // finished (stopped, aborted) since; its token is not wanted
+    r.s.tokens[static_cast<size_t>(slot)] = tok;
+    --r.pending;
+    sched_.offer_blocks(&r.s);  // every token below num_computed is known now
+    sample_into(r, nullptr, tok, out, done, slot);
+  }
+  // The queued step's inputs were this step's tokens: their blocks may be full now.
+  if (inflight_)
+    for (Req* r : inflight_->reqs)
+      if (!r->done) sched_.offer_blocks(&r->s);
 }
 
 EngineStats EngineCore::stats() const {

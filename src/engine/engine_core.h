@@ -24,6 +24,11 @@ struct EngineCoreConfig {
   int n_blocks = 0;
   int block_size = 16;
   bool enable_prefix_caching = true;
+  // Queue each step before handling the previous step's tokens (Executor::launch), so a
+  // device runs while the host schedules and detokenizes. Requests that need the logits
+  // on the host (log-probabilities, n > 1, penalties, host sampling) run plain steps;
+  // while any is live, every step is plain.
+  bool async_scheduling = false;
 };
 
 class EngineCore {
@@ -41,16 +46,35 @@ class EngineCore {
   void abort(const std::string& id, std::vector<RequestOutput>* out);
   // Runs one step (nothing when there is no work), appending outputs.
   void step(std::vector<RequestOutput>* out);
-  bool has_work() const { return sched_.has_work(); }
+  bool has_work() const { return sched_.has_work() || inflight_.has_value(); }
   EngineStats stats() const;
   const kv::KvCacheManager& kv() const { return kv_; }
   const sched::Scheduler& scheduler() const { return sched_; }
 
  private:
   struct Req;
-  // Samples from `logits`, or takes `chosen` (>= 0) when the executor picked the token.
+  // A pipelined step on the device: its requests, and where each sampled row's
+  // placeholder sits in its request's tokens.
+  struct InFlight {
+    uint64_t id = 0;
+    sched::SchedulerOutput so;
+    std::vector<Req*> reqs;      // so.seqs order
+    std::vector<int64_t> slots;  // per logit row
+    Status status;               // a failed launch: the step's requests fail at completion
+  };
+  // Samples from `logits`, or takes `chosen` (>= 0) when the executor picked the token;
+  // the token goes at the end of the request's tokens, or to `slot` (a placeholder).
   void sample_into(Req& r, float* logits, int32_t chosen, std::vector<RequestOutput>* out,
-                   double now);
+                   double now, int64_t slot = -1);
+  // The step's batch from the scheduler's choice (copies blocks first); fills step_reqs_.
+  void build_batch(const sched::SchedulerOutput& so);
+  void count_waste();
+  // Pipelined steps (async_scheduling).
+  bool pipelinable(const SamplingParams& p) const;
+  void step_pipelined(std::vector<RequestOutput>* out);
+  void launch(sched::SchedulerOutput so);
+  void complete(InFlight& f, std::vector<RequestOutput>* out);
+  static bool device_sampling_enabled();
   // Every sampled row of this step is plain greedy and the executor can pick it.
   bool greedy_step(const sched::SchedulerOutput& so) const;
   // No sampled row of this step needs its logits on the host (log-probabilities, forks),
@@ -77,6 +101,10 @@ class EngineCore {
   StepSampling sampling_;
   Batch batch_;
   std::vector<Req*> step_reqs_;  // the step's requests, in SchedulerOutput::seqs order
+  std::optional<InFlight> inflight_;
+  uint64_t launches_ = 0;
+  std::vector<std::unique_ptr<Req>> zombies_;  // finished while a queued step holds them
+  int sync_only_ = 0;                          // live requests that need plain steps
 };
 
 }  // namespace pagoda

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "core/sampling_row.h"
@@ -35,6 +36,24 @@ class Executor {
   virtual Status execute_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens) {
     return unsupported("this executor has no device sampling");
   }
+
+  // Pipelined steps (EngineCoreConfig::async_scheduling): launch() queues a step whose
+  // tokens the device picks (execute_greedy's when `sampling` is null, else
+  // execute_sample's) and may return before it runs; collect() waits for the oldest
+  // launched step not yet collected and gives its tokens. A batch token t < 0 stands for
+  // the token that the step launched just before this one picked for its logit row
+  // -t - 1, so a step can be queued before the host has seen its input. At most two
+  // steps are outstanding. A launch() that fails queued nothing; a step that fails later
+  // fails its collect(). The default runs each step inside launch() (the same tokens, no
+  // overlap; its failures wait for collect), so every executor can be driven this way; a
+  // device that queues work overrides both.
+  virtual Status launch(const Batch& batch, const StepSampling* sampling);
+  virtual Status collect(std::vector<int32_t>* tokens);
+
+ private:
+  std::deque<Result<std::vector<int32_t>>> launched_;  // the default pipeline's results
+  std::vector<int32_t> last_tokens_;                   // of the step launched last
+  Batch resolved_;
 };
 
 // The CPU model over a KV pool of n_blocks blocks.
@@ -43,6 +62,10 @@ class CpuExecutor : public Executor {
   CpuExecutor(const Model& model, ThreadPool& pool, int n_blocks, int block_size);
   int32_t n_vocab() const override { return model_.config().n_vocab; }
   Status execute(const Batch& batch, float* logits) override;
+  // The argmax of the logits, as the host sampler takes it (first on ties): lets greedy
+  // requests take the pipelined path on the CPU too.
+  bool has_greedy() const override { return true; }
+  Status execute_greedy(const Batch& batch, int32_t* tokens) override;
   void copy_blocks(const std::vector<kv::BlockCopy>& copies) override;
   size_t kv_bytes() const { return kv_.bytes(); }
 
@@ -51,6 +74,7 @@ class CpuExecutor : public Executor {
   ThreadPool& pool_;
   KvStorage kv_;
   Model::WorkspacePtr ws_;
+  std::vector<float> logits_;
 };
 
 }  // namespace pagoda

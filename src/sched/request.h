@@ -20,6 +20,7 @@ struct Request {
   int64_t num_prompt_tokens = 0;
   int64_t max_total_tokens = 0;  // prompt + max_tokens: the most this request will hold
   int64_t num_computed = 0;      // leading tokens whose KV is in the cache
+  int64_t num_offered = 0;       // leading tokens whose full blocks went to the prefix cache
   uint64_t cache_extra = 0;      // extra prefix-cache key (cache salt)
   // Sequences this request stands for: n completions of one prompt run as one request
   // until the prompt is computed, then fork; max_num_seqs counts all of them.

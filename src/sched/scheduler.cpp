@@ -76,6 +76,7 @@ void Scheduler::preempt(Request* r, SchedulerOutput& out, int64_t& budget) {
   });
   kv_.free(r->id);
   r->num_computed = 0;
+  r->num_offered = 0;
   ++r->num_preemptions;
   ++counters_.preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), r));
@@ -93,6 +94,8 @@ SchedulerOutput Scheduler::schedule() {
   for (Request* r : snapshot) {
     if (budget <= 0) break;
     if (r->status != RequestStatus::kRunning) continue;  // preempted earlier in this loop
+    if (r->num_tokens() >= r->max_total_tokens || r->num_tokens() >= config_.max_model_len)
+      continue;  // complete: its last token is still being picked (pipelined steps)
     const int64_t n = std::min(r->num_tokens() - r->num_computed, budget);
     if (n <= 0) continue;
     bool ok = false;
@@ -146,16 +149,21 @@ SchedulerOutput Scheduler::schedule() {
 }
 
 void Scheduler::step_done(const SchedulerOutput& out) {
+  advance(out);
+  for (const ScheduledSeq& s : out.seqs) offer_blocks(s.req);
+}
+
+void Scheduler::advance(const SchedulerOutput& out) {
+  for (const ScheduledSeq& s : out.seqs) s.req->num_computed += s.num_tokens;
+}
+
+void Scheduler::offer_blocks(Request* r) {
+  // Only when a block has filled since the last offer (most decode steps fill none, and
+  // the lookup costs a cache miss or two per sequence).
   const int64_t bs = kv_.block_size();
-  for (const ScheduledSeq& s : out.seqs) {
-    Request* r = s.req;
-    const int64_t before = r->num_computed;
-    r->num_computed += s.num_tokens;
-    // Only a step that fills a block has one to offer (most decode steps fill none, and
-    // the lookup costs a cache miss or two per sequence).
-    if (r->num_computed / bs != before / bs)
-      kv_.cache_computed_blocks(r->id, r->tokens, r->num_computed, r->cache_extra);
-  }
+  if (r->num_computed / bs > r->num_offered / bs)
+    kv_.cache_computed_blocks(r->id, r->tokens, r->num_computed, r->cache_extra);
+  r->num_offered = r->num_computed;
 }
 
 void Scheduler::remove(Request* r) {

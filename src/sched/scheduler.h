@@ -5,7 +5,9 @@
 // Each step: running requests first, in admission order, each asking for all its
 // uncomputed tokens (one for a decode) within what is left of the budget; when the pool
 // cannot give a request its blocks, the lowest-priority, latest running request is
-// preempted (possibly the one asking). Then, if nothing was preempted, waiting requests
+// preempted (possibly the one asking); a request already holding all the tokens it may
+// have (its last one still being picked by a queued step) asks for nothing. Then, if
+// nothing was preempted, waiting requests
 // are admitted in policy order while budget, max_num_seqs and blocks allow, starting
 // from their longest cached prefix. Under the priority policy a waiting request may also
 // preempt running ones of strictly lower priority to get in.
@@ -66,6 +68,11 @@ class Scheduler {
   SchedulerOutput schedule();
   // Marks the scheduled tokens computed and offers their full blocks to the prefix cache.
   void step_done(const SchedulerOutput& out);
+  // The two halves of step_done, for pipelined steps: the tokens count as computed when
+  // the step is queued (so the next step can be scheduled), and blocks are offered once
+  // the tokens in them are known (every token below num_computed).
+  void advance(const SchedulerOutput& out);
+  void offer_blocks(Request* r);
   // The request leaves (finished or aborted): everything it holds is freed.
   void remove(Request* r);
 

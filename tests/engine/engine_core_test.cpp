@@ -27,7 +27,7 @@ struct Outcome {
 
 struct Harness {
   Harness(int n_blocks, int max_seqs, int budget, bool caching = true,
-          sched::Policy policy = sched::Policy::kFcfs, int64_t max_len = 4096)
+          sched::Policy policy = sched::Policy::kFcfs, int64_t max_len = 4096, bool async = false)
       : exec(n_blocks, 16, kVocab) {
     EngineCoreConfig c;
     c.n_blocks = n_blocks;
@@ -37,6 +37,7 @@ struct Harness {
     c.sched.max_num_batched_tokens = budget;
     c.sched.max_model_len = max_len;
     c.sched.policy = policy;
+    c.async_scheduling = async;
     core = std::make_unique<EngineCore>(c, exec, nullptr);
   }
   Status add(const std::string& id, const std::vector<int32_t>& prompt, int max_tokens,
@@ -436,6 +437,152 @@ TEST(EngineCore, StopTokenIdsEndARequest) {
   const auto first = std::find(ref.begin(), ref.end(), ref[5]);
   EXPECT_EQ(got, std::vector<int32_t>(ref.begin(), first + 1));
   EXPECT_EQ(h.get("s", 0).reason, FinishReason::kStop);
+}
+
+// Pipelined steps (async_scheduling): each step is queued before the previous one's
+// tokens are handled, its sequences' inputs standing in as placeholders. Greedy outputs
+// must be the fake model's own continuations, whatever the steps' shapes.
+TEST(EngineCore, PipelinedStepsGiveTheModelsTokens) {
+  for (bool sampling_path : {false, true}) {
+    SCOPED_TRACE(sampling_path ? "device sampling" : "device greedy");
+    // A small pool (preemption), a small budget (chunked prefill), prefix sharing, stop
+    // token ids and lengths from 1 token up.
+    Harness h(/*n_blocks=*/18, /*max_seqs=*/6, /*budget=*/40, /*caching=*/true,
+              sched::Policy::kFcfs, 4096, /*async=*/true);
+    h.exec.greedy = !sampling_path;
+    h.exec.sampling = sampling_path;
+    std::mt19937 rng(21);
+    const auto shared = random_prompt(rng, 40);
+    std::map<std::string, std::vector<int32_t>> want;
+    for (int i = 0; i < 14; ++i) {
+      auto p = i % 3 == 0 ? shared : random_prompt(rng, 5 + static_cast<int>(rng() % 60));
+      if (i % 3 == 0) p.push_back(static_cast<int32_t>(i));
+      const int n = i == 0 ? 1 : 1 + static_cast<int>(rng() % 70);
+      SamplingParams sp = Harness::greedy();
+      auto ref = fake_greedy(p, n, kVocab);
+      if (i % 4 == 1 && n > 6) {  // stops at the first occurrence of its 6th token
+        sp.stop_token_ids = {ref[5]};
+        ref.erase(std::find(ref.begin(), ref.end(), ref[5]) + 1, ref.end());
+      }
+      const std::string id = "q" + std::to_string(i);
+      ASSERT_TRUE(h.add(id, p, n, 0, sp));
+      want[id] = ref;
+    }
+    h.run();
+    for (const auto& [id, ref] : want) {
+      EXPECT_EQ(h.get(id, 0).tokens, ref) << id;
+      EXPECT_EQ(h.get(id, 0).finished, 1) << id;
+      EXPECT_EQ(h.get(id, 0).metrics.generation_tokens, static_cast<int64_t>(ref.size())) << id;
+    }
+    EXPECT_GT(h.core->stats().preemptions, 0);
+    EXPECT_GT(h.core->stats().prefix_hits, 0);
+    EXPECT_GT(h.exec.launches, 0);
+    EXPECT_EQ(static_cast<size_t>(h.exec.launches), h.exec.step_tokens.size());
+    EXPECT_EQ(h.core->stats().generation_tokens, [&] {
+      int64_t n = 0;
+      for (const auto& [id, ref] : want) n += static_cast<int64_t>(ref.size());
+      return n;
+    }());
+    EXPECT_TRUE(h.pool_whole());
+  }
+}
+
+TEST(EngineCore, PipelinedSeededSamplingDrawsAsPlainSteps) {
+  // One uniform per draw from each request's generator, in order: a seeded request gets
+  // the same tokens from pipelined and plain steps.
+  std::mt19937 rng(22);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(random_prompt(rng, 10 + 7 * i));
+  std::map<std::string, std::vector<int32_t>> got[2];
+  for (int async = 0; async < 2; ++async) {
+    Harness h(24, 4, 48, true, sched::Policy::kFcfs, 4096, async == 1);
+    h.exec.sampling = true;
+    for (int i = 0; i < 6; ++i) {
+      SamplingParams sp;
+      sp.temperature = 0.9f;
+      sp.seed = 100 + i;
+      ASSERT_TRUE(h.add("s" + std::to_string(i), prompts[i], 40, 0, sp));
+    }
+    h.run();
+    EXPECT_EQ(h.exec.launches > 0, async == 1);
+    for (int i = 0; i < 6; ++i)
+      got[async]["s" + std::to_string(i)] = h.get("s" + std::to_string(i), 0).tokens;
+    EXPECT_TRUE(h.pool_whole());
+  }
+  EXPECT_EQ(got[0], got[1]);
+}
+
+TEST(EngineCore, PipelinedAbortAtAnyPointFreesEverything) {
+  std::mt19937 rng(23);
+  for (int abort_after = 0; abort_after < 14; ++abort_after) {
+    Harness h(60, 4, 32, true, sched::Policy::kFcfs, 4096, /*async=*/true);
+    h.exec.greedy = true;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 6; ++i) {
+      prompts.push_back(random_prompt(rng, 30));
+      ASSERT_TRUE(h.add("a" + std::to_string(i), prompts.back(), 20));
+    }
+    for (int s = 0; s < abort_after; ++s) {
+      std::vector<RequestOutput> outs;
+      h.core->step(&outs);
+      h.collect(outs);
+    }
+    std::vector<RequestOutput> outs;
+    for (int i = 0; i < 6; i += 2) h.core->abort("a" + std::to_string(i), &outs);
+    h.collect(outs);
+    std::vector<size_t> at_abort;
+    for (int i = 0; i < 6; i += 2)
+      at_abort.push_back(h.get("a" + std::to_string(i), 0).tokens.size());
+    h.run();  // the others go on; the queued step's tokens for the aborted are dropped
+    for (int i = 0; i < 6; i += 2)
+      EXPECT_EQ(h.get("a" + std::to_string(i), 0).tokens.size(),
+                at_abort[static_cast<size_t>(i / 2)])
+          << "output after the end, a" << i << " after " << abort_after << " steps";
+    EXPECT_TRUE(h.pool_whole()) << "after " << abort_after << " steps";
+    for (int i = 0; i < 6; ++i) {
+      const Outcome& o = h.get("a" + std::to_string(i), 0);
+      EXPECT_EQ(o.finished, 1) << i;
+      const auto ref = fake_greedy(prompts[static_cast<size_t>(i)], 20, kVocab);
+      if (i % 2 == 1) {
+        EXPECT_EQ(o.tokens, ref) << i;
+      } else {  // a prefix of what it would have said, and nothing after the abort
+        EXPECT_EQ(o.reason == FinishReason::kAbort || o.reason == FinishReason::kLength, true);
+        EXPECT_EQ(o.tokens, std::vector<int32_t>(ref.begin(), ref.begin() + o.tokens.size()));
+      }
+    }
+  }
+}
+
+TEST(EngineCore, PipelinedStepsGiveWayToRequestsThatNeedLogits) {
+  // A request asking for log-probabilities needs its logits on the host: while it is
+  // live every step is plain (the queued one is finished first); then pipelining resumes.
+  Harness h(80, 6, 64, true, sched::Policy::kFcfs, 4096, /*async=*/true);
+  h.exec.greedy = true;
+  std::mt19937 rng(24);
+  std::map<std::string, std::pair<std::vector<int32_t>, int>> want;
+  for (int i = 0; i < 4; ++i) {
+    const auto p = random_prompt(rng, 12 + i);
+    ASSERT_TRUE(h.add("g" + std::to_string(i), p, 50));
+    want["g" + std::to_string(i)] = {p, 50};
+  }
+  for (int s = 0; s < 10; ++s) {
+    std::vector<RequestOutput> outs;
+    h.core->step(&outs);
+    h.collect(outs);
+  }
+  const int launched_before = h.exec.launches;
+  EXPECT_GT(launched_before, 0);
+  SamplingParams lp = Harness::greedy();
+  lp.logprobs = 1;
+  const auto p = random_prompt(rng, 9);
+  ASSERT_TRUE(h.add("lp", p, 8, 0, lp));
+  want["lp"] = {p, 8};
+  h.run();
+  for (const auto& [id, pn] : want)
+    EXPECT_EQ(h.get(id, 0).tokens, fake_greedy(pn.first, pn.second, kVocab)) << id;
+  EXPECT_GT(h.exec.launches, launched_before);  // resumed once "lp" had finished
+  EXPECT_LT(static_cast<size_t>(h.exec.launches), h.exec.step_tokens.size());  // plain steps too
+  EXPECT_TRUE(h.pool_whole());
 }
 
 }  // namespace

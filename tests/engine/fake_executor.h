@@ -101,6 +101,12 @@ class FakeExecutor : public Executor {
     return Status::ok();
   }
 
+  // Pipelined steps run through the default pipeline (each step at launch); counted.
+  Status launch(const Batch& b, const StepSampling* s) override {
+    ++launches;
+    return Executor::launch(b, s);
+  }
+
   void copy_blocks(const std::vector<kv::BlockCopy>& copies) override {
     for (const kv::BlockCopy& c : copies)
       for (int i = 0; i < bs_; ++i)
@@ -115,6 +121,7 @@ class FakeExecutor : public Executor {
   int greedy_steps = 0;
   bool sampling = false;
   int sampling_steps = 0;
+  int launches = 0;
 
  private:
   int32_t& slot(const cpu::AttentionSeq& s, int pos) {

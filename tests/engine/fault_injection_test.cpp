@@ -87,5 +87,45 @@ TEST(FaultInjection, AFailedStepEndsItsRequestsWithAnErrorAndFreesTheirBlocks) {
   EXPECT_EQ(core.stats().failed_steps, 1);
 }
 
+TEST(FaultInjection, AFailedPipelinedStepEndsItsRequestsToo) {
+  // Pipelined steps: the failure surfaces when the step is collected (a call later), the
+  // step queued meanwhile fails with it, and nothing is left holding blocks.
+  testing::FakeExecutor inner(64, 16, kVocab);
+  inner.greedy = true;
+  FaultInjectingExecutor exec(inner, *parse_fault_plan("forward_fail_after=3"));
+  EngineCoreConfig c;
+  c.n_blocks = 64;
+  c.block_size = 16;
+  c.sched.max_num_seqs = 4;
+  c.sched.max_num_batched_tokens = 256;
+  c.sched.max_model_len = 1024;
+  c.async_scheduling = true;
+  EngineCore core(c, exec, nullptr);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 50;
+  ASSERT_TRUE(core.add_request("a", std::vector<int32_t>(20, 5), p, 0, 0.0).is_ok());
+  ASSERT_TRUE(core.add_request("b", std::vector<int32_t>(30, 7), p, 0, 0.0).is_ok());
+  std::vector<RequestOutput> outs;
+  int errors = 0;
+  for (int i = 0; i < 8 && core.has_work(); ++i) {
+    outs.clear();
+    core.step(&outs);
+    for (const RequestOutput& o : outs) {
+      if (!o.finished) continue;
+      EXPECT_EQ(o.finish_reason, FinishReason::kError);
+      EXPECT_NE(o.error.find("injected fault"), std::string::npos) << o.error;
+      ++errors;
+    }
+  }
+  EXPECT_EQ(errors, 2);
+  EXPECT_FALSE(core.has_work());
+  const EngineStats s = core.stats();
+  EXPECT_TRUE(s.last_step_failed);
+  EXPECT_GE(s.failed_steps, 1);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_GT(s.pipelined_steps, 0);
+}
+
 }  // namespace
 }  // namespace pagoda

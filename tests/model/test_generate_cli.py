@@ -57,7 +57,11 @@ def alone():
     ["--max-num-seqs", 64, "--max-num-batched-tokens", 2048, "--no-enable-prefix-caching"],
     # 48 blocks of 16 tokens: far too few for 64 requests, so some are preempted.
     ["--max-num-seqs", 64, "--kv-cache-memory", str(48 * 16 * 23040), "--max-model-len", 768],
-], ids=["chunked", "no-prefix-cache", "preempting"])
+    # Pipelined steps: each queued before the previous step's tokens are handled.
+    ["--max-num-seqs", 16, "--max-num-batched-tokens", 128, "--async-scheduling"],
+    ["--max-num-seqs", 64, "--kv-cache-memory", str(48 * 16 * 23040), "--max-model-len", 768,
+     "--async-scheduling"],
+], ids=["chunked", "no-prefix-cache", "preempting", "chunked-async", "preempting-async"])
 def test_batched_greedy_equals_each_request_alone(tmp_path, alone, flags):
     m = model_path(SMOL)
     reqs = mixed_requests()
@@ -75,9 +79,14 @@ def test_batched_greedy_equals_each_request_alone(tmp_path, alone, flags):
         assert stats["prefix_cache_hits"] > 0
     if "--kv-cache-memory" in flags:
         assert stats["preemptions"] > 0
+    if "--async-scheduling" in flags:
+        assert stats["pipelined_steps"] == stats["steps"] > 0
+    else:
+        assert stats["pipelined_steps"] == 0
 
 
-def test_stop_strings_cut_the_text(tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--async-scheduling"]], ids=["plain", "async"])
+def test_stop_strings_cut_the_text(tmp_path, flags):
     m = model_path(SMOL)
     base = {"id": "a", "prompt": "The three primary colors are", "max_tokens": 40,
             "temperature": 0}
@@ -85,10 +94,14 @@ def test_stop_strings_cut_the_text(tmp_path):
     text = full[0]["text"]
     stop = text[12:17]
     assert stop and text.find(stop) == 12
-    _, cut, _ = generate(tmp_path, m, [dict(base, stop=[stop, "unlikely-zzz"])])
+    # With a second request running on, so pipelined steps queue past the stop.
+    other = {"id": "b", "prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}
+    _, cut, _ = generate(tmp_path, m, [dict(base, stop=[stop, "unlikely-zzz"]), other], *flags)
     assert cut[0]["text"] == text[:12]
     assert cut[0]["finish_reason"] == "stop"
-    _, kept, _ = generate(tmp_path, m, [dict(base, stop=stop, include_stop_str_in_output=True)])
+    assert len(cut[1]["token_ids"]) == 40
+    _, kept, _ = generate(tmp_path, m, [dict(base, stop=stop, include_stop_str_in_output=True)],
+                          *flags)
     assert kept[0]["text"] == text[:17]
 
 

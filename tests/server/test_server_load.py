@@ -166,3 +166,50 @@ def test_sigterm_grace_expiry_aborts_and_exits_0():
     finally:
         if s.proc.poll() is None:
             s.proc.kill()
+
+
+def greedy_stream(url, i, max_tokens):
+    c = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=300)
+    text, toks = "", 0
+    for chunk in c.completions.create(model="smollm2", prompt=f"Story {i}: the river",
+                                      max_tokens=max_tokens, temperature=0, stream=True,
+                                      stream_options={"include_usage": True},
+                                      extra_body={"ignore_eos": True}):
+        if chunk.choices:
+            text += chunk.choices[0].text
+        if chunk.usage:
+            toks = chunk.usage.completion_tokens
+    return text, toks
+
+
+def test_async_scheduling_streams_what_plain_steps_stream(server):
+    """`--async-scheduling` (each step queued before the previous step's tokens are
+    handled): 16 concurrent greedy streams, one client leaving mid-stream, and the texts
+    equal the plain server's; the pool is whole afterwards."""
+    s = ServerProcess("--async-scheduling")
+    try:
+        lengths = [1 + (7 * i) % 23 for i in range(16)]
+        with ThreadPoolExecutor(16) as pool:
+            plain = list(pool.map(lambda i: greedy_stream(server.url, i, lengths[i]), range(16)))
+            before = s.wait_idle()
+            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            conn.request("POST", "/v1/completions", body=json.dumps({
+                "model": "smollm2", "prompt": "Write a long essay.", "max_tokens": 1800,
+                "ignore_eos": True, "stream": True}), headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            got = 0
+            while got < 3:
+                if r.readline().startswith(b"data: {"):
+                    got += 1
+            piped = list(pool.map(lambda i: greedy_stream(s.url, i, lengths[i]), range(16)))
+            conn.sock.close()
+            conn.close()
+        assert piped == plain
+        assert [t for _, t in piped] == lengths
+        m = s.wait_idle(timeout=30)
+        assert m[("pagoda:kv_cache_usage_perc", ())] == 0
+        assert m[ABORT] - before[ABORT] == 1
+        assert s.stop() == 0
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()

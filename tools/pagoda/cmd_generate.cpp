@@ -323,6 +323,7 @@ int cmd_generate(int argc, char** argv) {
   st["kv_pool_bytes"] = s.kv_pool_bytes;
   st["kv_blocks"] = s.kv_blocks_total;
   st["steps"] = s.steps;
+  st["pipelined_steps"] = s.pipelined_steps;
   st["step_s"] = s.step_s;
   st["execute_s"] = s.execute_s;
   st["mean_ttft_s"] = n_ttft ? ttft_sum / static_cast<double>(n_ttft) : 0.0;

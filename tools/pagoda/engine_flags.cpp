@@ -23,6 +23,8 @@ std::vector<FlagSpec> engine_flag_specs() {
       {"--scheduling-policy", "", true, "fcfs or priority (default fcfs)"},
       {"--enable-prefix-caching", "", false, "reuse the KV of shared prompt prefixes (default)"},
       {"--no-enable-prefix-caching", "", false, "turn prefix caching off"},
+      {"--async-scheduling", "", false,
+       "queue each step before handling the previous step's tokens (default off)"},
       {"--device", "", true, "cpu, cuda or cuda:N (default cpu)"},
       {"--gpu-memory-utilization", "", true,
        "share of the GPU's memory for the engine; the KV pool gets what the memory ledger "
@@ -70,6 +72,7 @@ Status read_engine_flags(const Args& args, EngineConfig* c) {
   if (args.has("--enable-prefix-caching") && args.has("--no-enable-prefix-caching"))
     return invalid_argument("give one of --enable-prefix-caching and --no-enable-prefix-caching");
   c->enable_prefix_caching = !args.has("--no-enable-prefix-caching");
+  c->async_scheduling = args.has("--async-scheduling");
   return Status::ok();
 }
 

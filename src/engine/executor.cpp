@@ -1,0 +1,49 @@
+// The default pipeline of Executor::launch / collect: each step runs at launch.
+#include "engine/executor.h"
+
+#include <algorithm>
+
+namespace pagoda {
+
+Status Executor::launch(const Batch& batch, const StepSampling* sampling) {
+  // Placeholders take the previous step's tokens; then the step runs here and now.
+  const Batch* b = &batch;
+  if (std::any_of(batch.tokens.begin(), batch.tokens.end(), [](int32_t t) { return t < 0; })) {
+    resolved_ = batch;
+    for (int32_t& t : resolved_.tokens) {
+      if (t >= 0) continue;
+      const size_t row = static_cast<size_t>(-(static_cast<int64_t>(t) + 1));
+      if (row >= last_tokens_.size()) {
+        launched_.emplace_back(internal_error(
+            str_format("a batch token refers to row %zu of the step before, which had %zu", row,
+                       last_tokens_.size())));
+        last_tokens_.clear();
+        return Status::ok();
+      }
+      t = last_tokens_[row];
+    }
+    b = &resolved_;
+  }
+  std::vector<int32_t> tokens(b->logit_rows.size());
+  const Status s =
+      sampling ? execute_sample(*b, *sampling, tokens.data()) : execute_greedy(*b, tokens.data());
+  if (!s) {
+    last_tokens_.clear();
+    launched_.emplace_back(s);
+  } else {
+    last_tokens_ = tokens;
+    launched_.emplace_back(std::move(tokens));
+  }
+  return Status::ok();
+}
+
+Status Executor::collect(std::vector<int32_t>* tokens) {
+  if (launched_.empty()) return internal_error("collect() without a launched step");
+  Result<std::vector<int32_t>> r = std::move(launched_.front());
+  launched_.pop_front();
+  if (!r) return r.status();
+  *tokens = std::move(r).value();
+  return Status::ok();
+}
+
+}  // namespace pagoda
