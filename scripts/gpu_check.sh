@@ -155,12 +155,17 @@ with open(f"{out}/engine_in.jsonl", "w") as f:
         f.write(json.dumps({"id": i, "prompt": [int(t) for t in line.split()], "max_tokens": 64,
                             "temperature": 0, "ignore_eos": True}) + "\n")
 PY
-for dev in cpu cuda; do
-  PAGODA_LOG=info $BIN/pagoda generate -m "$SMOL" --device $dev --input "$OUT_DIR/engine_in.jsonl" \
+# cuda-async: pipelined steps (--async-scheduling), each queued before the previous
+# step's picks reach the host, its inputs taken from them on the GPU.
+for dev in cpu cuda cuda-async; do
+  # shellcheck disable=SC2046
+  PAGODA_LOG=info $BIN/pagoda generate -m "$SMOL" --device ${dev%-async} --input "$OUT_DIR/engine_in.jsonl" \
     --output "$OUT_DIR/engine_out_$dev.jsonl" --kv-cache-memory 256MiB --quiet \
+    $([ $dev = cuda-async ] && echo --async-scheduling) \
     > "$OUT_DIR/engine_$dev.log" 2>&1 || echo "generate --device $dev failed: $(tail -n 3 "$OUT_DIR/engine_$dev.log")"
 done
-python3 - "$OUT_DIR" <<'PY' | tee "$OUT_DIR/engine_cmp.txt"
+for gpu_run in cuda cuda-async; do
+python3 - "$OUT_DIR" "$gpu_run" <<'PY' | tee "$OUT_DIR/engine_cmp_$gpu_run.txt"
 import json, sys
 out = sys.argv[1]
 def load(d):
@@ -168,7 +173,7 @@ def load(d):
         return {r["id"]: r["token_ids"] for r in map(json.loads, open(f"{out}/engine_out_{d}.jsonl"))}
     except Exception as e:
         return {}
-cpu, gpu = load("cpu"), load("cuda")
+cpu, gpu = load("cpu"), load(sys.argv[2])
 same = sum(1 for k in cpu if gpu.get(k) == cpu[k])
 first = [next((i for i, (a, b) in enumerate(zip(cpu[k], gpu.get(k, []))) if a != b), None)
          for k in cpu if gpu.get(k) != cpu[k]]
@@ -176,9 +181,10 @@ print(f"{same}/{len(cpu)} identical over 64 tokens" + (f"; first divergences at 
 sys.exit(0 if cpu and same == len(cpu) else 1)
 PY
 rc=$?
-grep -h "plan .* GiB" "$OUT_DIR/engine_cuda.log" | tail -n 1
-row "engine greedy 64, CUDA vs CPU (SmolLM2 shape)" "$([ $rc = 0 ] && echo pass || echo FAIL): $(cat "$OUT_DIR/engine_cmp.txt")"
+grep -h "plan .* GiB" "$OUT_DIR/engine_$gpu_run.log" | tail -n 1
+row "engine greedy 64, $gpu_run vs CPU (SmolLM2 shape)" "$([ $rc = 0 ] && echo pass || echo FAIL): $(cat "$OUT_DIR/engine_cmp_$gpu_run.txt")"
 [ $rc = 0 ] || FAILED=1
+done
 rm -f "$SMOL"
 
 if [ $SKIP_BENCH = 0 ]; then
@@ -269,10 +275,13 @@ with open(sys.argv[1], "w") as f:
 PY
       # Each KV cache type at the sequence count its pool holds without preemption (fp8
       # halves the bytes per token, so twice the sequences fit).
-      for kv in ${THROUGHPUT_KV:-fp8 auto}; do
-        seqs=${THROUGHPUT_SEQS:-$([ $kv = fp8 ] && echo 512 || echo 256)}
+      # fp8-async: the fp8 run with pipelined steps (--async-scheduling).
+      for kv in ${THROUGHPUT_KV:-fp8 fp8-async auto}; do
+        seqs=${THROUGHPUT_SEQS:-$([ $kv = auto ] && echo 256 || echo 512)}
+        # shellcheck disable=SC2046
         PAGODA_LOG=info timeout ${THROUGHPUT_TIMEOUT:-400} $BIN/pagoda generate -m "$M" --device cuda \
-          --kv-cache-dtype $kv --input "$MODEL_DIR/tp_in.jsonl" --output "$MODEL_DIR/tp_out.jsonl" \
+          --kv-cache-dtype ${kv%-async} $([ $kv = fp8-async ] && echo --async-scheduling) \
+          --input "$MODEL_DIR/tp_in.jsonl" --output "$MODEL_DIR/tp_out.jsonl" \
           --stats-json "$OUT_DIR/throughput_${TYPE}_$kv.json" --quiet --max-num-seqs $seqs \
           --max-num-batched-tokens ${THROUGHPUT_TOKENS:-8192} > "$OUT_DIR/throughput_${TYPE}_$kv.log" 2>&1
         rc=$?
@@ -283,7 +292,9 @@ label = f"8B BF16 offline {sys.argv[2]}x1000/1000, {sys.argv[4]} KV, {sys.argv[5
 try:
     d = json.load(open(sys.argv[1]))
     print(f"{label:44s} {d['output_tokens_per_s']:10.1f} out tok/s "
-          f"({d['elapsed_s']:.1f} s, {d['preemptions']} preemptions)")
+          f"({d['elapsed_s']:.1f} s, {d['preemptions']} preemptions; host outside the "
+          f"model {d['step_s'] - d['execute_s']:.2f} s, {d['pipelined_steps']} of "
+          f"{d['steps']} steps pipelined)")
 except Exception as e:
     print(f"{label:44s} ERROR rc {sys.argv[3]}: {e}")
 PY

@@ -38,8 +38,8 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   // Queue each step before handling the previous one's tokens (vLLM's
   // --async-scheduling): greedy and device-sampled requests without penalties,
-  // log-probabilities or n > 1; others run plain steps. Off by default: no backend
-  // overlaps the two yet (every executor runs a queued step at once).
+  // log-probabilities or n > 1; others run plain steps. Off by default until measured:
+  // the CUDA runner queues steps (ModelRunner::launch); the CPU runs each at once.
   bool async_scheduling = false;
   // "cpu", or "cuda" / "cuda:N" for GPU N (the CUDA backend plugin).
   std::string device = "cpu";

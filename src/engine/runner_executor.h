@@ -34,6 +34,17 @@ class RunnerExecutor : public Executor {
     if (!last_) return std::exchange(last_, Status::ok());
     return runner_->forward_sample(batch, sampling, tokens);
   }
+  // The runner's own pipeline when it has one (the device runs a step while the engine
+  // handles the one before), else the default (each step at launch).
+  Status launch(const Batch& batch, const StepSampling* sampling) override {
+    if (!runner_->has_pipeline()) return Executor::launch(batch, sampling);
+    if (!last_) return std::exchange(last_, Status::ok());
+    return runner_->launch(batch, sampling);
+  }
+  Status collect(std::vector<int32_t>* tokens) override {
+    if (!runner_->has_pipeline()) return Executor::collect(tokens);
+    return runner_->collect(tokens);
+  }
   ModelRunner& runner() { return *runner_; }
 
  private:

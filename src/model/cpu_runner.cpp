@@ -54,6 +54,14 @@ Status ModelRunner::forward_sample(const Batch&, const StepSampling&, int32_t*) 
   return unsupported("this runner does not sample on its device");
 }
 
+Status ModelRunner::launch(const Batch&, const StepSampling*) {
+  return unsupported("this runner has no pipelined steps");
+}
+
+Status ModelRunner::collect(std::vector<int32_t>*) {
+  return unsupported("this runner has no pipelined steps");
+}
+
 bool parse_device_kind(std::string_view s, DeviceKind* out) {
   if (s == "cpu") {
     *out = DeviceKind::kCpu;

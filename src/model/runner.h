@@ -63,6 +63,15 @@ class ModelRunner {
   // Copies block src's K and V to block dst in every layer (copy-on-write of shared
   // prefixes), ordered before the next forward pass.
   virtual Status copy_block(int src, int dst) = 0;
+  // Pipelined steps (the engine's --async-scheduling, Executor::launch): launch() queues a
+  // step that picks its tokens on the device (forward_greedy's without `sampling`, else
+  // forward_sample's) and returns before it runs; collect() waits for the oldest queued
+  // step and gives its tokens. A batch token t < 0 is the token that the step queued just
+  // before picked for its logit row -t - 1. At most two steps are outstanding, and no
+  // plain forward runs while one is. Only a runner whose device queues work has them.
+  virtual bool has_pipeline() const { return false; }
+  virtual Status launch(const Batch& batch, const StepSampling* sampling);
+  virtual Status collect(std::vector<int32_t>* tokens);
 };
 
 // The CPU backend over an already loaded Model (which the caller keeps alive).

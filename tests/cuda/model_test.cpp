@@ -4,6 +4,7 @@
 // logits compared by normalised error.
 #include <unistd.h>
 #include <cstdio>
+#include <random>
 
 #include "backend/cpu/matmul.h"
 #include "core/dtype.h"
@@ -163,6 +164,105 @@ CUDA_TEST(model_forward_matches_cpu) {
   compare_backends({"llama", DType::kQ8_0, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
   compare_backends({"qwen2", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, true, false}, kQuant, rng);
   compare_backends({"llama", DType::kQ4_1, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
+}
+
+// Pipelined steps (launch / collect): each decode step is queued before the previous
+// step's picks are collected, its inputs given as placeholders for those picks. The
+// tokens must be a plain runner's, step for step, greedy and sampled (the same uniforms),
+// through the decode graphs; bad placeholders and a third queued step are refused.
+void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
+  const std::string path = write_model(spec, rng);
+  auto file = GgufFile::open(path);
+  if (!file) return fail(file.status().message());
+  RunnerOptions o;
+  o.n_kv_blocks = 64;
+  o.max_batch_tokens = 160;
+  o.max_logit_rows = 8;
+  auto plain = cuda::make_runner(**file, o);
+  auto piped = cuda::make_runner(**file, o);
+  std::remove(path.c_str());
+  if (!plain || !piped) return fail("loading the runners");
+  const std::string what = str_format("pipeline %s %s", std::string(dtype_name(spec.type)).c_str(),
+                                      sampled ? "sampled" : "greedy");
+  std::vector<int32_t> table_a(32), table_b(32);
+  for (int i = 0; i < 32; ++i) {
+    table_a[static_cast<size_t>(i)] = 2 * i + 1;
+    table_b[static_cast<size_t>(i)] = 2 * i;
+  }
+  std::uniform_int_distribution<int32_t> tok(0, spec.vocab - 1);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  // Step 0: prefills of 40 and 7 tokens; steps 1..: one decode row each.
+  auto batch = [&](int step, const std::vector<int32_t>& inputs) {
+    Batch b;
+    const int n_a = step == 0 ? 40 : 1, n_b = step == 0 ? 7 : 1;
+    const int pos_a = step == 0 ? 0 : 39 + step, pos_b = step == 0 ? 0 : 6 + step;
+    b.seqs.push_back({0, n_a, pos_a, table_a.data()});
+    b.seqs.push_back({n_a, n_b, pos_b, table_b.data()});
+    b.tokens = inputs;
+    b.logit_rows = {n_a - 1, n_a + n_b - 1};
+    return b;
+  };
+  auto sampling = [&] {
+    StepSampling sm;
+    for (int r = 0; r < 2; ++r) {
+      SamplingRow row;
+      row.temperature = 0.9f;
+      row.top_k = 40;
+      row.top_p = 0.95f;
+      row.u = uni(rng);
+      sm.rows.push_back(row);
+    }
+    return sm;
+  };
+  constexpr int kSteps = 12;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 47; ++i) prompt.push_back(tok(rng));
+  std::vector<StepSampling> draws;
+  for (int i = 0; i < kSteps; ++i) draws.push_back(sampling());
+  // The plain runner, one step at a time.
+  std::vector<std::vector<int32_t>> want;
+  std::vector<int32_t> in = prompt;
+  for (int i = 0; i < kSteps; ++i) {
+    std::vector<int32_t> picks(2);
+    const Batch b = batch(i, in);
+    EXPECT_OK(sampled ? (*plain)->forward_sample(b, draws[static_cast<size_t>(i)], picks.data())
+                      : (*plain)->forward_greedy(b, picks.data()));
+    want.push_back(picks);
+    in = picks;
+  }
+  // The pipelined runner: step i + 1 queued before step i is collected.
+  std::vector<std::vector<int32_t>> got;
+  auto queue = [&](int i) {
+    const Batch b = batch(i, i == 0 ? prompt : std::vector<int32_t>{-1, -2});
+    EXPECT_OK((*piped)->launch(b, sampled ? &draws[static_cast<size_t>(i)] : nullptr));
+  };
+  queue(0);
+  for (int i = 1; i <= kSteps; ++i) {
+    if (i < kSteps) queue(i);
+    std::vector<int32_t> picks;
+    EXPECT_OK((*piped)->collect(&picks));
+    got.push_back(picks);
+  }
+  expect(got == want, what + ": the plain runner's tokens");
+  // Refusals: a placeholder past the previous step's picks; a third outstanding step.
+  expect(!(*piped)->launch(batch(kSteps, {-1, -3}), nullptr).is_ok(),
+         what + ": row 2 of 2 refused");
+  const Batch ok = batch(kSteps, {tok(rng), tok(rng)});
+  EXPECT_OK((*piped)->launch(ok, nullptr));
+  EXPECT_OK((*piped)->launch(batch(kSteps + 1, {-1, -2}), nullptr));
+  expect(!(*piped)->launch(batch(kSteps + 2, {-1, -2}), nullptr).is_ok(), what + ": third refused");
+  std::vector<int32_t> picks;
+  EXPECT_OK((*piped)->collect(&picks));
+  EXPECT_OK((*piped)->collect(&picks));
+  expect(!(*piped)->collect(&picks).is_ok(), what + ": collect with nothing queued refused");
+}
+
+CUDA_TEST(pipelined_steps_match_plain_steps) {
+  std::mt19937 rng(21);
+  for (bool sampled : {false, true}) {
+    compare_pipeline({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, sampled, rng);
+    compare_pipeline({"llama", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, false, false}, sampled, rng);
+  }
 }
 
 }  // namespace

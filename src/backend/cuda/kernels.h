@@ -60,8 +60,10 @@ Status repack_rows(const void* raw, int64_t row0, int64_t n_rows, const DeviceMa
                    cudaStream_t stream);
 
 // out[i][:] = row tokens[i] of `table` as f32, i < n.
+// A token t < 0 stands for prev[-t - 1] (a pipelined step's input picked by the step
+// before, still on the device).
 Status embed_rows(const DeviceMatrix& table, const int32_t* tokens, int n, float* out,
-                  cudaStream_t stream);
+                  cudaStream_t stream, const int32_t* prev = nullptr);
 
 // out[i] = x[r] / sqrt(mean(x[r]^2) + eps) * w, r = rows ? rows[i] : i, converted to
 // out_type; rows of x have stride x_stride floats, rows of out are dim wide.

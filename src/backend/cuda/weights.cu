@@ -63,9 +63,10 @@ __device__ __forceinline__ float element(const DeviceMatrix& w, int64_t r, int64
 }
 
 __global__ void embed_kernel(DeviceMatrix w, const int32_t* __restrict__ tokens,
-                             float* __restrict__ out) {
+                             const int32_t* __restrict__ prev, float* __restrict__ out) {
   const int i = blockIdx.y;
-  const int64_t r = tokens[i];
+  int64_t r = tokens[i];
+  if (r < 0) r = prev[-r - 1];
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < w.cols;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[static_cast<int64_t>(i) * w.cols + c] = element(w, r, c);
@@ -143,10 +144,10 @@ Status repack_rows(const void* raw, int64_t row0, int64_t n_rows, const DeviceMa
 }
 
 Status embed_rows(const DeviceMatrix& table, const int32_t* tokens, int n, float* out,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, const int32_t* prev) {
   if (n <= 0) return Status::ok();
   const dim3 grid(blocks_for(table.cols, 256), static_cast<unsigned>(n));
-  embed_kernel<<<grid, 256, 0, stream>>>(table, tokens, out);
+  embed_kernel<<<grid, 256, 0, stream>>>(table, tokens, prev, out);
   return launch_status("embed_rows");
 }
 

@@ -155,17 +155,18 @@ Status CudaModel::build_batch(const Batch& batch, Step* st) {
   const size_t o_dr = pk.add(decode_rows), o_ps = pk.add(prefill_seqs);
   const size_t o_bl = pk.add(blocks);
   const size_t bytes = host.size() * sizeof(int32_t);
-  if (bytes > meta_.bytes() || bytes > meta_host_.bytes()) {
+  cuda::PinnedBuffer& stage = meta_host_[stage_];
+  if (bytes > meta_.bytes() || bytes > stage.bytes()) {
     PAGODA_RETURN_IF_ERROR(dev_->sync());  // the old buffers may still be in use
     drop_graphs();
     // Room for long block tables, so the buffer (which graphs point into) rarely moves.
     const size_t want = std::max<size_t>(bytes * 2, 1u << 20);
     PAGODA_ASSIGN_OR_RETURN(meta_, cuda::DeviceBuffer::alloc(want));
-    PAGODA_RETURN_IF_ERROR(meta_host_.reserve(want));
+    for (cuda::PinnedBuffer& m : meta_host_) PAGODA_RETURN_IF_ERROR(m.reserve(want));
   }
-  std::memcpy(meta_host_.get(), host.data(), bytes);
-  PAGODA_CUDA_TRY(cudaMemcpyAsync(meta_.get(), meta_host_.get(), bytes, cudaMemcpyHostToDevice,
-                                  dev_->stream()));
+  std::memcpy(stage.get(), host.data(), bytes);
+  PAGODA_CUDA_TRY(
+      cudaMemcpyAsync(meta_.get(), stage.get(), bytes, cudaMemcpyHostToDevice, dev_->stream()));
   const int32_t* d = meta_.as<int32_t>();
   st->n = n;
   st->tokens = d + o_tok;
@@ -265,7 +266,9 @@ Status CudaModel::enqueue(const Step& s) {
     mark(op);
     return Status::ok();
   };
-  PAGODA_RETURN_IF_ERROR(cuda::embed_rows(tok_embd_, s.tokens, n, x, st));
+  // Pipelined steps' placeholder tokens are the previous step's picks, still in tokens_out_.
+  PAGODA_RETURN_IF_ERROR(
+      cuda::embed_rows(tok_embd_, s.tokens, n, x, st, tokens_out_.as<int32_t>()));
   PAGODA_RETURN_IF_ERROR(cuda::rope_tables(rp, s.db, rope_cs_.as<float>(), st));
   mark("embed+rope");
   for (int l = 0; l < c.n_layers; ++l) {
@@ -349,9 +352,10 @@ Status CudaModel::enqueue_sampling(const StepSampling& sampling, int n_out) {
     PAGODA_RETURN_IF_ERROR(dev_->sync());  // the old buffers may still be in use
     PAGODA_ASSIGN_OR_RETURN(sampling_,
                             cuda::DeviceBuffer::alloc(std::max<size_t>(bytes * 2, 64u << 10)));
-    PAGODA_RETURN_IF_ERROR(sampling_host_.reserve(sampling_.bytes()));
+    for (cuda::PinnedBuffer& b : sampling_host_)
+      PAGODA_RETURN_IF_ERROR(b.reserve(sampling_.bytes()));
   }
-  auto* h = static_cast<unsigned char*>(sampling_host_.get());
+  auto* h = static_cast<unsigned char*>(sampling_host_[stage_].get());
   std::memcpy(h, sampling.rows.data(), row_bytes);
   if (!sampling.penalties.empty())
     std::memcpy(h + row_bytes, sampling.penalties.data(), bytes - row_bytes);
@@ -363,14 +367,36 @@ Status CudaModel::enqueue_sampling(const StepSampling& sampling, int n_out) {
       reinterpret_cast<const int32_t*>(d + row_bytes), tokens_out_.as<int32_t>(), st);
 }
 
-Status CudaModel::run(const Batch& batch, bool greedy, void* out, const StepSampling* sampling) {
+namespace {
+
+// check_batch, with tokens below 0 allowed as placeholders for rows [0, prev_picks) of the
+// previous step's picks.
+Status check_step(const Batch& batch, int32_t n_vocab, int prev_picks) {
+  if (prev_picks <= 0) return check_batch(batch, n_vocab);
+  Batch probe;
+  probe.logit_rows = batch.logit_rows;
+  probe.tokens.reserve(batch.tokens.size());
+  for (int32_t t : batch.tokens) {
+    if (t < 0 && -static_cast<int64_t>(t) - 1 >= prev_picks)
+      return invalid_argument(
+          str_format("token %d stands for row %lld of the previous step, which picked %d", t,
+                     static_cast<long long>(-static_cast<int64_t>(t) - 1), prev_picks));
+    probe.tokens.push_back(t < 0 ? 0 : t);
+  }
+  return check_batch(probe, n_vocab);
+}
+
+}  // namespace
+
+Status CudaModel::queue_step(const Batch& batch, bool greedy, const StepSampling* sampling,
+                             int n_out, int prev_picks) {
   const ModelConfig& c = config_;
   const int n = static_cast<int>(batch.tokens.size());
-  PAGODA_RETURN_IF_ERROR(check_batch(batch, c.n_vocab));
-  const int n_out = out ? static_cast<int>(batch.logit_rows.size()) : 0;
+  PAGODA_RETURN_IF_ERROR(check_step(batch, c.n_vocab, prev_picks));
   if (sampling) PAGODA_RETURN_IF_ERROR(check_sampling(*sampling, n_out));
   PAGODA_CUDA_TRY(cudaSetDevice(dev_->index()));
   PAGODA_RETURN_IF_ERROR(reserve(std::max(n, n_out), n_out));
+  stage_ ^= 1;
   Step s;
   s.n_out = n_out;
   s.greedy = greedy;
@@ -388,16 +414,65 @@ Status CudaModel::run(const Batch& batch, bool greedy, void* out, const StepSamp
   } else {
     PAGODA_RETURN_IF_ERROR(enqueue(s));
   }
-  cudaStream_t st = dev_->stream();
+  if (sampling && n_out > 0) PAGODA_RETURN_IF_ERROR(enqueue_sampling(*sampling, n_out));
+  return Status::ok();
+}
+
+Status CudaModel::run(const Batch& batch, bool greedy, void* out, const StepSampling* sampling) {
+  if (!queued_.empty())
+    return internal_error("a plain forward pass while pipelined steps are queued");
+  last_picks_ = -1;  // a later pipelined step has no picks of this one to refer to
+  const int n_out = out ? static_cast<int>(batch.logit_rows.size()) : 0;
+  PAGODA_RETURN_IF_ERROR(queue_step(batch, greedy, sampling, n_out, 0));
   if (n_out == 0) return dev_->sync();
-  if (sampling) PAGODA_RETURN_IF_ERROR(enqueue_sampling(*sampling, n_out));
   const bool ids = greedy || sampling;
   const size_t bytes =
-      static_cast<size_t>(n_out) * (ids ? sizeof(int32_t) : c.n_vocab * sizeof(float));
+      static_cast<size_t>(n_out) * (ids ? sizeof(int32_t) : config_.n_vocab * sizeof(float));
   PAGODA_CUDA_TRY(cudaMemcpyAsync(logits_host_.get(), ids ? tokens_out_.get() : logits_.get(),
-                                  bytes, cudaMemcpyDeviceToHost, st));
+                                  bytes, cudaMemcpyDeviceToHost, dev_->stream()));
   PAGODA_RETURN_IF_ERROR(dev_->sync());
   std::memcpy(out, logits_host_.get(), bytes);
+  return Status::ok();
+}
+
+Status CudaModel::launch(const Batch& batch, const StepSampling* sampling) {
+  const int n = static_cast<int>(batch.tokens.size());
+  const int n_out = static_cast<int>(batch.logit_rows.size());
+  const int prev_picks = last_picks_;
+  last_picks_ = -1;  // until this step is queued whole
+  if (queued_.size() >= 2) return internal_error("a third pipelined step before a collect()");
+  // The previous step's picks stay in tokens_out_ for this one's placeholders: buffers
+  // must not be regrown (and so replaced) under them.
+  if (!queued_.empty() && (n > capacity_ || n_out > logit_capacity_))
+    return invalid_argument(
+        str_format("a pipelined step of %d tokens and %d picks is over the runner's %d and %d", n,
+                   n_out, capacity_, logit_capacity_));
+  PAGODA_RETURN_IF_ERROR(
+      queue_step(batch, sampling == nullptr, sampling, n_out, std::max(prev_picks, 0)));
+  const int slot = next_slot_;
+  cudaStream_t st = dev_->stream();
+  if (!done_[slot]) PAGODA_CUDA_TRY(cudaEventCreateWithFlags(&done_[slot], cudaEventDisableTiming));
+  if (n_out > 0) {
+    // The slot's last user was collected (at most two steps are outstanding, and slots
+    // alternate), so it may be regrown.
+    PAGODA_RETURN_IF_ERROR(tokens_host_[slot].reserve(static_cast<size_t>(n_out) * 4));
+    PAGODA_CUDA_TRY(cudaMemcpyAsync(tokens_host_[slot].get(), tokens_out_.get(),
+                                    static_cast<size_t>(n_out) * 4, cudaMemcpyDeviceToHost, st));
+  }
+  PAGODA_CUDA_TRY(cudaEventRecord(done_[slot], st));
+  queued_.push_back({n_out, slot});
+  next_slot_ ^= 1;
+  last_picks_ = n_out;
+  return Status::ok();
+}
+
+Status CudaModel::collect(std::vector<int32_t>* tokens) {
+  if (queued_.empty()) return internal_error("collect() without a queued step");
+  const Queued q = queued_.front();
+  queued_.pop_front();
+  PAGODA_CUDA_TRY(cudaEventSynchronize(done_[q.slot]));
+  const auto* p = static_cast<const int32_t*>(tokens_host_[q.slot].get());
+  tokens->assign(p, p + q.n_out);
   return Status::ok();
 }
 

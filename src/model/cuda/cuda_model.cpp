@@ -164,6 +164,9 @@ class Loader {
 }  // namespace
 
 CudaModel::~CudaModel() {
+  if (dev_) (void)dev_->sync();  // queued pipelined steps still write into our buffers
+  for (cudaEvent_t e : done_)
+    if (e) cudaEventDestroy(e);
   graphs_.clear();
   profiler_.reset();
 }

@@ -3,6 +3,7 @@
 // layer as model/forward.cpp, op for op, on the GPU).
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -31,6 +32,9 @@ class CudaModel : public ModelRunner {
   bool has_device_sampling() const override { return true; }
   Status forward_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens) override;
   Status copy_block(int src, int dst) override;
+  bool has_pipeline() const override { return true; }
+  Status launch(const Batch& batch, const StepSampling* sampling) override;
+  Status collect(std::vector<int32_t>* tokens) override;
 
   cuda::DeviceContext& device() { return *dev_; }
 
@@ -66,6 +70,11 @@ class CudaModel : public ModelRunner {
   // Logits to `out` (greedy false, no sampling), or token ids: the argmax (greedy) or
   // drawn as `sampling` says.
   Status run(const Batch& batch, bool greedy, void* out, const StepSampling* sampling = nullptr);
+  // The part of a step both run() and launch() queue: checks, the batch description, the
+  // forward pass, and the tokens' draw when there is one (n_out logit rows). Batch tokens
+  // below 0 are allowed when `prev_picks` > 0: rows of the previous step's picks.
+  Status queue_step(const Batch& batch, bool greedy, const StepSampling* sampling, int n_out,
+                    int prev_picks);
   // Sends the step's sampling rows and penalties to the device and queues the draw.
   Status enqueue_sampling(const StepSampling& sampling, int n_out);
   // Queues every kernel of the step on the stream.
@@ -95,9 +104,23 @@ class CudaModel : public ModelRunner {
   int capacity_ = 0, logit_capacity_ = 0;
   cuda::DeviceBuffer x_, xn_, qkv_, q16_, attn_, gu_, hidden_, rope_cs_, logits_, tokens_out_,
       attn_ws_, meta_;
-  cuda::PinnedBuffer meta_host_, logits_host_;
+  // Host staging of a step's batch description and sampling rows, two of each: a
+  // pipelined step fills one while the step queued before may still be copying from the
+  // other (stage_: the one the step being queued fills).
+  cuda::PinnedBuffer meta_host_[2], logits_host_;
+  int stage_ = 0;
   cuda::DeviceBuffer sampling_;  // SamplingRows, then the penalty list
-  cuda::PinnedBuffer sampling_host_;
+  cuda::PinnedBuffer sampling_host_[2];
+  // Pipelined steps (launch / collect): queued steps oldest first, each with its picked
+  // tokens' host slot; done_[slot] is recorded once they are there.
+  struct Queued {
+    int n_out = 0, slot = 0;
+  };
+  std::deque<Queued> queued_;
+  cuda::PinnedBuffer tokens_host_[2];
+  cudaEvent_t done_[2] = {nullptr, nullptr};
+  int next_slot_ = 0;
+  int last_picks_ = -1;  // rows the step queued last picked (placeholders' bound); -1: none
 
   std::map<GraphKey, std::unique_ptr<Graph>> graphs_;
   std::map<GraphKey, int> graph_seen_;  // eager runs per key before capture
