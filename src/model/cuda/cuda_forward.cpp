@@ -443,7 +443,7 @@ Status CudaModel::launch(const Batch& batch, const StepSampling* sampling) {
   if (queued_.size() >= 2) return internal_error("a third pipelined step before a collect()");
   // The previous step's picks stay in tokens_out_ for this one's placeholders: buffers
   // must not be regrown (and so replaced) under them.
-  if (!queued_.empty() && (n > capacity_ || n_out > logit_capacity_))
+  if ((prev_picks > 0 || !queued_.empty()) && (n > capacity_ || n_out > logit_capacity_))
     return invalid_argument(
         str_format("a pipelined step of %d tokens and %d picks is over the runner's %d and %d", n,
                    n_out, capacity_, logit_capacity_));
