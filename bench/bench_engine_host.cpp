@@ -4,6 +4,7 @@
 //
 //   build/bench_engine_host VOCAB.gguf [requests=1000] [prompt=1000] [output=1000]
 //                           [max_seqs=512] [n_blocks=110000] [wait_ms=0] [streams=0]
+//                           [async=0]
 //
 // The executor answers every greedy step at once with a token derived from the step and
 // row (never an end-of-generation token: EOS is ignored as in the offline run). With
@@ -11,7 +12,11 @@
 // runs, so caches and the core it wakes on are as cold as in a real run. With streams=1
 // the outputs go as the Engine hands them on (moved into a locked per-request queue) to
 // a consumer thread that reads the requests in order, as `pagoda generate` does; the
-// time to hand them on is reported apart.
+// time to hand them on is reported apart. With async=1 the engine pipelines its steps
+// (--async-scheduling) and the executor acts as a device queue: a launched step
+// "runs" for wait_ms after the one before it ends, and collect() sleeps until it has;
+// the elapsed time then shows how much of the host's work the device's time hides.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,16 +47,44 @@ class InstantExecutor : public Executor {
   Status execute_greedy(const Batch& b, int32_t* tokens) override {
     if (wait_ms_ > 0)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(wait_ms_));
-    for (size_t i = 0; i < b.logit_rows.size(); ++i)
-      tokens[i] = static_cast<int32_t>(1000 + (step_ * 7919 + i * 104729) % 100000);
-    ++step_;
+    pick(b, tokens);
+    return Status::ok();
+  }
+  // A device queue: each step ends wait_ms after it starts, and starts when it is
+  // launched or when the step before it ends, whichever is later.
+  Status launch(const Batch& b, const StepSampling*) override {
+    for (int32_t t : b.tokens)
+      if (t < 0 && static_cast<size_t>(-(static_cast<int64_t>(t) + 1)) >= last_rows_)
+        return internal_error("placeholder outside the previous step");
+    const double start = std::max(Engine::now(), device_free_);
+    device_free_ = start + wait_ms_ / 1000.0;
+    std::vector<int32_t> tokens(b.logit_rows.size());
+    pick(b, tokens.data());
+    last_rows_ = tokens.size();
+    queue_.push_back({device_free_, std::move(tokens)});
+    return Status::ok();
+  }
+  Status collect(std::vector<int32_t>* tokens) override {
+    if (queue_.empty()) return internal_error("nothing queued");
+    const double wait = queue_.front().first - Engine::now();
+    if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    *tokens = std::move(queue_.front().second);
+    queue_.pop_front();
     return Status::ok();
   }
 
  private:
+  void pick(const Batch& b, int32_t* tokens) {
+    for (size_t i = 0; i < b.logit_rows.size(); ++i)
+      tokens[i] = static_cast<int32_t>(1000 + (step_ * 7919 + i * 104729) % 100000);
+    ++step_;
+  }
   int32_t n_vocab_;
   double wait_ms_;
   uint64_t step_ = 0;
+  double device_free_ = 0;
+  size_t last_rows_ = 0;
+  std::deque<std::pair<double, std::vector<int32_t>>> queue_;
 };
 
 // A request's outputs on their way to the consumer (the Engine's StreamImpl, reduced).
@@ -98,6 +131,7 @@ int run(int argc, char** argv) {
   const int n_blocks = static_cast<int>(arg(6, 110000));
   const double wait_ms = arg(7, 0);
   const bool streams = arg(8, 0) != 0;
+  const bool async = arg(9, 0) != 0;
 
   auto file = GgufFile::open(argv[1]);
   if (!file) return std::fprintf(stderr, "%s\n", file.status().message().c_str()), 1;
@@ -111,6 +145,7 @@ int run(int argc, char** argv) {
   c.sched.max_num_seqs = max_seqs;
   c.sched.max_num_batched_tokens = 8192;
   c.sched.max_model_len = prompt_len + output_len;
+  c.async_scheduling = async;
   EngineCore core(c, exec, tok->get());
 
   std::mt19937 rng(1);
@@ -150,11 +185,12 @@ int run(int argc, char** argv) {
   const EngineStats st = core.stats();
   const double host = st.step_s - st.execute_s;
   std::printf(
-      "%d requests x (%d + %d), %d seqs: %lld steps, %lld tokens generated, %lld outputs; "
+      "%d requests x (%d + %d), %d seqs%s: %lld steps, %lld tokens generated, %lld outputs; "
       "host %.3f s (%.1f us a step), execute %.3f s, elapsed %.3f s\n",
-      requests, prompt_len, output_len, max_seqs, static_cast<long long>(st.steps),
-      static_cast<long long>(st.generation_tokens), static_cast<long long>(outputs), host,
-      1e6 * host / static_cast<double>(st.steps), st.execute_s, elapsed);
+      requests, prompt_len, output_len, max_seqs, async ? ", pipelined" : "",
+      static_cast<long long>(st.steps), static_cast<long long>(st.generation_tokens),
+      static_cast<long long>(outputs), host, 1e6 * host / static_cast<double>(st.steps),
+      st.execute_s, elapsed);
   if (streams)
     std::printf("handing outputs on: %.3f s (%.1f us a step); the consumer read %lld\n", hand_on_s,
                 1e6 * hand_on_s / static_cast<double>(st.steps),
