@@ -48,19 +48,30 @@ TEST(FaultInjection, FailsTheChosenPasses) {
   EXPECT_EQ(failures("", 3), (std::vector<bool>{false, false, false}));
 }
 
-TEST(FaultInjection, AFailedStepEndsItsRequestsWithAnErrorAndFreesTheirBlocks) {
-  testing::FakeExecutor inner(64, 16, kVocab);
-  FaultInjectingExecutor exec(inner, *parse_fault_plan("forward_fail_after=3"));
+// 64 blocks of 16, 4 sequences, 256 tokens a step.
+EngineCoreConfig small_config(bool async) {
   EngineCoreConfig c;
   c.n_blocks = 64;
   c.block_size = 16;
   c.sched.max_num_seqs = 4;
   c.sched.max_num_batched_tokens = 256;
   c.sched.max_model_len = 1024;
-  EngineCore core(c, exec, nullptr);
+  c.async_scheduling = async;
+  return c;
+}
+
+SamplingParams greedy50() {
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = 50;
+  return p;
+}
+
+TEST(FaultInjection, AFailedStepEndsItsRequestsWithAnErrorAndFreesTheirBlocks) {
+  testing::FakeExecutor inner(64, 16, kVocab);
+  FaultInjectingExecutor exec(inner, *parse_fault_plan("forward_fail_after=3"));
+  EngineCore core(small_config(false), exec, nullptr);
+  const SamplingParams p = greedy50();
   ASSERT_TRUE(core.add_request("a", std::vector<int32_t>(20, 5), p, 0, 0.0).is_ok());
   std::vector<RequestOutput> outs;
   for (int i = 0; i < 3; ++i) core.step(&outs);  // prefill and two decodes
@@ -93,17 +104,8 @@ TEST(FaultInjection, AFailedPipelinedStepEndsItsRequestsToo) {
   testing::FakeExecutor inner(64, 16, kVocab);
   inner.greedy = true;
   FaultInjectingExecutor exec(inner, *parse_fault_plan("forward_fail_after=3"));
-  EngineCoreConfig c;
-  c.n_blocks = 64;
-  c.block_size = 16;
-  c.sched.max_num_seqs = 4;
-  c.sched.max_num_batched_tokens = 256;
-  c.sched.max_model_len = 1024;
-  c.async_scheduling = true;
-  EngineCore core(c, exec, nullptr);
-  SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = 50;
+  EngineCore core(small_config(true), exec, nullptr);
+  const SamplingParams p = greedy50();
   ASSERT_TRUE(core.add_request("a", std::vector<int32_t>(20, 5), p, 0, 0.0).is_ok());
   ASSERT_TRUE(core.add_request("b", std::vector<int32_t>(30, 7), p, 0, 0.0).is_ok());
   std::vector<RequestOutput> outs;

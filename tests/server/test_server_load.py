@@ -51,19 +51,24 @@ ABORT = ("pagoda:request_success_total", (("finished_reason", "abort"),))
 LENGTH = ("pagoda:request_success_total", (("finished_reason", "length"),))
 
 
-def test_disconnect_mid_stream_aborts(server):
-    before = server.wait_idle()
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+def open_long_stream(port, chunks=3):
+    """A streaming request for 1,800 tokens, read until `chunks` data chunks arrived."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("POST", "/v1/completions", body=json.dumps({
         "model": "smollm2", "prompt": "Write a long essay.", "max_tokens": 1800,
         "ignore_eos": True, "stream": True}), headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     assert r.status == 200
     got = 0
-    while got < 3:
-        line = r.readline()
-        if line.startswith(b"data: {"):
+    while got < chunks:
+        if r.readline().startswith(b"data: {"):
             got += 1
+    return conn
+
+
+def test_disconnect_mid_stream_aborts(server):
+    before = server.wait_idle()
+    conn = open_long_stream(server.port)
     assert server.metrics()[("pagoda:num_requests_running", ())] == 1
     conn.sock.close()
     conn.close()
@@ -192,15 +197,7 @@ def test_async_scheduling_streams_what_plain_steps_stream(server):
         with ThreadPoolExecutor(16) as pool:
             plain = list(pool.map(lambda i: greedy_stream(server.url, i, lengths[i]), range(16)))
             before = s.wait_idle()
-            conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
-            conn.request("POST", "/v1/completions", body=json.dumps({
-                "model": "smollm2", "prompt": "Write a long essay.", "max_tokens": 1800,
-                "ignore_eos": True, "stream": True}), headers={"Content-Type": "application/json"})
-            r = conn.getresponse()
-            got = 0
-            while got < 3:
-                if r.readline().startswith(b"data: {"):
-                    got += 1
+            conn = open_long_stream(s.port)
             piped = list(pool.map(lambda i: greedy_stream(s.url, i, lengths[i]), range(16)))
             conn.sock.close()
             conn.close()
