@@ -19,10 +19,9 @@ struct EngineCore::Req {
   int pending_forks = 0;  // completions still to fork off when the prompt is done
   bool scheduled = false;
   RequestMetrics m;
-  // Pipelined steps: the last step queued with this request, placeholder tokens at the
-  // end of s.tokens awaiting their step, and whether it finished while a step held it.
+  // Pipelined steps: the last step queued with this request, and whether it finished
+  // while a step held it (its placeholder tokens, < 0, sit at the end of s.tokens).
   uint64_t launched = 0;
-  int pending = 0;
   bool done = false;
   int64_t num_output() const { return s.num_tokens() - s.num_prompt_tokens; }
 };
@@ -233,7 +232,10 @@ void EngineCore::finish(Req& r, FinishReason why, std::vector<RequestOutput>* ou
   o.finish_reason = why;
   o.error = error;
   r.m.finished = now;
-  r.m.generation_tokens = r.num_output() - r.pending;
+  // Not counting the placeholders of pipelined steps still queued (at the end).
+  int64_t generated = r.num_output();
+  for (auto t = r.s.tokens.rbegin(); t != r.s.tokens.rend() && *t < 0; ++t) --generated;
+  r.m.generation_tokens = generated;
   r.m.cached_tokens = r.s.num_cached_tokens;
   r.m.preemptions = r.s.num_preemptions;
   o.metrics = r.m;
@@ -269,12 +271,23 @@ void EngineCore::finish(Req& r, FinishReason why, std::vector<RequestOutput>* ou
   reqs_.erase(node);  // r is gone from here on, unless a zombie
 }
 
-void EngineCore::fail_step(const sched::SchedulerOutput& so, const Status& s,
+void EngineCore::fail_step(const std::vector<Req*>& reqs, const Status& s,
                            std::vector<RequestOutput>* out) {
+  log_error("engine step failed: " + s.message());
+  stats_.failed_steps++;
+  stats_.last_step_failed = true;
   const double now = Engine::now();
+  for (Req* r : reqs)
+    if (!r->done)  // finished earlier (a pipelined step's zombie)
+      finish(*r, FinishReason::kError, out, now, nullptr, "the model failed: " + s.message());
+}
+
+void EngineCore::fill_sampling(const sched::SchedulerOutput& so) {
+  sampling_.rows.clear();
+  sampling_.penalties.clear();
   for (size_t i = 0; i < so.seqs.size(); ++i)
-    finish(*step_reqs_[i], FinishReason::kError, out, now, nullptr,
-           "the model failed: " + s.message());
+    if (so.seqs[i].samples)
+      sampling_.rows.push_back(step_reqs_[i]->sampler->device_row(&sampling_.penalties));
 }
 
 bool EngineCore::greedy_step(const sched::SchedulerOutput& so) const {
@@ -366,11 +379,7 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
     chosen_.resize(batch_.logit_rows.size());
     s = exec_.execute_greedy(batch_, chosen_.data());
   } else if (on_device) {
-    sampling_.rows.clear();
-    sampling_.penalties.clear();
-    for (size_t i = 0; i < so.seqs.size(); ++i)
-      if (so.seqs[i].samples)
-        sampling_.rows.push_back(step_reqs_[i]->sampler->device_row(&sampling_.penalties));
+    fill_sampling(so);
     chosen_.resize(batch_.logit_rows.size());
     s = exec_.execute_sample(batch_, sampling_, chosen_.data());
   } else {
@@ -379,10 +388,7 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   }
   stats_.execute_s += Engine::now() - exec_begin;
   if (!s) {
-    log_error("engine step failed: " + s.message());
-    stats_.failed_steps++;
-    stats_.last_step_failed = true;
-    fail_step(so, s, out);
+    fail_step(step_reqs_, s, out);
     stats_.step_s += Engine::now() - begin;  // a failed step still counts its time
     return;
   }
@@ -446,16 +452,8 @@ void EngineCore::step_pipelined(std::vector<RequestOutput>* out) {
 
 void EngineCore::launch(sched::SchedulerOutput so) {
   build_batch(so);
-  bool greedy = exec_.has_greedy();
-  for (size_t i = 0; i < so.seqs.size(); ++i)
-    if (so.seqs[i].samples && !step_reqs_[i]->sampler->plain_greedy()) greedy = false;
-  if (!greedy) {
-    sampling_.rows.clear();
-    sampling_.penalties.clear();
-    for (size_t i = 0; i < so.seqs.size(); ++i)
-      if (so.seqs[i].samples)
-        sampling_.rows.push_back(step_reqs_[i]->sampler->device_row(&sampling_.penalties));
-  }
+  const bool greedy = greedy_step(so);  // else drawn on the device (pipelinable())
+  if (!greedy) fill_sampling(so);
   InFlight f;
   f.id = ++launches_;
   f.reqs = step_reqs_;
@@ -471,7 +469,6 @@ void EngineCore::launch(sched::SchedulerOutput so) {
       Req& r = *f.reqs[i];
       f.slots.push_back(r.s.num_tokens());
       r.s.tokens.push_back(-(row + 1));
-      ++r.pending;
       ++row;
     }
     sched_.advance(so);
@@ -495,13 +492,7 @@ void EngineCore::complete(InFlight& f, std::vector<RequestOutput>* out) {
           str_format("the step gave %zu tokens for %zu rows", tokens.size(), f.slots.size()));
   }
   if (!s) {
-    log_error("engine step failed: " + s.message());
-    stats_.failed_steps++;
-    stats_.last_step_failed = true;
-    const double now = Engine::now();
-    for (Req* r : f.reqs)
-      if (!r->done)
-        finish(*r, FinishReason::kError, out, now, nullptr, "the model failed: " + s.message());
+    fail_step(f.reqs, s, out);
     return;
   }
   stats_.last_step_failed = false;
@@ -517,7 +508,6 @@ void EngineCore::complete(InFlight& f, std::vector<RequestOutput>* out) {
     const int32_t tok = tokens[li++];
     if (r.done) continue;  // finished (stopped, aborted) since; its token is not wanted
     r.s.tokens[static_cast<size_t>(slot)] = tok;
-    --r.pending;
     sched_.offer_blocks(&r.s);  // every token below num_computed is known now
     sample_into(r, nullptr, tok, out, done, slot);
   }

@@ -83,8 +83,10 @@ class EngineCore {
   void finish(Req& r, FinishReason why, std::vector<RequestOutput>* out, double now,
               RequestOutput* pending = nullptr, const std::string& error = {});
   Req* fork(Req& parent, int index);
-  void fail_step(const sched::SchedulerOutput& so, const Status& s,
-                 std::vector<RequestOutput>* out);
+  // A failed model run: its requests (those not finished already) end with the error.
+  void fail_step(const std::vector<Req*>& reqs, const Status& s, std::vector<RequestOutput>* out);
+  // The device-sampling rows of the step's sampled requests, in logit-row order.
+  void fill_sampling(const sched::SchedulerOutput& so);
 
   EngineCoreConfig config_;
   Executor& exec_;

@@ -66,12 +66,16 @@ Result<cpu::WeightMatrix> load_matrix(const GgufFile& f, const std::string& name
 
 }  // namespace
 
-Status check_batch(const Batch& batch, int32_t n_vocab) {
+Status check_batch(const Batch& batch, int32_t n_vocab, int prev_picks) {
   const size_t n = batch.tokens.size();
   if (n == 0) return invalid_argument("empty batch");
   for (int32_t t : batch.tokens)
-    if (t < 0 || t >= n_vocab)
-      return invalid_argument(str_format("token id %d is out of range", t));
+    if (t >= n_vocab || (t < 0 && -static_cast<int64_t>(t) - 1 >= prev_picks))
+      return invalid_argument(
+          t < 0 && prev_picks > 0
+              ? str_format("token %d stands for row %lld of the previous step, which picked %d", t,
+                           static_cast<long long>(-static_cast<int64_t>(t) - 1), prev_picks)
+              : str_format("token id %d is out of range", t));
   for (int r : batch.logit_rows)
     if (r < 0 || static_cast<size_t>(r) >= n) return invalid_argument("logit row out of range");
   return Status::ok();

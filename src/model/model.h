@@ -27,8 +27,9 @@ struct Batch {
   std::vector<int> logit_rows;
 };
 // What every backend refuses before running a batch: no tokens, token ids outside the
-// vocabulary, logit rows outside the batch.
-Status check_batch(const Batch& batch, int32_t n_vocab);
+// vocabulary, logit rows outside the batch. A pipelined step (ModelRunner::launch) may
+// hold placeholders t < 0 for rows -t - 1 < prev_picks of the previous step's picks.
+Status check_batch(const Batch& batch, int32_t n_vocab, int prev_picks = 0);
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;

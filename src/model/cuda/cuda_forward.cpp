@@ -367,32 +367,11 @@ Status CudaModel::enqueue_sampling(const StepSampling& sampling, int n_out) {
       reinterpret_cast<const int32_t*>(d + row_bytes), tokens_out_.as<int32_t>(), st);
 }
 
-namespace {
-
-// check_batch, with tokens below 0 allowed as placeholders for rows [0, prev_picks) of the
-// previous step's picks.
-Status check_step(const Batch& batch, int32_t n_vocab, int prev_picks) {
-  if (prev_picks <= 0) return check_batch(batch, n_vocab);
-  Batch probe;
-  probe.logit_rows = batch.logit_rows;
-  probe.tokens.reserve(batch.tokens.size());
-  for (int32_t t : batch.tokens) {
-    if (t < 0 && -static_cast<int64_t>(t) - 1 >= prev_picks)
-      return invalid_argument(
-          str_format("token %d stands for row %lld of the previous step, which picked %d", t,
-                     static_cast<long long>(-static_cast<int64_t>(t) - 1), prev_picks));
-    probe.tokens.push_back(t < 0 ? 0 : t);
-  }
-  return check_batch(probe, n_vocab);
-}
-
-}  // namespace
-
 Status CudaModel::queue_step(const Batch& batch, bool greedy, const StepSampling* sampling,
                              int n_out, int prev_picks) {
   const ModelConfig& c = config_;
   const int n = static_cast<int>(batch.tokens.size());
-  PAGODA_RETURN_IF_ERROR(check_step(batch, c.n_vocab, prev_picks));
+  PAGODA_RETURN_IF_ERROR(check_batch(batch, c.n_vocab, prev_picks));
   if (sampling) PAGODA_RETURN_IF_ERROR(check_sampling(*sampling, n_out));
   PAGODA_CUDA_TRY(cudaSetDevice(dev_->index()));
   PAGODA_RETURN_IF_ERROR(reserve(std::max(n, n_out), n_out));
