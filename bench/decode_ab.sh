@@ -8,7 +8,8 @@
 #   bench/decode_ab.sh [--skip-checks]
 # Environment: TYPES (default "BF16 Q4_0"; "BF16+fp8": the BF16 file with
 # --quantization fp8), VARIANTS (';'-separated environment
-# settings, "-" for none; default "-;PAGODA_CUDA_FUSE=0"), REPS (bench -r; default 3),
+# settings and `pagoda bench` flags, "-" for none; default "-;PAGODA_CUDA_FUSE=0"; for
+# example "-;--async-scheduling;PAGODA_CUDA_SPLIT_KEYS=256 --async-scheduling"), REPS (bench -r; default 3),
 # PAGODA_DATA (default ../shared), OUT_DIR (default build-gpu/ab), MODEL_DIR (default
 # /dev/shm), BUILD_DIR (default build-gpu).
 set -uo pipefail
@@ -91,10 +92,16 @@ for TYPE in $TYPES; do
   for v in "${vs[@]}"; do
     i=$((i + 1))
     env_args=()
-    [ "$v" != "-" ] && read -ra env_args <<< "$v"
+    flag_args=()
+    if [ "$v" != "-" ]; then
+      read -ra words <<< "$v"
+      for w in "${words[@]}"; do
+        case "$w" in --*) flag_args+=("$w") ;; *) env_args+=("$w") ;; esac
+      done
+    fi
     err="$OUT_DIR/bench_${TYPE}_$i.err"
     out=$(env "${env_args[@]}" $BIN/pagoda bench -m "$M" --device cuda --json -p 0 -n 128 \
-      -r "$REPS" "${quant[@]}" 2> "$err" | tail -n 1)
+      -r "$REPS" "${quant[@]}" "${flag_args[@]}" 2> "$err" | tail -n 1)
     tps=$(echo "$out" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(round(d['decode_tok_s'], 1))" 2>/dev/null)
     row "$TYPE tg128 [$v]" "${tps:-FAILED $(tail -n 2 "$err")} tok/s"
     echo "$TYPE [$v] $out" >> "$OUT_DIR/bench.jsonl"

@@ -220,6 +220,13 @@ if [ $SKIP_BENCH = 0 ]; then
     PAGODA_CUDA_SPLIT_KEYS=256 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_splitkeys.json" 2>&1
     PAGODA_CUDA_SPLIT_KEYS=256 $B -p 0 -n 64 --depth 4096 -r 3 --kv-cache-dtype fp8 \
       > "$OUT_DIR/bench_${TYPE}_tg64_d4096_fp8_splitkeys.json" 2>&1
+    # Pipelined decode steps (the engine's --async-scheduling): the host's time per step
+    # hidden behind the queued step.
+    $B -p 0 -n 128 -r 3 --async-scheduling > "$OUT_DIR/bench_${TYPE}_tg128_async.json" 2>&1
+    PAGODA_CUDA_SPLIT_KEYS=256 $B -p 0 -n 128 -r 3 --async-scheduling \
+      > "$OUT_DIR/bench_${TYPE}_tg128_async_splitkeys.json" 2>&1
+    $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 --async-scheduling \
+      > "$OUT_DIR/bench_${TYPE}_b128_async.json" 2>&1
     }
     if [ $PROFILE = 1 ]; then
       PAGODA_CUDA_GRAPHS=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nographs.json" 2>&1
@@ -249,7 +256,10 @@ rows = [("pp512_tg128", "prefill 512", "prefill_tok_s"), ("pp512_tg128", "decode
         ("tg128_nopdl", "decode tg128 batch 1, no PDL", "decode_tok_s"),
         ("tg128_nofuse", "decode tg128 batch 1, no fused products", "decode_tok_s"),
         ("tg128_splitkeys", "decode tg128 batch 1, split keys 256", "decode_tok_s"),
-        ("tg64_d4096_fp8_splitkeys", "decode @ 4096, fp8 KV, split keys 256", "decode_tok_s")]
+        ("tg64_d4096_fp8_splitkeys", "decode @ 4096, fp8 KV, split keys 256", "decode_tok_s"),
+        ("tg128_async", "decode tg128 batch 1, pipelined", "decode_tok_s"),
+        ("tg128_async_splitkeys", "decode tg128 batch 1, pipelined, split keys 256", "decode_tok_s"),
+        ("b128_async", "decode 128 seqs @ 512, pipelined", "decode_tok_s")]
 for name, label, key in rows:
     if name.endswith("_fp8w") and t != "BF16":
         continue  # FP8 weights are quantized from the BF16 file only

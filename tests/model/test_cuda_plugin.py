@@ -89,3 +89,11 @@ def test_bench_refuses_fp8_kv_on_the_cpu():
                       check=False)
     assert proc.returncode != 0
     assert "FP8 needs --device cuda" in proc.stderr, proc.stderr
+
+
+def test_bench_refuses_pipelined_decode_on_the_cpu():
+    # The CPU runner runs each step as it is called: there is nothing to pipeline.
+    proc = run_pagoda("bench", "-m", STORIES, "--async-scheduling", "-p", "8", "-n", "8",
+                      check=False)
+    assert proc.returncode != 0
+    assert "--async-scheduling need --device cuda" in proc.stderr, proc.stderr

@@ -45,7 +45,9 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
   std::vector<int32_t> prompt(static_cast<size_t>(std::max({P, D, G, 1})));
   for (int32_t& t : prompt) t = dist(rng);
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));
-  std::vector<int32_t> next(static_cast<size_t>(B));
+  std::vector<int32_t> next(static_cast<size_t>(B)), picked;
+  if (bc.pipelined && !r.has_pipeline())
+    return fail("bench", unsupported("--async-scheduling: this runner has no pipelined steps"));
 
   // B sequences with their own blocks, each prefilled once with D tokens (untimed; the
   // decode test then rewrites positions D .. D+G-1 on every repeat).
@@ -86,7 +88,23 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
       if (Status st = s.eval(p, false, &logits); !st) return fail("bench", st);
       if (rep > 0) pp.push_back(P / (now_seconds() - t0));
     }
-    if (G > 0) {
+    if (G > 0 && bc.pipelined) {
+      // Each step's tokens are the previous step's picks (placeholders -1 - row), as the
+      // engine's pipelined decode feeds them; one step stays queued behind the host.
+      const double t0 = now_seconds();
+      for (int i = 0; i < G; ++i) {
+        for (int b = 0; b < B; ++b) {
+          db.tokens[static_cast<size_t>(b)] =
+              i == 0 ? prompt[static_cast<size_t>(b % prompt.size())] : -1 - b;
+          db.seqs[static_cast<size_t>(b)].pos0 = D + i;
+        }
+        if (Status st = r.launch(db, nullptr); !st) return fail("bench", st);
+        if (i > 0)
+          if (Status st = r.collect(&picked); !st) return fail("bench", st);
+      }
+      if (Status st = r.collect(&picked); !st) return fail("bench", st);
+      if (rep > 0) tg.push_back(static_cast<double>(B) * G / (now_seconds() - t0));
+    } else if (G > 0) {
       const double t0 = now_seconds();
       for (int i = 0; i < G; ++i) {
         for (int b = 0; b < B; ++b) {
@@ -107,19 +125,20 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
     std::printf(
         "{\"model\":%s,\"device\":%s,\"prompt_len\":%d,\"gen_len\":%d,\"depth\":%d,\"parallel\":%d,"
         "\"repeats\":%lld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prefill_runs\":%s,"
-        "\"decode_runs\":%s,\"decode_bytes_per_step\":%.0f,\"decode_gb_s\":%.1f,\"load_s\":%.3f}\n",
+        "\"decode_runs\":%s,\"decode_bytes_per_step\":%.0f,\"decode_gb_s\":%.1f,\"load_s\":%.3f,"
+        "\"pipelined\":%s}\n",
         json_string(model_path).c_str(), json_string(r.describe()).c_str(), P, G, D, B,
         static_cast<long long>(bc.repeats), pp_tps, tg_tps, json_array(pp).c_str(),
-        json_array(tg).c_str(), step_bytes, gbps, load_s);
+        json_array(tg).c_str(), step_bytes, gbps, load_s, bc.pipelined ? "true" : "false");
   } else {
     std::printf("model %s (%s)\n%s, load %.2f s\n", model_path.c_str(), c.name.c_str(),
                 r.describe().c_str(), load_s);
     if (P > 0) std::printf("prefill pp%d: %.1f tok/s (median of %zu)\n", P, pp_tps, pp.size());
     if (G > 0)
       std::printf(
-          "decode  tg%d @ depth %d x %d seqs: %.1f tok/s (median of %zu), %.1f MB/step, %.0f "
+          "decode  tg%d @ depth %d x %d seqs%s: %.1f tok/s (median of %zu), %.1f MB/step, %.0f "
           "GB/s\n",
-          G, D, B, tg_tps, tg.size(), step_bytes / 1e6, gbps);
+          G, D, B, bc.pipelined ? " (pipelined)" : "", tg_tps, tg.size(), step_bytes / 1e6, gbps);
   }
   return 0;
 }

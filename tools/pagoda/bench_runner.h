@@ -19,6 +19,9 @@ struct RunnerBenchConfig {
   bool json = false;
   KvCacheType kv_cache_type = KvCacheType::k16Bit;
   bool fp8_weights = false;
+  // Decode as the engine's --async-scheduling does: step i + 1 is queued before step i's
+  // picks are read, its tokens the placeholders for them (ModelRunner::launch).
+  bool pipelined = false;
 };
 
 int bench_runner(const std::string& model_path, const RunnerBenchConfig& config);

@@ -40,6 +40,8 @@ int cmd_bench(int argc, char** argv) {
       {"--parallel", "", true, "--device cuda: sequences decoded together (default 1)"},
       {"--kv-cache-dtype", "", true, "auto (16-bit) or fp8 (--device cuda) (default auto)"},
       {"--quantization", "", true, "fp8: layers' float weights to FP8 at load (--device cuda)"},
+      {"--async-scheduling", "", false,
+       "--device cuda: decode steps pipelined as the engine's --async-scheduling runs them"},
       {"--json", "", false, "print JSON"},
       {"--help", "-h", false, "show this help"},
   };
@@ -73,12 +75,23 @@ int cmd_bench(int argc, char** argv) {
   const Result<bool> fp8 = fp8_weights(kv_flag, device != DeviceKind::kCpu);
   if (!fp8) return fail("bench", fp8.status());
   if (device != DeviceKind::kCpu) {
-    RunnerBenchConfig bc{P,        G,   depth, parallel, n_batch, reps, gpu, args->has("--json"),
-                         *kv_type, *fp8};
+    RunnerBenchConfig bc{P,
+                         G,
+                         depth,
+                         parallel,
+                         n_batch,
+                         reps,
+                         gpu,
+                         args->has("--json"),
+                         *kv_type,
+                         *fp8,
+                         args->has("--async-scheduling")};
     return bench_runner(*args->get("--model"), bc);
   }
-  if (depth != 0 || parallel != 1)
-    return fail("bench", unsupported("--depth and --parallel need --device cuda for now"));
+  if (depth != 0 || parallel != 1 || args->has("--async-scheduling"))
+    return fail(
+        "bench",
+        unsupported("--depth, --parallel and --async-scheduling need --device cuda for now"));
 
   auto loaded = load(*args->get("--model"), true, false);
   if (!loaded) return fail("bench", loaded.status());
