@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "engine/engine_core.h"
 #include "engine/fault_injection.h"
@@ -91,6 +92,9 @@ class EngineImpl : public Engine {
 
   Status init(const EngineConfig& cfg) {
     config_ = cfg;
+    // Read before the load, so that a mistyped value fails at once.
+    PAGODA_ASSIGN_OR_RETURN(const int64_t device_sampling,
+                            env_integer("PAGODA_DEVICE_SAMPLING", 1, 0, 1));
     PAGODA_ASSIGN_OR_RETURN(file_, GgufFile::open(cfg.model_path));
     auto tok = Tokenizer::from_gguf(*file_);
     if (!tok) return tok.status().with_context("loading the tokenizer of '" + cfg.model_path + "'");
@@ -128,6 +132,7 @@ class EngineImpl : public Engine {
     cc.block_size = cfg.block_size;
     cc.enable_prefix_caching = cfg.enable_prefix_caching;
     cc.async_scheduling = cfg.async_scheduling;
+    cc.device_sampling = device_sampling != 0;
     cc.sched.max_num_seqs = cfg.max_num_seqs;
     cc.sched.max_num_batched_tokens = cfg.max_num_batched_tokens;
     cc.sched.max_model_len = config_.max_model_len;

@@ -300,16 +300,8 @@ bool EngineCore::greedy_step(const sched::SchedulerOutput& so) const {
   return true;
 }
 
-bool EngineCore::device_sampling_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("PAGODA_DEVICE_SAMPLING");
-    return !(e && *e == '0');
-  }();
-  return enabled;
-}
-
 bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
-  if (!device_sampling_enabled() || !exec_.has_sampling()) return false;
+  if (!config_.device_sampling || !exec_.has_sampling()) return false;
   for (size_t i = 0; i < so.seqs.size(); ++i) {
     if (!so.seqs[i].samples) continue;
     const Req& r = *step_reqs_[i];
@@ -427,7 +419,7 @@ bool EngineCore::pipelinable(const SamplingParams& p) const {
       p.frequency_penalty != 0.0f)
     return false;
   const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
-  return (greedy && exec_.has_greedy()) || (device_sampling_enabled() && exec_.has_sampling());
+  return (greedy && exec_.has_greedy()) || (config_.device_sampling && exec_.has_sampling());
 }
 
 void EngineCore::step_pipelined(std::vector<RequestOutput>* out) {

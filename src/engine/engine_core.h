@@ -29,6 +29,9 @@ struct EngineCoreConfig {
   // on the host (log-probabilities, n > 1, penalties, host sampling) run plain steps;
   // while any is live, every step is plain.
   bool async_scheduling = false;
+  // Sample on the device where the executor can (PAGODA_DEVICE_SAMPLING=0 in the engine
+  // sends every step's logits to the host's sampler instead).
+  bool device_sampling = true;
 };
 
 class EngineCore {
@@ -74,11 +77,10 @@ class EngineCore {
   void step_pipelined(std::vector<RequestOutput>* out);
   void launch(sched::SchedulerOutput so);
   void complete(InFlight& f, std::vector<RequestOutput>* out);
-  static bool device_sampling_enabled();
   // Every sampled row of this step is plain greedy and the executor can pick it.
   bool greedy_step(const sched::SchedulerOutput& so) const;
   // No sampled row of this step needs its logits on the host (log-probabilities, forks),
-  // and the executor can draw the tokens itself (PAGODA_DEVICE_SAMPLING=0 turns it off).
+  // and the executor can draw the tokens itself (EngineCoreConfig::device_sampling).
   bool device_sampling_step(const sched::SchedulerOutput& so) const;
   void finish(Req& r, FinishReason why, std::vector<RequestOutput>* out, double now,
               RequestOutput* pending = nullptr, const std::string& error = {});

@@ -97,3 +97,27 @@ def test_bench_refuses_pipelined_decode_on_the_cpu():
                       check=False)
     assert proc.returncode != 0
     assert "--async-scheduling need --device cuda" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists(PLUGIN), reason="built without CUDA")
+@pytest.mark.parametrize("name,value", [("PAGODA_CUDA_FUSE", "x"), ("PAGODA_CUDA_FUSE", "8"),
+                                        ("PAGODA_CUDA_SPLIT_KEYS", "256k"),
+                                        ("PAGODA_CUDA_GRAPHS", "off"), ("PAGODA_CUDA_PDL", "no"),
+                                        ("PAGODA_CUDA_PROFILE", "2")])
+def test_mistyped_cuda_switches_are_refused_before_the_load(monkeypatch, name, value):
+    # These were read with atoi / a first-character test, so a typo ran (and timed) another
+    # configuration; the runner checks them before it opens the device, so no GPU is needed.
+    monkeypatch.setenv(name, value)
+    proc = run_pagoda("bench", "-m", STORIES, "--device", "cuda", "-p", "8", "-n", "8",
+                      check=False)
+    assert proc.returncode != 0
+    assert f"{name}={value}: expected an integer" in proc.stderr, proc.stderr
+
+
+def test_mistyped_device_sampling_switch_is_refused(tmp_path):
+    proc, _ = generate(tmp_path, env={"PAGODA_DEVICE_SAMPLING": "off"})
+    assert proc.returncode != 0
+    assert "PAGODA_DEVICE_SAMPLING=off: expected an integer from 0 to 1" in proc.stderr, proc.stderr
+    ok, out = generate(tmp_path, env={"PAGODA_DEVICE_SAMPLING": "0"})
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(out.read_text())["token_ids"]

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/thread_pool.h"
 
 namespace pagoda {
@@ -50,6 +51,32 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(f32_to_bf16(f32_from_bits(0x3f818000)), 0x3f82);  // tie, odd rounds up
   EXPECT_EQ(f32_to_bf16(f32_from_bits(0x3f808001)), 0x3f81);
   EXPECT_EQ(bf16_to_f32(0xc040), -3.0f);
+}
+
+TEST(Settings, TakeWholeIntegersInRangeOnly) {
+  EXPECT_EQ(*parse_setting("X", "0", 0, 5), 0);
+  EXPECT_EQ(*parse_setting("X", "5", 0, 5), 5);
+  EXPECT_EQ(*parse_setting("X", "-3", -3, 5), -3);
+  // atoi read each of these as a number (0, 1, 4 or 0); each is an error now.
+  for (const char* bad : {"", "yes", "1x", "4 ", " ", "0x5", "6", "-1", "99999999999999999999"}) {
+    const Result<int64_t> r = parse_setting("PAGODA_X", bad, 0, 5);
+    ASSERT_FALSE(r.is_ok()) << "'" << bad << "'";
+    EXPECT_NE(r.status().message().find("PAGODA_X="), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("from 0 to 5"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Settings, UnsetOrEmptyVariableGivesTheDefault) {
+  const char* name = "PAGODA_TEST_SETTING_XYZ";
+  ::unsetenv(name);
+  EXPECT_EQ(*env_integer(name, 7, 0, 10), 7);
+  ::setenv(name, "", 1);
+  EXPECT_EQ(*env_integer(name, 7, 0, 10), 7);
+  ::setenv(name, "3", 1);
+  EXPECT_EQ(*env_integer(name, 7, 0, 10), 3);
+  ::setenv(name, "three", 1);
+  EXPECT_FALSE(env_integer(name, 7, 0, 10).is_ok());
+  ::unsetenv(name);
 }
 
 TEST(ThreadPool, RunsEveryIndexOnce) {

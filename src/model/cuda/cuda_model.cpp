@@ -10,6 +10,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/check.h"
+#include "core/env.h"
 #include "model/arch/arch.h"
 #include "model/cuda/op_profiler.h"
 #include "model/cuda/uploader.h"
@@ -178,19 +179,25 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   if (!(options.kv_k_scale > 0 && options.kv_v_scale > 0 && std::isfinite(options.kv_k_scale) &&
         std::isfinite(options.kv_v_scale)))
     return invalid_argument("KV cache scales must be positive and finite");
+  // The developer switches first: a mistyped one fails before the weights are read.
+  PAGODA_ASSIGN_OR_RETURN(const int64_t profile, env_integer("PAGODA_CUDA_PROFILE", 0, 0, 1));
+  PAGODA_ASSIGN_OR_RETURN(const int64_t graphs, env_integer("PAGODA_CUDA_GRAPHS", 1, 0, 1));
+  PAGODA_ASSIGN_OR_RETURN(const int64_t fuse, env_integer("PAGODA_CUDA_FUSE", kFuseQkv | kFuseQuant,
+                                                          0, kFuseQkv | kFuseQuant));
+  PAGODA_ASSIGN_OR_RETURN(const int64_t split_keys,
+                          env_integer("PAGODA_CUDA_SPLIT_KEYS", 0, 0, 1 << 20));
+  // Read where the kernels are launched (pdl_enabled); only checked here.
+  PAGODA_RETURN_IF_ERROR(env_integer("PAGODA_CUDA_PDL", 1, 0, 1).status());
   std::unique_ptr<CudaModel> m(new CudaModel());
   m->options_ = options;
   PAGODA_ASSIGN_OR_RETURN(m->dev_, cuda::DeviceContext::open(options.device));
   PAGODA_RETURN_IF_ERROR(m->load_weights(f));
   PAGODA_RETURN_IF_ERROR(m->allocate_kv());
   PAGODA_RETURN_IF_ERROR(m->reserve(options.max_batch_tokens, options.max_logit_rows));
-  if (const char* e = std::getenv("PAGODA_CUDA_PROFILE"); e && *e == '1')
-    m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
-  if (const char* e = std::getenv("PAGODA_CUDA_GRAPHS"); e && *e == '0') m->use_graphs_ = false;
-  if (const char* e = std::getenv("PAGODA_CUDA_FUSE"))
-    m->fuse_ = static_cast<unsigned>(std::strtoul(e, nullptr, 0));
-  if (const char* e = std::getenv("PAGODA_CUDA_SPLIT_KEYS"))
-    m->split_keys_ = std::max(0, std::atoi(e));
+  if (profile) m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
+  m->use_graphs_ = graphs != 0;
+  m->fuse_ = static_cast<unsigned>(fuse);
+  m->split_keys_ = static_cast<int>(split_keys);
   return m;
 }
 
