@@ -4,6 +4,7 @@
 // logits compared by normalised error.
 #include <unistd.h>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "backend/cpu/matmul.h"
@@ -81,7 +82,7 @@ std::string write_model(const ModelSpec& s, std::mt19937& rng) {
 
 // Two sequences: A's prompt goes through the tensor-core kernel in two chunks, B's short
 // prompt through the row kernel; then both decode together.
-void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng) {
+void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n_decode = 3) {
   const std::string path = write_model(s, rng);
   auto file = GgufFile::open(path);
   if (!file) return fail(file.status().message());
@@ -133,7 +134,8 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng) {
   step({}, "reset");
   step({{0, 100}, {1, 3}}, "prefill 100 + 3");
   step({{0, 50}}, "prefill chunk 50 at 100");
-  for (int i = 0; i < 3; ++i) step({{0, 1}, {1, 1}}, str_format("decode step %d (2 seqs)", i));
+  for (int i = 0; i < n_decode; ++i)
+    step({{0, 1}, {1, 1}}, str_format("decode step %d (2 seqs)", i));
   step({{1, 70}, {0, 1}}, "chunk 70 at 5 + decode");
   // Copy-on-write: A's first block (positions 0-15) copied to an unused block, then a
   // new sequence continues from it at position 16.
@@ -164,6 +166,21 @@ CUDA_TEST(model_forward_matches_cpu) {
   compare_backends({"llama", DType::kQ8_0, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
   compare_backends({"qwen2", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, true, false}, kQuant, rng);
   compare_backends({"llama", DType::kQ4_1, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
+}
+
+// Decode KV splits from the context (PAGODA_CUDA_SPLIT_KEYS, read when the runner loads):
+// with 10 keys a split, A's decode rows (context 151 on) run 16 splits until context 161,
+// then 32, each count eager once, then captured, then replayed from its graph; B's (4 on)
+// run 1. Every step's logits must still be the CPU's.
+CUDA_TEST(decode_split_keys_match_cpu) {
+  std::mt19937 rng(23);
+  for (const char* keys : {"10", "64"}) {
+    setenv("PAGODA_CUDA_SPLIT_KEYS", keys, 1);
+    std::printf("PAGODA_CUDA_SPLIT_KEYS=%s\n", keys);
+    compare_backends({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, 1e-5, rng, 14);
+    compare_backends({"llama", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, false, false}, 1e-3, rng, 14);
+    unsetenv("PAGODA_CUDA_SPLIT_KEYS");
+  }
 }
 
 // Pipelined steps (launch / collect): each decode step is queued before the previous
@@ -251,10 +268,21 @@ void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
   EXPECT_OK((*piped)->launch(ok, nullptr));
   EXPECT_OK((*piped)->launch(batch(kSteps + 1, {-1, -2}), nullptr));
   expect(!(*piped)->launch(batch(kSteps + 2, {-1, -2}), nullptr).is_ok(), what + ": third refused");
-  std::vector<int32_t> picks;
-  EXPECT_OK((*piped)->collect(&picks));
-  EXPECT_OK((*piped)->collect(&picks));
-  expect(!(*piped)->collect(&picks).is_ok(), what + ": collect with nothing queued refused");
+  std::vector<int32_t> p_ok, p_next, p_swapped;
+  EXPECT_OK((*piped)->collect(&p_ok));
+  EXPECT_OK((*piped)->collect(&p_next));
+  expect(!(*piped)->collect(&p_swapped).is_ok(), what + ": collect with nothing queued refused");
+  // The refusals left the last picks usable: placeholders out of row order, each sequence
+  // given the other's pick.
+  EXPECT_OK((*piped)->launch(batch(kSteps + 2, {-2, -1}), nullptr));
+  EXPECT_OK((*piped)->collect(&p_swapped));
+  // The same three steps on the plain runner, the picks fed by hand.
+  std::vector<int32_t> w_ok(2), w_next(2), w_swapped(2);
+  EXPECT_OK((*plain)->forward_greedy(ok, w_ok.data()));
+  EXPECT_OK((*plain)->forward_greedy(batch(kSteps + 1, w_ok), w_next.data()));
+  EXPECT_OK((*plain)->forward_greedy(batch(kSteps + 2, {w_next[1], w_next[0]}), w_swapped.data()));
+  expect(p_ok == w_ok && p_next == w_next && p_swapped == w_swapped,
+         what + ": steps after the refusals, swapped placeholders, the plain runner's tokens");
 }
 
 CUDA_TEST(pipelined_steps_match_plain_steps) {

@@ -348,7 +348,9 @@ Status CudaModel::launch_graph(const Step& s) {
 Status CudaModel::enqueue_sampling(const StepSampling& sampling, int n_out) {
   const size_t row_bytes = sampling.rows.size() * sizeof(SamplingRow);
   const size_t bytes = row_bytes + sampling.penalties.size() * sizeof(int32_t);
-  if (bytes > sampling_.bytes()) {
+  // The staging buffer is checked too: a failed pinned allocation below leaves it empty
+  // while the device buffer has already grown.
+  if (bytes > sampling_.bytes() || bytes > sampling_host_[stage_].bytes()) {
     PAGODA_RETURN_IF_ERROR(dev_->sync());  // the old buffers may still be in use
     PAGODA_ASSIGN_OR_RETURN(sampling_,
                             cuda::DeviceBuffer::alloc(std::max<size_t>(bytes * 2, 64u << 10)));
@@ -375,7 +377,19 @@ Status CudaModel::queue_step(const Batch& batch, bool greedy, const StepSampling
   if (sampling) PAGODA_RETURN_IF_ERROR(check_sampling(*sampling, n_out));
   PAGODA_CUDA_TRY(cudaSetDevice(dev_->index()));
   PAGODA_RETURN_IF_ERROR(reserve(std::max(n, n_out), n_out));
+  // This step's staging buffers are the pair the step before did not use; a step that
+  // fails gives its pair back, so a retry cannot write the pair a queued step's copies
+  // may still read.
+  const int used = stage_;
   stage_ ^= 1;
+  const Status queued = queue_staged(batch, greedy, sampling, n_out);
+  if (!queued) stage_ = used;
+  return queued;
+}
+
+Status CudaModel::queue_staged(const Batch& batch, bool greedy, const StepSampling* sampling,
+                               int n_out) {
+  const int n = static_cast<int>(batch.tokens.size());
   Step s;
   s.n_out = n_out;
   s.greedy = greedy;
@@ -418,7 +432,7 @@ Status CudaModel::launch(const Batch& batch, const StepSampling* sampling) {
   const int n = static_cast<int>(batch.tokens.size());
   const int n_out = static_cast<int>(batch.logit_rows.size());
   const int prev_picks = last_picks_;
-  last_picks_ = -1;  // until this step is queued whole
+  // Refusals that change nothing keep the previous picks usable for a later step.
   if (queued_.size() >= 2) return internal_error("a third pipelined step before a collect()");
   // The previous step's picks stay in tokens_out_ for this one's placeholders: buffers
   // must not be regrown (and so replaced) under them.
@@ -426,6 +440,7 @@ Status CudaModel::launch(const Batch& batch, const StepSampling* sampling) {
     return invalid_argument(
         str_format("a pipelined step of %d tokens and %d picks is over the runner's %d and %d", n,
                    n_out, capacity_, logit_capacity_));
+  last_picks_ = -1;  // until this step is queued whole (a failure may have overwritten them)
   PAGODA_RETURN_IF_ERROR(
       queue_step(batch, sampling == nullptr, sampling, n_out, std::max(prev_picks, 0)));
   const int slot = next_slot_;

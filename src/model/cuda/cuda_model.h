@@ -75,6 +75,8 @@ class CudaModel : public ModelRunner {
   // below 0 are allowed when `prev_picks` > 0: rows of the previous step's picks.
   Status queue_step(const Batch& batch, bool greedy, const StepSampling* sampling, int n_out,
                     int prev_picks);
+  // queue_step's second half, once the step's staging pair (stage_) is chosen.
+  Status queue_staged(const Batch& batch, bool greedy, const StepSampling* sampling, int n_out);
   // Sends the step's sampling rows and penalties to the device and queues the draw.
   Status enqueue_sampling(const StepSampling& sampling, int n_out);
   // Queues every kernel of the step on the stream.
