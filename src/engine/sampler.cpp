@@ -85,79 +85,85 @@ SamplingRow Sampler::device_row(std::vector<int32_t>* penalties) {
   return r;
 }
 
-int32_t Sampler::sample(float* logits, int32_t n_vocab) {
-  apply_penalties(logits, n_vocab);
-  int32_t chosen;
-  if (params_.temperature <= 0.0f || params_.top_k == 1) {
-    chosen = argmax(logits, n_vocab);
-  } else {
-    const float inv_t = 1.0f / params_.temperature;
-    // Candidates sorted by logit, most likely first; only as many as the filters can keep
-    // are sorted (a full sort of a 150k vocabulary would cost more than a decode step).
-    cand_.resize(static_cast<size_t>(n_vocab));
-    for (int32_t i = 0; i < n_vocab; ++i) cand_[static_cast<size_t>(i)] = {logits[i] * inv_t, i};
-    size_t keep = cand_.size();
-    if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
-    const auto by_logit = [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    // Softmax normaliser over all candidates before top-p/min-p (they refer to the full
-    // tempered distribution, after top-k).
-    if (keep < cand_.size())  // the top-k set first, in any order
-      std::nth_element(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep),
-                       cand_.end(), by_logit);
-    size_t sorted = std::min(keep, static_cast<size_t>(256));
-    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(sorted),
-                      cand_.begin() + static_cast<std::ptrdiff_t>(keep), by_logit);
-    const float max_logit = cand_[0].first;
-    double z = 0;
+int32_t draw_token(const float* logits, int32_t n_vocab, const SamplingRow& f, double u,
+                   std::vector<std::pair<float, int32_t>>* scratch) {
+  if (f.temperature <= 0.0f || f.top_k == 1) return argmax(logits, n_vocab);
+  std::vector<std::pair<float, int32_t>>& cand = *scratch;
+  const float inv_t = 1.0f / f.temperature;
+  // Candidates sorted by logit, most likely first; only as many as the filters can keep
+  // are sorted (a full sort of a 150k vocabulary would cost more than a decode step).
+  cand.resize(static_cast<size_t>(n_vocab));
+  for (int32_t i = 0; i < n_vocab; ++i) cand[static_cast<size_t>(i)] = {logits[i] * inv_t, i};
+  size_t keep = cand.size();
+  if (f.top_k > 0) keep = std::min(keep, static_cast<size_t>(f.top_k));
+  const auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  // Softmax normaliser over all candidates before top-p/min-p (they refer to the full
+  // tempered distribution, after top-k).
+  if (keep < cand.size())  // the top-k set first, in any order
+    std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep), cand.end(),
+                     by_logit);
+  size_t sorted = std::min(keep, static_cast<size_t>(256));
+  std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(sorted),
+                    cand.begin() + static_cast<std::ptrdiff_t>(keep), by_logit);
+  const float max_logit = cand[0].first;
+  double z = 0;
+  for (size_t i = 0; i < keep; ++i) z += std::exp(static_cast<double>(cand[i].first - max_logit));
+  const auto prob = [&](size_t i) {
+    return std::exp(static_cast<double>(cand[i].first - max_logit)) / z;
+  };
+  if (f.min_p > 0.0f) {
+    // p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p)
+    const float cut = max_logit + std::log(f.min_p);
+    size_t n = 0;
     for (size_t i = 0; i < keep; ++i)
-      z += std::exp(static_cast<double>(cand_[i].first - max_logit));
-    const auto prob = [&](size_t i) {
-      return std::exp(static_cast<double>(cand_[i].first - max_logit)) / z;
-    };
-    if (params_.min_p > 0.0f) {
-      // p_i >= min_p * p_max  <=>  logit_i >= max_logit + log(min_p)
-      const float cut = max_logit + std::log(params_.min_p);
-      size_t n = 0;
-      for (size_t i = 0; i < keep; ++i)
-        if (cand_[i].first >= cut) cand_[n++] = cand_[i];
-      keep = std::max<size_t>(n, 1);
-      sorted = std::min(sorted, keep);
-    }
-    if (params_.top_p < 1.0f) {
-      double cum = 0;
-      size_t i = 0;
-      for (;; ++i) {
-        if (i == sorted && sorted < keep) {  // need more of the order: sort further
-          const size_t more = std::min(keep, sorted * 4);
-          std::partial_sort(cand_.begin() + static_cast<std::ptrdiff_t>(sorted),
-                            cand_.begin() + static_cast<std::ptrdiff_t>(more),
-                            cand_.begin() + static_cast<std::ptrdiff_t>(keep), by_logit);
-          sorted = more;
-        }
-        if (i >= keep) break;
-        cum += prob(i);
-        if (cum >= params_.top_p) {
-          ++i;
-          break;
-        }
+      if (cand[i].first >= cut) cand[n++] = cand[i];
+    keep = std::max<size_t>(n, 1);
+    sorted = std::min(sorted, keep);
+  }
+  if (f.top_p < 1.0f) {
+    double cum = 0;
+    size_t i = 0;
+    for (;; ++i) {
+      if (i == sorted && sorted < keep) {  // need more of the order: sort further
+        const size_t more = std::min(keep, sorted * 4);
+        std::partial_sort(cand.begin() + static_cast<std::ptrdiff_t>(sorted),
+                          cand.begin() + static_cast<std::ptrdiff_t>(more),
+                          cand.begin() + static_cast<std::ptrdiff_t>(keep), by_logit);
+        sorted = more;
       }
-      keep = std::max<size_t>(std::min(i, keep), 1);
-    }
-    double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += prob(i);
-    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
-    double acc = 0;
-    chosen = cand_[keep - 1].second;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += prob(i);
-      if (u < acc) {
-        chosen = cand_[i].second;
+      if (i >= keep) break;
+      cum += prob(i);
+      if (cum >= f.top_p) {
+        ++i;
         break;
       }
     }
+    keep = std::max<size_t>(std::min(i, keep), 1);
   }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += prob(i);
+  const double target = u * total;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += prob(i);
+    if (target < acc) return cand[i].second;
+  }
+  return cand[keep - 1].second;
+}
+
+int32_t Sampler::sample(float* logits, int32_t n_vocab) {
+  apply_penalties(logits, n_vocab);
+  SamplingRow f;
+  f.temperature = params_.temperature;
+  f.top_k = params_.top_k;
+  f.top_p = params_.top_p;
+  f.min_p = params_.min_p;
+  // One uniform per draw that is not the maximum, as device_row takes it.
+  const bool greedy = params_.temperature <= 0.0f || params_.top_k == 1;
+  const double u = greedy ? 0.0 : static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  const int32_t chosen = draw_token(logits, n_vocab, f, u, &cand_);
   accept(chosen);
   return chosen;
 }

@@ -47,6 +47,13 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> cand_;  // reused candidate buffer
 };
 
+// The token that uniform `u` in [0, 1) picks from `logits` (penalties already applied)
+// under `f`'s temperature, top-k, min-p and top-p (its other fields are not read): the
+// most likely token first, the first whose cumulative probability passes u times the kept
+// mass. The maximum when the temperature is 0 or top-k 1. `scratch` is reused between calls.
+int32_t draw_token(const float* logits, int32_t n_vocab, const SamplingRow& f, double u,
+                   std::vector<std::pair<float, int32_t>>* scratch);
+
 // A seed for a request that gave none: different on every call and in every process.
 uint64_t random_seed();
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/executor.h"
+#include "engine/sampler.h"
 
 namespace pagoda::testing {
 
@@ -73,7 +74,9 @@ class FakeExecutor : public Executor {
   // With `sampling` set it also draws on the "device" (as the CUDA runner does): the
   // penalty entries the engine sent, applied as the CUDA kernel applies them, then the
   // argmax for greedy rows, or token floor(u * n_vocab) for the others (so a test sees
-  // which uniform the engine drew); sampling_steps counts its use.
+  // which uniform the engine drew), or with `host_draws` the host sampler's own draw
+  // (draw_token), so that a request's tokens do not depend on which path a step took;
+  // sampling_steps counts its use.
   bool has_sampling() const override { return sampling; }
   Status execute_sample(const Batch& b, const StepSampling& s, int32_t* tokens) override {
     if (s.rows.size() != b.logit_rows.size()) return internal_error("one row per logit row");
@@ -94,7 +97,8 @@ class FakeExecutor : public Executor {
         tokens[i] = static_cast<int32_t>(std::max_element(x, x + n_vocab_) - x);
       } else {
         if (!(r.u >= 0.0 && r.u < 1.0)) return internal_error("uniform draw outside [0, 1)");
-        tokens[i] = std::min(n_vocab_ - 1, static_cast<int32_t>(r.u * n_vocab_));
+        tokens[i] = host_draws ? draw_token(x, n_vocab_, r, r.u, &scratch_)
+                               : std::min(n_vocab_ - 1, static_cast<int32_t>(r.u * n_vocab_));
       }
     }
     sampling_steps++;
@@ -120,6 +124,7 @@ class FakeExecutor : public Executor {
   bool greedy = false;
   int greedy_steps = 0;
   bool sampling = false;
+  bool host_draws = false;
   int sampling_steps = 0;
   int launches = 0;
 
@@ -129,6 +134,7 @@ class FakeExecutor : public Executor {
   }
   int bs_;
   int32_t n_vocab_;
+  std::vector<std::pair<float, int32_t>> scratch_;
   std::vector<int32_t> slots_;
 };
 
