@@ -7,11 +7,13 @@
 // steps (one token per sequence) replay a CUDA graph per batch size: the ~300 launches
 // of a step cost one, and no kernel waits on the host.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/check.h"
+#include "core/log.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/op_profiler.h"
 
@@ -333,6 +335,7 @@ Status CudaModel::launch_graph(const Step& s) {
   if (it == graphs_.end()) {
     if (graph_seen_[key]++ < kEagerRunsBeforeCapture) return enqueue(s);
     cudaStream_t st = dev_->stream();
+    const auto t0 = std::chrono::steady_clock::now();
     auto g = std::make_unique<Graph>();
     PAGODA_CUDA_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     const Status queued = enqueue(s);
@@ -341,6 +344,14 @@ Status CudaModel::launch_graph(const Step& s) {
     PAGODA_RETURN_IF_ERROR(cuda::cuda_status(ended, "capturing the decode step"));
     PAGODA_CUDA_TRY(cudaGraphInstantiate(&g->exec, g->graph, 0));
     it = graphs_.emplace(key, std::move(g)).first;
+    // Graphs are captured per batch size as sizes appear (no padding to buckets, so no
+    // wasted rows); what each capture stalls its step for is here (PAGODA_LOG=debug).
+    if (log_level() <= LogLevel::kDebug)
+      log_debug(str_format(
+          "CUDA graph for %d rows (%d picks, %s, %d KV splits) captured in %.1f ms; %zu held", s.n,
+          s.n_out, s.greedy ? "greedy" : "logits or sampled", s.plan.n_splits,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+          graphs_.size()));
   }
   return cuda::cuda_status(cudaGraphLaunch(it->second->exec, dev_->stream()), "cudaGraphLaunch");
 }
