@@ -289,7 +289,7 @@ PY
       for kv in ${THROUGHPUT_KV:-fp8 fp8-async auto}; do
         seqs=${THROUGHPUT_SEQS:-$([ $kv = auto ] && echo 256 || echo 512)}
         # shellcheck disable=SC2046
-        PAGODA_LOG=info timeout ${THROUGHPUT_TIMEOUT:-400} $BIN/pagoda generate -m "$M" --device cuda \
+        PAGODA_LOG=debug timeout ${THROUGHPUT_TIMEOUT:-400} $BIN/pagoda generate -m "$M" --device cuda \
           --kv-cache-dtype ${kv%-async} $([ $kv = fp8-async ] && echo --async-scheduling) \
           --input "$MODEL_DIR/tp_in.jsonl" --output "$MODEL_DIR/tp_out.jsonl" \
           --stats-json "$OUT_DIR/throughput_${TYPE}_$kv.json" --quiet --max-num-seqs $seqs \
@@ -308,7 +308,11 @@ try:
 except Exception as e:
     print(f"{label:44s} ERROR rc {sys.argv[3]}: {e}")
 PY
-        tail -n 3 "$OUT_DIR/throughput_${TYPE}_$kv.log"
+        # Decode graphs captured during the run (debug lines) and what they stalled.
+        row "8B offline $kv KV: decode graph captures" "$(grep -h "CUDA graph for" \
+          "$OUT_DIR/throughput_${TYPE}_$kv.log" | sed -E 's/.* captured in ([0-9.]+) ms.*/\1/' |
+          awk '{n++; t+=$1; if ($1>m) m=$1} END {printf "%d, %.1f ms in all, longest %.1f ms", n, t, m}')"
+        grep -v "CUDA graph for" "$OUT_DIR/throughput_${TYPE}_$kv.log" | tail -n 3
       done
       rm -f "$MODEL_DIR/tp_in.jsonl" "$MODEL_DIR/tp_out.jsonl"
     fi
