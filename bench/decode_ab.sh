@@ -9,7 +9,8 @@
 # Environment: TYPES (default "BF16 Q4_0"; "BF16+fp8": the BF16 file with
 # --quantization fp8), VARIANTS (';'-separated environment
 # settings and `pagoda bench` flags, "-" for none; default "-;PAGODA_CUDA_FUSE=0"; for
-# example "-;--async-scheduling;PAGODA_CUDA_SPLIT_KEYS=256 --async-scheduling"), REPS (bench -r; default 3),
+# example "-;--async-scheduling;PAGODA_CUDA_SPLIT_KEYS=256 --async-scheduling"; "omit":
+# each kind of op left out in turn), REPS (bench -r; default 3),
 # PAGODA_DATA (default ../shared), OUT_DIR (default build-gpu/ab), MODEL_DIR (default
 # /dev/shm), BUILD_DIR (default build-gpu).
 set -uo pipefail
@@ -20,6 +21,14 @@ MODEL_DIR=${MODEL_DIR:-/dev/shm}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 TYPES=${TYPES:-"BF16 Q4_0"}
 VARIANTS=${VARIANTS:-"-;PAGODA_CUDA_FUSE=0"}
+# VARIANTS=omit: each kind of op left out in turn (PAGODA_CUDA_OMIT), so the differences
+# from "-" are what each kind costs inside the step's graph.
+if [ "$VARIANTS" = omit ]; then
+  VARIANTS="-"
+  for k in norm qkv rope attention wo gate_up silu down output; do
+    VARIANTS="$VARIANTS;PAGODA_CUDA_OMIT=$k"
+  done
+fi
 REPS=${REPS:-3}
 CHECKS=1
 [ "${1:-}" = "--skip-checks" ] && CHECKS=0

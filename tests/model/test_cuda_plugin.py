@@ -121,3 +121,18 @@ def test_mistyped_device_sampling_switch_is_refused(tmp_path):
     ok, out = generate(tmp_path, env={"PAGODA_DEVICE_SAMPLING": "0"})
     assert ok.returncode == 0, ok.stderr
     assert json.loads(out.read_text())["token_ids"]
+
+
+@pytest.mark.skipif(not os.path.exists(PLUGIN), reason="built without CUDA")
+def test_omitted_op_kinds_are_checked_before_the_load(monkeypatch):
+    # PAGODA_CUDA_OMIT (timing experiments) names kinds of op; a misspelt one is an error.
+    monkeypatch.setenv("PAGODA_CUDA_OMIT", "norm,rop")
+    proc = run_pagoda("bench", "-m", STORIES, "--device", "cuda", "-p", "8", "-n", "8",
+                      check=False)
+    assert proc.returncode != 0
+    assert "unknown kind of op 'rop'" in proc.stderr, proc.stderr
+    monkeypatch.setenv("PAGODA_CUDA_OMIT", "norm,wo")  # valid: fails later, for want of a GPU
+    proc = run_pagoda("bench", "-m", STORIES, "--device", "cuda", "-p", "8", "-n", "8",
+                      check=False)
+    assert "unknown kind" not in proc.stderr, proc.stderr
+    assert "the outputs are wrong" in proc.stderr, proc.stderr

@@ -216,6 +216,8 @@ Status CudaModel::enqueue(const Step& s) {
   auto mark = [prof](const char* op) {
     if (prof) prof->mark(op);
   };
+  // Kinds of op left out of every step (PAGODA_CUDA_OMIT, timing experiments only).
+  const auto kept = [this](unsigned kind) { return (omit_ & kind) == 0; };
 
   float* x = x_.as<float>();
   // Decode steps over GGUF block weights: the norm (and SiLU) write the product's 8-bit
@@ -226,26 +228,33 @@ Status CudaModel::enqueue(const Step& s) {
   };
   // xn = norm(x) * norm_w; y = W xn.
   auto norm_product = [&](const float* norm_w, const cuda::DeviceMatrix& w, float* y,
-                          int64_t y_stride, const char* op) -> Status {
+                          int64_t y_stride, const char* op, unsigned kind) -> Status {
+    const bool norm = kept(kOmitNorm), product = kept(kind);
     if (q8_input(w)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act a, gemm.q8_input(dim, n, st));
-      PAGODA_RETURN_IF_ERROR(
-          cuda::rms_norm_q8(x, dim, nullptr, norm_w, a, n, c.dim, c.rms_eps, st));
+      if (norm)
+        PAGODA_RETURN_IF_ERROR(
+            cuda::rms_norm_q8(x, dim, nullptr, norm_w, a, n, c.dim, c.rms_eps, st));
       mark("rms_norm");
-      PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(w, a, n, y, y_stride, false, st));
+      if (product) PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(w, a, n, y, y_stride, false, st));
     } else if (w.fp8 && n > cuda::kGemvMaxTokens) {
       // FP8 products of a batch: the norm takes the activations' max on the way.
       PAGODA_ASSIGN_OR_RETURN(uint32_t* const amax, gemm.fp8_amax_slot());
-      PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
-                                            cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st,
-                                            amax));
+      if (norm)
+        PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
+                                              cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st,
+                                              amax));
       mark("rms_norm");
-      PAGODA_RETURN_IF_ERROR(gemm.matmul_fp8_scanned(w, xn_.get(), dim, n, y, y_stride, false, st));
+      if (product)
+        PAGODA_RETURN_IF_ERROR(
+            gemm.matmul_fp8_scanned(w, xn_.get(), dim, n, y, y_stride, false, st));
     } else {
-      PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
-                                            cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st));
+      if (norm)
+        PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
+                                              cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st));
       mark("rms_norm");
-      PAGODA_RETURN_IF_ERROR(gemm.matmul(w, xn_.get(), dim, n, y, y_stride, false, st));
+      if (product)
+        PAGODA_RETURN_IF_ERROR(gemm.matmul(w, xn_.get(), dim, n, y, y_stride, false, st));
     }
     mark(op);
     return Status::ok();
@@ -260,7 +269,8 @@ Status CudaModel::enqueue(const Step& s) {
   };
   // x += W in; block weights take their f16 input straight.
   auto residual_product = [&](const cuda::DeviceMatrix& w, const void* in, int64_t cols,
-                              const char* op) -> Status {
+                              const char* op, unsigned kind) -> Status {
+    if (!kept(kind)) return Status::ok();
     if (quantizes_input(w))
       PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(w, in, x, true, cuda::GemvFusion{}, st));
     else
@@ -285,43 +295,53 @@ Status CudaModel::enqueue(const Step& s) {
     fq.q_out = q16_.as<uint16_t>();
     fq.kv = kv;
     if ((fuse & kFuseQkv) && cuda::gemv_takes(L.qkv, 1, fq)) {
-      PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
-                                            cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps,
-                                            st));
+      if (kept(kOmitNorm))
+        PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
+                                              cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps,
+                                              st));
       mark("rms_norm");
-      PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.qkv, xn_.get(), nullptr, false, fq, st));
+      if (kept(kOmitQkv))
+        PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.qkv, xn_.get(), nullptr, false, fq, st));
       mark("qkv+rope");
     } else {
-      PAGODA_RETURN_IF_ERROR(norm_product(L.attn_norm, L.qkv, qkv_.as<float>(), qkv_w, "qkv"));
-      PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(qkv_.as<float>(), L.qkv_bias, rp,
-                                                  rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(),
-                                                  kv, st));
+      PAGODA_RETURN_IF_ERROR(
+          norm_product(L.attn_norm, L.qkv, qkv_.as<float>(), qkv_w, "qkv", kOmitQkv));
+      if (kept(kOmitRope))
+        PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(qkv_.as<float>(), L.qkv_bias, rp,
+                                                    rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(),
+                                                    kv, st));
       mark("rope+kv");
     }
-    PAGODA_RETURN_IF_ERROR(cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads, scale,
-                                           attn_.get(), cuda::act_type_for(L.wo.type), st));
+    if (kept(kOmitAttention))
+      PAGODA_RETURN_IF_ERROR(cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads,
+                                             scale, attn_.get(), cuda::act_type_for(L.wo.type),
+                                             st));
     mark("attention");
-    PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo"));
-    PAGODA_RETURN_IF_ERROR(norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up"));
+    PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo", kOmitWo));
+    PAGODA_RETURN_IF_ERROR(
+        norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up", kOmitGateUp));
     if (q8_input(L.down) && !quantizes_input(L.down)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
-      PAGODA_RETURN_IF_ERROR(cuda::silu_mul_q8(gu_.as<float>(), n, c.ffn_dim, h, st));
+      if (kept(kOmitSilu))
+        PAGODA_RETURN_IF_ERROR(cuda::silu_mul_q8(gu_.as<float>(), n, c.ffn_dim, h, st));
       mark("silu_mul");
-      PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(L.down, h, n, x, dim, true, st));
+      if (kept(kOmitDown)) PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(L.down, h, n, x, dim, true, st));
       mark("down");
       continue;
     }
-    PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
-                                          cuda::act_type_for(L.down.type), st));
+    if (kept(kOmitSilu))
+      PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
+                                            cuda::act_type_for(L.down.type), st));
     mark("silu_mul");
-    PAGODA_RETURN_IF_ERROR(residual_product(L.down, hidden_.get(), ff, "down"));
+    PAGODA_RETURN_IF_ERROR(residual_product(L.down, hidden_.get(), ff, "down", kOmitDown));
   }
   if (s.n_out == 0) return Status::ok();
   PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, s.logit_rows, output_norm_, xn_.get(),
                                         cuda::act_type_for(output_.type), s.n_out, c.dim, c.rms_eps,
                                         st));
-  PAGODA_RETURN_IF_ERROR(
-      gemm.matmul(output_, xn_.get(), dim, s.n_out, logits_.as<float>(), c.n_vocab, false, st));
+  if (kept(kOmitOutput))
+    PAGODA_RETURN_IF_ERROR(
+        gemm.matmul(output_, xn_.get(), dim, s.n_out, logits_.as<float>(), c.n_vocab, false, st));
   if (s.greedy)
     PAGODA_RETURN_IF_ERROR(
         cuda::argmax_rows(logits_.as<float>(), s.n_out, c.n_vocab, tokens_out_.as<int32_t>(), st));

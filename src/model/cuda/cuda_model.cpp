@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <utility>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/check.h"
 #include "core/env.h"
+#include "core/log.h"
 #include "model/arch/arch.h"
 #include "model/cuda/op_profiler.h"
 #include "model/cuda/uploader.h"
@@ -172,6 +175,29 @@ CudaModel::~CudaModel() {
   profiler_.reset();
 }
 
+// PAGODA_CUDA_OMIT: comma-separated kinds of op to leave out of every step.
+Result<unsigned> CudaModel::parse_omit(const char* text) {
+  static constexpr std::pair<const char*, unsigned> kKinds[] = {
+      {"norm", kOmitNorm},           {"qkv", kOmitQkv},   {"rope", kOmitRope},
+      {"attention", kOmitAttention}, {"wo", kOmitWo},     {"gate_up", kOmitGateUp},
+      {"silu", kOmitSilu},           {"down", kOmitDown}, {"output", kOmitOutput}};
+  unsigned bits = 0;
+  std::string_view rest = text ? text : "";
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view name = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    unsigned bit = 0;
+    for (const auto& [k, b] : kKinds)
+      if (name == k) bit = b;
+    if (bit == 0)
+      return invalid_argument("PAGODA_CUDA_OMIT: unknown kind of op '" + std::string(name) +
+                              "' (norm, qkv, rope, attention, wo, gate_up, silu, down, output)");
+    bits |= bit;
+  }
+  return bits;
+}
+
 Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
                                                    const RunnerOptions& options) {
   if (options.kv_block_size <= 0 || options.kv_block_size % 16 != 0)
@@ -186,6 +212,8 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
                                                           0, kFuseQkv | kFuseQuant));
   PAGODA_ASSIGN_OR_RETURN(const int64_t split_keys,
                           env_integer("PAGODA_CUDA_SPLIT_KEYS", 0, 0, 1 << 20));
+  PAGODA_ASSIGN_OR_RETURN(const unsigned omit, parse_omit(std::getenv("PAGODA_CUDA_OMIT")));
+  if (omit) log_warn("PAGODA_CUDA_OMIT: ops left out of every step; the outputs are wrong");
   // Read where the kernels are launched (pdl_enabled); only checked here.
   PAGODA_RETURN_IF_ERROR(env_integer("PAGODA_CUDA_PDL", 1, 0, 1).status());
   std::unique_ptr<CudaModel> m(new CudaModel());
@@ -198,6 +226,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   m->use_graphs_ = graphs != 0;
   m->fuse_ = static_cast<unsigned>(fuse);
   m->split_keys_ = static_cast<int>(split_keys);
+  m->omit_ = omit;
   return m;
 }
 

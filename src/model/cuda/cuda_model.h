@@ -133,6 +133,14 @@ class CudaModel : public ModelRunner {
   // kernels, as larger batches run).
   static constexpr unsigned kFuseQkv = 1, kFuseQuant = 4;
   unsigned fuse_ = kFuseQkv | kFuseQuant;
+  // Kinds of op left out of every step: a timing experiment (what each kind costs inside
+  // the graph, where eager profiles mislead); the outputs are wrong. PAGODA_CUDA_OMIT
+  // names them (parse_omit in cuda_model.cpp); none by default.
+  static constexpr unsigned kOmitNorm = 1, kOmitQkv = 2, kOmitRope = 4, kOmitAttention = 8,
+                            kOmitWo = 16, kOmitGateUp = 32, kOmitSilu = 64, kOmitDown = 128,
+                            kOmitOutput = 256;
+  unsigned omit_ = 0;
+  static Result<unsigned> parse_omit(const char* text);
   // Keys a decode KV split aims at (cuda::decode_splits_for_context), so short contexts
   // run few splits and skip the merge; 0 (the default): splits depend on the batch size
   // alone (cuda::decode_splits). PAGODA_CUDA_SPLIT_KEYS sets it. Not yet measured on the
