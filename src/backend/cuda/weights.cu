@@ -1,6 +1,8 @@
 // Weight matrices on the device: which GGUF types the CUDA backend takes, their device
 // layout (quantized blocks split into aligned quant and scale arrays), the repacking
 // from GGUF rows, embedding lookups, and dequantization to fp16 for the GEMM path.
+#include <algorithm>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 
@@ -112,6 +114,29 @@ size_t device_matrix_bytes(DType t, int64_t rows, int64_t cols) {
     default:
       return 0;
   }
+}
+
+L2Prefetch l2_prefetch_head(const DeviceMatrix& w, size_t bytes) {
+  L2Prefetch pf;
+  if (w.data == nullptr || bytes == 0) return pf;
+  const size_t n = static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols);
+  const auto floor16 = [](double b) {
+    return static_cast<uint32_t>(std::min(b, 1073741824.0)) / 16u * 16u;
+  };
+  if (is_quant(w.type) && !w.fp8) {
+    const double q = static_cast<double>(w.type == DType::kQ8_0 ? n : n / 2);
+    const double s = static_cast<double>(n / kQBlock * 2);
+    const double f = std::min(1.0, static_cast<double>(bytes) / (q + s));
+    pf.p[0] = w.data;
+    pf.bytes[0] = floor16(f * q);
+    pf.p[1] = w.scales;
+    pf.bytes[1] = floor16(f * s);
+  } else {
+    const size_t eb = w.fp8 ? 1 : w.type == DType::kF32 ? 4 : 2;
+    pf.p[0] = w.data;
+    pf.bytes[0] = floor16(static_cast<double>(std::min(bytes, n * eb)));
+  }
+  return pf;
 }
 
 void assign_matrix_storage(DeviceMatrix* m, void* base) {
