@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 #include "backend/cpu/matmul.h"
 #include "core/dtype.h"
@@ -183,17 +184,20 @@ CUDA_TEST(decode_split_keys_match_cpu) {
   }
 }
 
-// Decode-step norms prefetching the next product's weights into L2
-// (PAGODA_CUDA_PREFETCH_MB: 1 MiB, a head of every matrix; 1,024, all of each): the
-// logits must stay the CPU's, eager and through graphs.
+// Decode steps prefetching the next product's weights into L2 (PAGODA_CUDA_PREFETCH_MB:
+// 1 MiB, a head of every matrix, from the norms; 1,024, all of each, and wo and down too
+// from prefetch kernels in the chain): the logits must stay the CPU's, eager and through
+// graphs.
 CUDA_TEST(decode_l2_prefetch_matches_cpu) {
   std::mt19937 rng(24);
   for (const char* mb : {"1", "1024"}) {
     setenv("PAGODA_CUDA_PREFETCH_MB", mb, 1);
+    setenv("PAGODA_CUDA_PREFETCH_KERNELS", std::string(mb) == "1" ? "0" : "1", 1);
     std::printf("PAGODA_CUDA_PREFETCH_MB=%s\n", mb);
     compare_backends({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, 1e-5, rng, 6);
     compare_backends({"llama", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, true, false}, 1e-3, rng, 6);
     unsetenv("PAGODA_CUDA_PREFETCH_MB");
+    unsetenv("PAGODA_CUDA_PREFETCH_KERNELS");
   }
 }
 

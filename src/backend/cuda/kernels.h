@@ -62,6 +62,9 @@ struct L2Prefetch {
 // The first `bytes` of `w` as its product reads them: its first rows (quantized types:
 // their quants and scales, in proportion; Q4_1's offsets are left to the product).
 L2Prefetch l2_prefetch_head(const DeviceMatrix& w, size_t bytes);
+// The prefetch as a kernel of its own in a step's chain, for products that no norm
+// precedes (wo after the attention, down after SiLU).
+Status l2_prefetch(L2Prefetch pf, cudaStream_t stream);
 // Device bytes of a rows x cols matrix of `t` in the layout above.
 size_t device_matrix_bytes(DType t, int64_t rows, int64_t cols);
 // Points m.data/scales/mins into `base` (device_matrix_bytes bytes).

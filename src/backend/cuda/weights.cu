@@ -81,6 +81,14 @@ __global__ void dequant_f16_kernel(DeviceMatrix w, __half* __restrict__ out) {
     out[i] = __float2half_rn(dequant(w, i / kQBlock, static_cast<int>(i % kQBlock)));
 }
 
+// Issues the prefetch, then waits for the kernels before: its completion implies theirs,
+// as every kernel of a step's must (launch_dependent).
+__global__ void l2_prefetch_kernel(L2Prefetch pf) {
+  pdl_trigger();
+  issue_l2_prefetch(pf, static_cast<int>(blockIdx.x));
+  pdl_wait();
+}
+
 bool is_quant(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
 }
@@ -137,6 +145,14 @@ L2Prefetch l2_prefetch_head(const DeviceMatrix& w, size_t bytes) {
     pf.bytes[0] = floor16(static_cast<double>(std::min(bytes, n * eb)));
   }
   return pf;
+}
+
+Status l2_prefetch(L2Prefetch pf, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  pf.blocks = l2_prefetch_blocks(pf, kThreads);
+  if (pf.blocks == 0) return Status::ok();
+  launch_dependent(l2_prefetch_kernel, pf.blocks, kThreads, stream, pf);
+  return launch_status("l2_prefetch");
 }
 
 void assign_matrix_storage(DeviceMatrix* m, void* base) {

@@ -320,6 +320,7 @@ Status CudaModel::enqueue(const Step& s) {
                                                     kv, st));
       mark("rope+kv");
     }
+    if (prefetch_kernels_) PAGODA_RETURN_IF_ERROR(cuda::l2_prefetch(head(L.wo), st));
     if (kept(kOmitAttention))
       PAGODA_RETURN_IF_ERROR(cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads,
                                              scale, attn_.get(), cuda::act_type_for(L.wo.type),
@@ -328,6 +329,7 @@ Status CudaModel::enqueue(const Step& s) {
     PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo", kOmitWo));
     PAGODA_RETURN_IF_ERROR(
         norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up", kOmitGateUp));
+    if (prefetch_kernels_) PAGODA_RETURN_IF_ERROR(cuda::l2_prefetch(head(L.down), st));
     if (q8_input(L.down) && !quantizes_input(L.down)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
       if (kept(kOmitSilu))
