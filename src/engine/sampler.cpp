@@ -57,12 +57,17 @@ void Sampler::apply_penalties(float* logits, int32_t n_vocab) const {
   }
 }
 
-SamplingRow Sampler::device_row(std::vector<int32_t>* penalties) {
+SamplingRow Sampler::filters() const {
   SamplingRow r;
   r.temperature = params_.temperature;
   r.top_k = params_.top_k;
   r.top_p = params_.top_p;
   r.min_p = params_.min_p;
+  return r;
+}
+
+SamplingRow Sampler::device_row(std::vector<int32_t>* penalties) {
+  SamplingRow r = filters();
   r.repetition_penalty = params_.repetition_penalty;
   r.presence_penalty = params_.presence_penalty;
   r.frequency_penalty = params_.frequency_penalty;
@@ -155,15 +160,10 @@ int32_t draw_token(const float* logits, int32_t n_vocab, const SamplingRow& f, d
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab) {
   apply_penalties(logits, n_vocab);
-  SamplingRow f;
-  f.temperature = params_.temperature;
-  f.top_k = params_.top_k;
-  f.top_p = params_.top_p;
-  f.min_p = params_.min_p;
   // One uniform per draw that is not the maximum, as device_row takes it.
   const bool greedy = params_.temperature <= 0.0f || params_.top_k == 1;
   const double u = greedy ? 0.0 : static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-  const int32_t chosen = draw_token(logits, n_vocab, f, u, &cand_);
+  const int32_t chosen = draw_token(logits, n_vocab, filters(), u, &cand_);
   accept(chosen);
   return chosen;
 }

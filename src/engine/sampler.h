@@ -39,6 +39,8 @@ class Sampler {
 
  private:
   void apply_penalties(float* logits, int32_t n_vocab) const;
+  // This request's temperature and filters as a row (the rest of the row left default).
+  SamplingRow filters() const;
 
   SamplingParams params_;
   std::mt19937_64 rng_;

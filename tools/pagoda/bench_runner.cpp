@@ -88,32 +88,24 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
       if (Status st = s.eval(p, false, &logits); !st) return fail("bench", st);
       if (rep > 0) pp.push_back(P / (now_seconds() - t0));
     }
-    if (G > 0 && bc.pipelined) {
-      // Each step's tokens are the previous step's picks (placeholders -1 - row), as the
-      // engine's pipelined decode feeds them; one step stays queued behind the host.
+    if (G > 0) {
+      // Plain: each step's tokens are prompt tokens, greedy on the device as an engine
+      // sampling on the GPU would run. Pipelined: they are the previous step's picks
+      // (placeholders -1 - row), as the engine's pipelined decode feeds them, with one
+      // step queued behind the host.
       const double t0 = now_seconds();
       for (int i = 0; i < G; ++i) {
         for (int b = 0; b < B; ++b) {
           db.tokens[static_cast<size_t>(b)] =
-              i == 0 ? prompt[static_cast<size_t>(b % prompt.size())] : -1 - b;
+              bc.pipelined && i > 0 ? -1 - b : prompt[static_cast<size_t>((i + b) % prompt.size())];
           db.seqs[static_cast<size_t>(b)].pos0 = D + i;
         }
-        if (Status st = r.launch(db, nullptr); !st) return fail("bench", st);
-        if (i > 0)
-          if (Status st = r.collect(&picked); !st) return fail("bench", st);
+        Status st = bc.pipelined ? r.launch(db, nullptr) : r.forward_greedy(db, next.data());
+        if (st && bc.pipelined && i > 0) st = r.collect(&picked);
+        if (!st) return fail("bench", st);
       }
-      if (Status st = r.collect(&picked); !st) return fail("bench", st);
-      if (rep > 0) tg.push_back(static_cast<double>(B) * G / (now_seconds() - t0));
-    } else if (G > 0) {
-      const double t0 = now_seconds();
-      for (int i = 0; i < G; ++i) {
-        for (int b = 0; b < B; ++b) {
-          db.tokens[static_cast<size_t>(b)] = prompt[static_cast<size_t>((i + b) % prompt.size())];
-          db.seqs[static_cast<size_t>(b)].pos0 = D + i;
-        }
-        // Greedy on the device, as an engine sampling on the GPU would run.
-        if (Status st = r.forward_greedy(db, next.data()); !st) return fail("bench", st);
-      }
+      if (bc.pipelined)
+        if (Status st = r.collect(&picked); !st) return fail("bench", st);
       if (rep > 0) tg.push_back(static_cast<double>(B) * G / (now_seconds() - t0));
     }
   }

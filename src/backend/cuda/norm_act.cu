@@ -4,6 +4,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "core/env.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -231,8 +232,9 @@ Status silu_mul_q8(const float* gu, int n, int ff, const Q8Act& out, cudaStream_
 
 bool pdl_enabled() {
   static const bool on = [] {
-    const char* e = std::getenv("PAGODA_CUDA_PDL");
-    if (e && *e == '0') return false;
+    // The runner refuses a malformed value at load (CudaModel::load); the same rule here.
+    const Result<int64_t> e = env_integer("PAGODA_CUDA_PDL", 1, 0, 1);
+    if (e.is_ok() && *e == 0) return false;
     // Programmatic dependent launch exists from Hopper on; a build that also targets
     // sm_80 / sm_89 (-DCMAKE_CUDA_ARCHITECTURES="80;89;90") launches the ordinary way there.
     int dev = 0, major = 0;
