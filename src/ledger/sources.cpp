@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "model/arch/arch.h"
+#include "model/cuda_weight_types.h"
 
 namespace pagoda::ledger {
 namespace {
@@ -221,6 +223,62 @@ Result<ModelSource> source_from_gguf(const GgufFile& f) {
     if (src.dtype.empty() || bytes > by_type[src.dtype]) src.dtype = type;
   PAGODA_RETURN_IF_ERROR(validate(src.shape).with_context("'" + f.path() + "'"));
   return src;
+}
+
+namespace {
+
+// type_name backwards.
+std::optional<DType> type_from_name(const std::string& name) {
+  for (uint32_t id = 0; id < 64; ++id) {
+    const DTypeInfo* info = dtype_info(id);
+    if (info != nullptr && type_name(static_cast<DType>(id)) == name) return static_cast<DType>(id);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int restate_for_cuda(ModelSource* src) {
+  if (src->kind != "gguf") return 0;
+  std::map<std::string, std::vector<size_t>> stacks;
+  for (size_t i = 0; i < src->tensors.size(); ++i)
+    if (src->tensors[i].matrix) stacks[cuda_stack_name(src->tensors[i].name)].push_back(i);
+  std::map<std::string, int> changes;  // "q4_k -> q4_1" -> tensors
+  int64_t growth = 0;
+  for (const auto& [stack, members] : stacks) {
+    std::vector<DType> types;
+    for (size_t i : members) {
+      const std::optional<DType> t = type_from_name(src->tensors[i].type);
+      if (!t) break;
+      types.push_back(*t);
+    }
+    if (types.size() != members.size()) continue;
+    const std::optional<DType> to = cuda_stack_type(types);
+    if (!to) continue;  // the loader refuses these; the file's bytes stand
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (types[k] == *to) continue;
+      SourceTensor& t = src->tensors[members[k]];
+      const DTypeInfo& from = dtype_info(types[k]);
+      const int64_t elements = t.bytes / static_cast<int64_t>(from.block_bytes) * from.block_elems;
+      const auto bytes = static_cast<int64_t>(row_bytes(*to, elements));
+      growth += bytes - t.bytes;
+      ++changes[t.type + " -> " + type_name(*to)];
+      t.bytes = bytes;
+      t.type = type_name(*to);
+    }
+  }
+  if (changes.empty()) return 0;
+  std::string list;
+  int restated = 0;
+  for (const auto& [what, n] : changes) {
+    list += (list.empty() ? "" : ", ") + what + " (" + std::to_string(n) + " tensors)";
+    restated += n;
+  }
+  src->notes.push_back(
+      str_format("the CUDA backend converts at load what its kernels do not multiply: %s; weights "
+                 "%+.1f MiB against the file",
+                 list.c_str(), static_cast<double>(growth) / 1048576.0));
+  return restated;
 }
 
 Result<ModelSource> resolve_model(const std::string& spec) {

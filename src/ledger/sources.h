@@ -68,6 +68,13 @@ Result<int64_t> safetensors_data_bytes(const std::string& path);
 // metadata.total_size of a sharded checkpoint's model.safetensors.index.json.
 Result<int64_t> safetensors_index_total(const std::string& path);
 
+// The tensors of a GGUF source as the CUDA backend stores them (model/cuda_weight_types.h):
+// matrices of types its kernels do not take counted in the type they are converted to,
+// and each layer's q/k/v and gate/up in their stack's one type. Adds a note saying what
+// changed; other sources are left alone. `pagoda plan` for a GPU and the engine's GPU
+// KV pool both count weights through this. Returns how many tensors it restated.
+int restate_for_cuda(ModelSource* src);
+
 // MODEL as the user gives it: a .gguf file, a config.json, a folder with config.json
 // (and model.safetensors.index.json or model.safetensors), or a catalog name.
 Result<ModelSource> resolve_model(const std::string& spec);

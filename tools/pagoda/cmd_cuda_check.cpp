@@ -7,7 +7,8 @@
 // With --kv-cache-dtype fp8 (or --quantization fp8) the GPU computes with rounded values,
 // so its tokens need not match: the CPU is then run over the GPU's tokens (teacher forcing) and
 // every token the GPU chose must be in the CPU's top 5 at that position (the criterion for
-// BF16); the top-1 agreement and the logit error are reported.
+// BF16); the top-1 agreement and the logit error are reported. The same holds for files whose
+// weights the CUDA loader converts (K-quants and other types its kernels do not take).
 //
 // --parallel N decodes N sequences (the prompts in turn) together on the GPU, as the
 // engine batches them: products of N rows (cuBLASLt above 8, FP8 ones with FP8 weights)
@@ -24,6 +25,7 @@
 #include "engine/kv_budget.h"
 #include "engine/runner_session.h"
 #include "engine/sampler.h"
+#include "ledger/sources.h"
 
 namespace pagoda::cli {
 namespace {
@@ -239,7 +241,12 @@ int cmd_cuda_check(int argc, char** argv) {
     std::printf("%d sequences decoded together on the GPU\n", parallel);
   }
 
-  if (o.kv_cache_type == KvCacheType::kFp8 || o.fp8_weights) {
+  // Weights the CUDA loader converts (model/cuda_weight_types.h) are other numbers than the
+  // CPU multiplies: checked like fp8, top 5 over the GPU's tokens.
+  int converted = 0;
+  if (auto src = ledger::source_from_gguf(*loaded->file))
+    converted = ledger::restate_for_cuda(&*src);
+  if (o.kv_cache_type == KvCacheType::kFp8 || o.fp8_weights || converted > 0) {
     int top1 = 0, outside = 0, total = 0;
     double worst = 0;
     for (size_t j = 0; j < gpu_runs.size(); ++j) {
@@ -270,7 +277,8 @@ int cmd_cuda_check(int argc, char** argv) {
         "cpu's top 5 at %d; worst logit nmse %.2e\n",
         o.fp8_weights && o.kv_cache_type == KvCacheType::kFp8 ? "fp8 weights + KV"
         : o.fp8_weights                                       ? "fp8 weights"
-                                                              : "fp8 KV",
+        : o.kv_cache_type == KvCacheType::kFp8                ? "fp8 KV"
+                                                              : "converted weights",
         gpu_runs.size(), total, top1, 100.0 * top1 / std::max(1, total), outside, worst);
     return outside == 0 ? 0 : 1;
   }

@@ -227,6 +227,7 @@ int cmd_plan(int argc, char** argv) {
 
   auto src = L::resolve_model(spec);
   if (!src) return fail("plan", src.status());
+  if (gpu) L::restate_for_cuda(&*src);  // as the CUDA loader will store the file's tensors
   {
     // The model half from the source; the flags read above are the workload and device.
     const L::PlanInput model = L::input_from_source(*src);

@@ -2,11 +2,15 @@
 // (dequantize each row to f32, then quantize with our reference quantizers).
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <optional>
 
 #include "args.h"
+#include "backend/cpu/convert_blocks.h"
 #include "backend/cpu/matmul.h"
 #include "commands.h"
 #include "common.h"
+#include "model/cuda_weight_types.h"
 #include "model/gguf_writer.h"
 
 namespace pagoda::cli {
@@ -54,7 +58,8 @@ int cmd_quantize(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("quantize", args.status());
   const char* synopsis =
-      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K)";
+      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K, or CUDA: each "
+      "matrix in the type the CUDA backend stores it as, so it loads without converting)";
   if (args->has("--help")) {
     std::printf("%s", usage("quantize", synopsis, specs).c_str());
     return 0;
@@ -62,8 +67,11 @@ int cmd_quantize(int argc, char** argv) {
   if (args->positional().size() != 3)
     return fail("quantize", invalid_argument(std::string("expected ") + synopsis));
   const std::string in = args->positional()[0], out = args->positional()[1];
-  DType target;
-  if (!parse_dtype(args->positional()[2], &target) || file_type_for(target) < 0)
+  // CUDA: every matrix in its device stack's type (model/cuda_weight_types.h), converted
+  // as the CUDA loader would, so the loader finds nothing to convert.
+  const bool for_cuda = args->positional()[2] == "CUDA" || args->positional()[2] == "cuda";
+  DType target = DType::kQ8_0;
+  if (!for_cuda && (!parse_dtype(args->positional()[2], &target) || file_type_for(target) < 0))
     return fail("quantize",
                 invalid_argument("unsupported target type '" + args->positional()[2] + "'"));
   auto th = args->get_int("--threads", 0, 0, 1024);
@@ -89,14 +97,31 @@ int cmd_quantize(int argc, char** argv) {
   w.set_alignment(f.alignment());
   for (const auto& [k, v] : f.metadata())
     if (k != "general.alignment") w.set_value(k, v);
-  w.set_u32("general.file_type", static_cast<uint32_t>(file_type_for(target)));
+  std::map<std::string, DType> stack_type;  // for_cuda: cuda_stack_name -> type
+  if (for_cuda) {
+    std::map<std::string, std::vector<DType>> stacks;
+    for (const GgufTensorInfo& t : f.tensors())
+      if (is_weight_matrix(t)) stacks[cuda_stack_name(t.name)].push_back(t.type);
+    for (const auto& [name, types] : stacks) {
+      const std::optional<DType> st = cuda_stack_type(types);
+      if (!st || !cuda_multiplies(*st))
+        return fail("quantize", unsupported("'" + name +
+                                            "': the CUDA backend takes none of its tensors' "
+                                            "types or cannot stack them"));
+      stack_type[name] = *st;
+    }
+  } else {
+    w.set_u32("general.file_type", static_cast<uint32_t>(file_type_for(target)));
+  }
 
   ThreadPool pool(static_cast<int>(*th));
   size_t n_converted = 0;
   for (const GgufTensorInfo& t : f.tensors()) {
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
     DType to = t.type;
-    if (is_weight_matrix(t)) {
+    if (for_cuda && is_weight_matrix(t)) {
+      to = stack_type.at(cuda_stack_name(t.name));
+    } else if (is_weight_matrix(t)) {
       to = target;
       for (const auto& [part, type] : overrides)
         if (t.name.find(part) != std::string::npos) to = type;
@@ -119,10 +144,11 @@ int cmd_quantize(int argc, char** argv) {
     Status err;
     std::mutex mu;
     pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-      std::vector<float> row(static_cast<size_t>(cols));
       for (int64_t r = r0; r < r1; ++r) {
-        Status s = cpu::dequantize_row(t.type, f.tensor_data(t) + in_rb * r, row.data(), cols);
-        if (s) s = cpu::quantize_row(to, row.data(), data.data() + out_rb * r, cols);
+        // Exact where the target holds the values (Q4_K -> Q4_1, Q4_0 -> Q8_0), else
+        // dequantized and quantized again.
+        Status s = cpu::convert_row(t.type, f.tensor_data(t) + in_rb * r, to,
+                                    data.data() + out_rb * r, cols);
         if (!s) {
           std::lock_guard<std::mutex> lock(mu);
           if (err) err = s;
@@ -136,7 +162,8 @@ int cmd_quantize(int argc, char** argv) {
   }
   if (Status s = w.write(out); !s) return fail("quantize", s);
   std::fprintf(stderr, "pagoda quantize: wrote %s (%zu tensors converted to %s)\n", out.c_str(),
-               n_converted, std::string(dtype_name(target)).c_str());
+               n_converted,
+               for_cuda ? "the CUDA backend's types" : std::string(dtype_name(target)).c_str());
   return 0;
 }
 

@@ -7,9 +7,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <string_view>
 #include <utility>
 
+#include "backend/cpu/convert_blocks.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/check.h"
 #include "core/env.h"
@@ -17,6 +20,7 @@
 #include "model/arch/arch.h"
 #include "model/cuda/op_profiler.h"
 #include "model/cuda/uploader.h"
+#include "model/cuda_weight_types.h"
 
 namespace pagoda {
 namespace {
@@ -26,7 +30,7 @@ class Loader {
  public:
   Loader(const GgufFile& f, cuda::DeviceContext& dev, std::vector<cuda::DeviceBuffer>& owned,
          ThreadPool& pool)
-      : f_(f), dev_(dev), owned_(owned), up_(pool, dev.stream()) {}
+      : f_(f), dev_(dev), owned_(owned), pool_(pool), up_(pool, dev.stream()) {}
 
   Status init() { return up_.init(); }
   Status finish() { return up_.finish(); }
@@ -55,22 +59,28 @@ class Loader {
   Result<cuda::DeviceMatrix> matrix(const std::vector<std::string>& names,
                                     const std::vector<int64_t>& rows, int64_t cols) {
     std::vector<const GgufTensorInfo*> ts;
+    std::vector<DType> types;
     int64_t total = 0;
     for (size_t i = 0; i < names.size(); ++i) {
       PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f_.find_tensor(names[i], {cols, rows[i]}));
-      if (!cuda::is_supported_device_type(t->type))
-        return unsupported("tensor '" + names[i] + "' has type " +
-                           std::string(dtype_name(t->type)) +
-                           ", which the CUDA backend cannot multiply with yet "
-                           "(F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
-      if (!ts.empty() && t->type != ts[0]->type)
-        return unsupported("tensors '" + names[0] + "' and '" + names[i] +
-                           "' have different types; the CUDA backend stacks them");
       ts.push_back(t);
+      types.push_back(t->type);
       total += rows[i];
     }
+    // The type the device keeps (model/cuda_weight_types.h): the file's, or one the
+    // tensors are converted to on the way.
+    const std::optional<DType> stack = cuda_stack_type(types);
+    if (!stack || !cuda::is_supported_device_type(*stack)) {
+      std::string list;
+      for (size_t i = 0; i < ts.size(); ++i)
+        list += (i ? ", '" : "'") + names[i] + "' " + std::string(dtype_name(types[i]));
+      return unsupported("tensor" + std::string(ts.size() > 1 ? "s " : " ") + list +
+                         ": the CUDA backend multiplies F32, F16, BF16, Q8_0, Q4_0 and Q4_1 "
+                         "(other block types converted at load)" +
+                         (ts.size() > 1 ? ", and stacks them in one type" : ""));
+    }
     cuda::DeviceMatrix m;
-    m.type = ts[0]->type;
+    m.type = *stack;
     m.rows = total;
     m.cols = cols;
     const size_t need = cuda::device_matrix_bytes(m.type, m.rows, m.cols);
@@ -79,17 +89,28 @@ class Loader {
     bytes_ += need;
     const bool plain = m.type == DType::kF32 || m.type == DType::kF16 || m.type == DType::kBF16;
     int64_t row0 = 0;
-    for (const GgufTensorInfo* t : ts) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const GgufTensorInfo* t = ts[i];
+      const void* src = f_.tensor_data(*t);
+      size_t size = t->size;
+      std::vector<uint8_t> converted;
+      if (t->type != m.type) {
+        PAGODA_ASSIGN_OR_RETURN(converted, convert(*t, m.type));
+        src = converted.data();
+        size = converted.size();
+      }
       if (plain) {
         const size_t off = static_cast<size_t>(row0) * row_bytes(m.type, cols);
-        PAGODA_RETURN_IF_ERROR(up_.copy(f_.tensor_data(*t), b.as<uint8_t>() + off, t->size));
+        PAGODA_RETURN_IF_ERROR(up_.copy(src, b.as<uint8_t>() + off, size));
       } else {
         // Raw blocks to a device staging buffer, then split into quants and scales.
-        if (t->size > stage_.bytes()) {
+        if (size > stage_.bytes()) {
           PAGODA_RETURN_IF_ERROR(up_.finish());  // the old stage may still be read
-          PAGODA_ASSIGN_OR_RETURN(stage_, cuda::DeviceBuffer::alloc(t->size));
+          PAGODA_ASSIGN_OR_RETURN(stage_, cuda::DeviceBuffer::alloc(size));
         }
-        PAGODA_RETURN_IF_ERROR(up_.copy(f_.tensor_data(*t), stage_.get(), t->size));
+        // copy() has taken the bytes into its pinned stage when it returns, so
+        // `converted` may go.
+        PAGODA_RETURN_IF_ERROR(up_.copy(src, stage_.get(), size));
         PAGODA_RETURN_IF_ERROR(cuda::repack_rows(stage_.get(), row0, t->ne[1], m, dev_.stream()));
       }
       row0 += t->ne[1];
@@ -148,6 +169,18 @@ class Loader {
     return Status::ok();
   }
 
+  // Tensors converted on the way, e.g. "Q4_K->Q4_1 x 193, Q6_K->Q8_0 x 34 (+85.2 MB)";
+  // empty when the file's types went as they were.
+  std::string conversions() const {
+    std::string s;
+    for (const auto& [k, n] : converted_)
+      s += str_format("%s%s->%s x %d", s.empty() ? "" : ", ",
+                      std::string(dtype_name(k.first)).c_str(),
+                      std::string(dtype_name(k.second)).c_str(), n);
+    if (!s.empty()) s += str_format(" (%+.1f MB)", static_cast<double>(converted_growth_) / 1e6);
+    return s;
+  }
+
   Status release() {
     PAGODA_RETURN_IF_ERROR(up_.finish());
     for (const GgufTensorInfo* t : pending_release_) f_.release_tensor(*t);
@@ -156,10 +189,33 @@ class Loader {
   }
 
  private:
+  // The tensor's rows in type `to`, GGUF layout, converted on the host by the pool.
+  Result<std::vector<uint8_t>> convert(const GgufTensorInfo& t, DType to) {
+    const int64_t cols = t.ne[0], rows = t.ne[1];
+    const size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(to, cols);
+    std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));
+    const auto* in = static_cast<const uint8_t*>(f_.tensor_data(t));
+    std::vector<Status> errors(static_cast<size_t>(rows));
+    pool_.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        errors[static_cast<size_t>(r)] =
+            cpu::convert_row(t.type, in + static_cast<size_t>(r) * in_row, to,
+                             out.data() + static_cast<size_t>(r) * out_row, cols);
+    });
+    for (const Status& e : errors)
+      if (!e) return e.with_context("converting tensor '" + t.name + "' for the CUDA backend");
+    ++converted_[{t.type, to}];
+    converted_growth_ += static_cast<int64_t>(out.size()) - static_cast<int64_t>(t.size);
+    return out;
+  }
+
   const GgufFile& f_;
   cuda::DeviceContext& dev_;
   std::vector<cuda::DeviceBuffer>& owned_;
+  ThreadPool& pool_;
   WeightUploader up_;
+  std::map<std::pair<DType, DType>, int> converted_;
+  int64_t converted_growth_ = 0;
   cuda::DeviceBuffer stage_;
   std::vector<const GgufTensorInfo*> pending_release_;
   size_t bytes_ = 0;
@@ -312,6 +368,8 @@ Status CudaModel::load_weights(const GgufFile& f) {
   }
   PAGODA_RETURN_IF_ERROR(ld.release());
   weight_bytes_ = ld.bytes();
+  conversions_ = ld.conversions();
+  if (!conversions_.empty()) log_info("converted for the CUDA backend's kernels: " + conversions_);
   return Status::ok();
 }
 
@@ -365,10 +423,11 @@ cuda::KvLayerView CudaModel::kv_layer(int l) const {
 
 std::string CudaModel::describe() const {
   return str_format(
-      "cuda:%d %s, weights %s%s %.2f GB, KV cache %s", dev_->index(), dev_->describe().c_str(),
+      "cuda:%d %s, weights %s%s%s %.2f GB, KV cache %s", dev_->index(), dev_->describe().c_str(),
       std::string(dtype_name(layers_.empty() ? tok_embd_.type : layers_[0].qkv.type)).c_str(),
-      options_.fp8_weights ? " (layers in fp8 e4m3)" : "", weight_bytes_ / 1e9,
-      kv_type() == cuda::KvType::kFp8E4M3 ? "fp8 e4m3" : "fp16");
+      options_.fp8_weights ? " (layers in fp8 e4m3)" : "",
+      conversions_.empty() ? "" : (" (converted " + conversions_ + ")").c_str(),
+      weight_bytes_ / 1e9, kv_type() == cuda::KvType::kFp8E4M3 ? "fp8 e4m3" : "fp16");
 }
 
 size_t CudaModel::decode_weight_bytes() const {

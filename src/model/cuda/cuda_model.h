@@ -98,6 +98,7 @@ class CudaModel : public ModelRunner {
   const float* rope_factors_ = nullptr;
   std::vector<Layer> layers_;
   size_t weight_bytes_ = 0;
+  std::string conversions_;  // tensors converted at load (Loader::conversions), or empty
 
   cuda::DeviceBuffer kv_k_, kv_v_;  // [layer][block][kv_head][slot][head_dim] of kv_type()
   size_t kv_layer_elems_ = 0;

@@ -1,0 +1,103 @@
+#include "backend/cpu/convert_blocks.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/quant_blocks.h"
+
+namespace pagoda::cpu {
+namespace {
+
+void q4_0_to_q8_0(const BlockQ4_0* src, BlockQ8_0* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    dst[b].d = src[b].d;
+    for (int i = 0; i < 16; ++i) {
+      dst[b].qs[i] = static_cast<int8_t>((src[b].qs[i] & 0xF) - 8);
+      dst[b].qs[i + 16] = static_cast<int8_t>((src[b].qs[i] >> 4) - 8);
+    }
+  }
+}
+
+// (q - 16) * d with q - 16 in [-16, 15]: a Q8_0 byte with the same d.
+void q5_0_to_q8_0(const BlockQ5_0* src, BlockQ8_0* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, src[b].qh, 4);
+    dst[b].d = src[b].d;
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (src[b].qs[i] & 0xF) | static_cast<int>((qh >> i) & 1) << 4;
+      const int hi = (src[b].qs[i] >> 4) | static_cast<int>((qh >> (i + 16)) & 1) << 4;
+      dst[b].qs[i] = static_cast<int8_t>(lo - 16);
+      dst[b].qs[i + 16] = static_cast<int8_t>(hi - 16);
+    }
+  }
+}
+
+// Q8_1 is Q8_0 plus a sum for Q4_1's offset.
+void q8_1_to_q8_0(const BlockQ8_1* src, BlockQ8_0* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    dst[b].d = src[b].d;
+    std::memcpy(dst[b].qs, src[b].qs, 32);
+  }
+}
+
+Status q4_k_to_q4_1(const BlockQ4_K* src, BlockQ4_1* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    // The step and offset as dequantize_q4_k computes them, then rounded once.
+    const float d = fp16_to_f32(src[b].d), dmin = fp16_to_f32(src[b].dmin);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      k4_scale_min(j, src[b].scales, &sc, &m);
+      const float step = d * sc, off = dmin * m;
+      BlockQ4_1& o = dst[b * 8 + j];
+      o.d = f32_to_fp16(step);
+      o.m = f32_to_fp16(-off);
+      if (!std::isfinite(fp16_to_f32(o.d)) || !std::isfinite(fp16_to_f32(o.m)))
+        return invalid_argument("Q4_K block " + std::to_string(b) +
+                                " has a step or offset beyond fp16's range");
+      // Sub-block j holds its element l in the low (even j) or high (odd j) nibble of
+      // qs[32 * (j / 2) + l]; Q4_1 keeps element i < 16 low and i + 16 high in byte i.
+      const uint8_t* q = src[b].qs + 32 * (j / 2);
+      const int shift = 4 * (j & 1);
+      for (int i = 0; i < 16; ++i)
+        o.qs[i] = static_cast<uint8_t>(((q[i] >> shift) & 0xF) | ((q[i + 16] >> shift) & 0xF) << 4);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) {
+  const DTypeInfo& fi = dtype_info(from);
+  const DTypeInfo& ti = dtype_info(to);
+  if (n < 0 || n % fi.block_elems != 0 || n % ti.block_elems != 0)
+    return invalid_argument("convert_row: " + std::to_string(n) + " elements are not whole " +
+                            std::string(fi.name) + " and " + std::string(ti.name) + " blocks");
+  if (from == to) {
+    std::memcpy(dst, src, row_bytes(from, n));
+    return Status::ok();
+  }
+  if (from == DType::kQ4_0 && to == DType::kQ8_0) {
+    q4_0_to_q8_0(static_cast<const BlockQ4_0*>(src), static_cast<BlockQ8_0*>(dst), n / kQK);
+    return Status::ok();
+  }
+  if (from == DType::kQ5_0 && to == DType::kQ8_0) {
+    q5_0_to_q8_0(static_cast<const BlockQ5_0*>(src), static_cast<BlockQ8_0*>(dst), n / kQK);
+    return Status::ok();
+  }
+  if (from == DType::kQ8_1 && to == DType::kQ8_0) {
+    q8_1_to_q8_0(static_cast<const BlockQ8_1*>(src), static_cast<BlockQ8_0*>(dst), n / kQK);
+    return Status::ok();
+  }
+  if (from == DType::kQ4_K && to == DType::kQ4_1)
+    return q4_k_to_q4_1(static_cast<const BlockQ4_K*>(src), static_cast<BlockQ4_1*>(dst), n / kQKK);
+  std::vector<float> row(static_cast<size_t>(n));
+  PAGODA_RETURN_IF_ERROR(dequantize_row(from, src, row.data(), n));
+  return quantize_row(to, row.data(), dst, n);
+}
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,69 @@
+// Which GGUF weight types the CUDA backend multiplies, and what its loader stores every
+// other type as. The loader (model/cuda/cuda_model.cpp) converts at load with
+// cpu::convert_row; the memory ledger (ledger/sources.cpp, restate_for_cuda) counts the
+// same types, so `pagoda plan` and the KV pool's size see the bytes the device holds.
+//
+// Why convert rather than refuse: llama.cpp's K-quant mixes (Q4_K_M, the most common
+// download) are Q4_K with Q6_K for the LM head and some attn_v / ffn_down, and even its
+// Q4_0 and Q8_0 files keep the LM head in Q6_K; a backend that takes only the 32-element
+// formats would load none of them. Q4_K becomes Q4_1 (its own 4-bit quants, scales in
+// fp16: 5.0 bits a weight against 4.5); the other block types become Q8_0 (8.5 bits,
+// requantized). Native K-quant kernels would keep the file's bytes; see the CUDA README.
+// Header-only: the CUDA plugin and pagoda_lib both use it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace pagoda {
+
+inline bool cuda_multiplies(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
+         t == DType::kQ4_0 || t == DType::kQ4_1;
+}
+
+inline bool is_block_type(DType t) {
+  return dtype_info(t).block_elems > 1;
+}
+
+// The type one matrix of file type t is stored as on the device: itself where the kernels
+// take it, Q4_K as Q4_1, any other block type as Q8_0. Plain types the kernels do not
+// take (F64, integers) come back unchanged, for the loader to refuse.
+inline DType cuda_storage_type(DType t) {
+  if (cuda_multiplies(t) || !is_block_type(t)) return t;
+  return t == DType::kQ4_K ? DType::kQ4_1 : DType::kQ8_0;
+}
+
+// The type of one device matrix stacked from tensors of these file types (q, k and v; gate
+// and up): their common storage type; block types whose storage types differ meet at
+// Q8_0 (a Q4_K_M layer's Q4_K q and k beside a Q6_K v). nullopt where float types differ
+// or floats meet blocks: the loader refuses those.
+inline std::optional<DType> cuda_stack_type(const std::vector<DType>& file_types) {
+  if (file_types.empty()) return std::nullopt;
+  const DType first = cuda_storage_type(file_types[0]);
+  bool same = true, blocks = true;
+  for (DType t : file_types) {
+    same = same && cuda_storage_type(t) == first;
+    blocks = blocks && is_block_type(t);
+  }
+  if (same) return first;
+  if (blocks) return DType::kQ8_0;
+  return std::nullopt;
+}
+
+// The device matrix a GGUF tensor goes into: "blk.N.qkv" for attn_q/k/v, "blk.N.gate_up"
+// for ffn_gate/up (the loader stacks those), the tensor's own name otherwise.
+inline std::string cuda_stack_name(const std::string& name) {
+  const size_t dot = name.find('.', 4);
+  if (name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) return name;
+  const std::string rest = name.substr(dot + 1);
+  if (rest == "attn_q.weight" || rest == "attn_k.weight" || rest == "attn_v.weight")
+    return name.substr(0, dot) + ".qkv";
+  if (rest == "ffn_gate.weight" || rest == "ffn_up.weight") return name.substr(0, dot) + ".gate_up";
+  return name;
+}
+
+}  // namespace pagoda

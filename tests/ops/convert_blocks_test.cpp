@@ -1,0 +1,212 @@
+// Re-encoding rows for the CUDA backend (backend/cpu/convert_blocks.h) and the rule that
+// picks the types (model/cuda_weight_types.h). Each conversion is checked in value space:
+// the dequantized output against the dequantized input, exact where the format promises
+// it and within the stated bound elsewhere, on random blocks of every source type.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/convert_blocks.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/quant_blocks.h"
+#include "ledger/sources.h"
+#include "model/cuda_weight_types.h"
+
+namespace pagoda::cpu {
+namespace {
+
+constexpr int64_t kN = 4 * 256;  // whole blocks of every type
+
+// Random bytes for n elements of `t`, with every fp16 scale field set to a sane value
+// (random bytes there would be NaN or huge). Byte offsets of the fp16 fields per type.
+std::vector<uint8_t> random_blocks(DType t, int64_t n, std::mt19937& rng) {
+  const DTypeInfo& info = dtype_info(t);
+  std::vector<uint8_t> raw(row_bytes(t, n));
+  for (uint8_t& b : raw) b = static_cast<uint8_t>(rng());
+  std::vector<size_t> halves;  // offsets of fp16 fields within a block
+  switch (t) {
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ8_0:
+      halves = {0};
+      break;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ8_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      halves = {0, 2};
+      break;
+    case DType::kQ2_K:
+      halves = {80, 82};
+      break;
+    case DType::kQ3_K:
+      halves = {108};
+      break;
+    case DType::kQ6_K:
+      halves = {208};
+      break;
+    default:
+      ADD_FAILURE() << "no scale layout for " << dtype_name(t);
+  }
+  std::uniform_real_distribution<float> scale(1e-4f, 2e-2f);
+  for (size_t b = 0; b < raw.size() / info.block_bytes; ++b)
+    for (size_t off : halves) {
+      const uint16_t h = f32_to_fp16(scale(rng));
+      std::memcpy(raw.data() + b * info.block_bytes + off, &h, 2);
+    }
+  return raw;
+}
+
+std::vector<float> values(DType t, const void* data, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  EXPECT_TRUE(dequantize_row(t, data, v.data(), n).is_ok());
+  return v;
+}
+
+// Converts `raw` (n elements of `from`) to `to`; returns the largest error of each
+// 32-element block divided by that block's largest |value| (0 for an all-zero block).
+std::vector<double> converted_errors(DType from, const std::vector<uint8_t>& raw, DType to,
+                                     int64_t n) {
+  std::vector<uint8_t> out(row_bytes(to, n), 0xAB);
+  const Status s = convert_row(from, raw.data(), to, out.data(), n);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  const std::vector<float> a = values(from, raw.data(), n), b = values(to, out.data(), n);
+  std::vector<double> err;
+  for (int64_t b0 = 0; b0 < n; b0 += 32) {
+    double amax = 0, e = 0;
+    for (int64_t i = b0; i < b0 + 32; ++i) {
+      amax = std::max(amax, std::fabs(static_cast<double>(a[static_cast<size_t>(i)])));
+      e = std::max(
+          e, std::fabs(static_cast<double>(a[static_cast<size_t>(i)]) - b[static_cast<size_t>(i)]));
+    }
+    err.push_back(amax > 0 ? e / amax : e);
+  }
+  return err;
+}
+
+TEST(ConvertBlocks, ExactWhereTheTargetHoldsTheValues) {
+  std::mt19937 rng(1);
+  for (DType from : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_1}) {
+    const std::vector<uint8_t> raw = random_blocks(from, kN, rng);
+    for (double e : converted_errors(from, raw, DType::kQ8_0, kN))
+      ASSERT_EQ(e, 0.0) << dtype_name(from);
+  }
+  // Same type: the bytes themselves.
+  const std::vector<uint8_t> raw = random_blocks(DType::kQ6_K, kN, rng);
+  std::vector<uint8_t> out(raw.size());
+  ASSERT_TRUE(convert_row(DType::kQ6_K, raw.data(), DType::kQ6_K, out.data(), kN).is_ok());
+  EXPECT_EQ(out, raw);
+}
+
+TEST(ConvertBlocks, Q4KToQ4_1KeepsTheQuantsAndRoundsTheScales) {
+  std::mt19937 rng(2);
+  const std::vector<uint8_t> raw = random_blocks(DType::kQ4_K, kN, rng);
+  // Step and offset each within 2^-11 of themselves after fp16 rounding; a value is at
+  // most 15 steps plus the offset, each at most twice the block's largest |value| (the
+  // values span [-offset, 15 step - offset]), so the error is below 2^-11 * 3 * amax.
+  double worst = 0;
+  for (double e : converted_errors(DType::kQ4_K, raw, DType::kQ4_1, kN)) worst = std::max(worst, e);
+  EXPECT_LE(worst, 3.0 / 2048);
+  // The nibbles are the file's: with scales that fp16 holds exactly (d = 1, dmin = 0.5)
+  // the conversion is exact.
+  std::vector<uint8_t> exact = raw;
+  for (size_t b = 0; b < exact.size() / sizeof(BlockQ4_K); ++b) {
+    auto* blk = reinterpret_cast<BlockQ4_K*>(exact.data()) + b;
+    blk->d = f32_to_fp16(1.0f);
+    blk->dmin = f32_to_fp16(0.5f);
+  }
+  for (double e : converted_errors(DType::kQ4_K, exact, DType::kQ4_1, kN)) ASSERT_EQ(e, 0.0);
+}
+
+TEST(ConvertBlocks, RequantizedToQ8_0WithinHalfAStep) {
+  std::mt19937 rng(3);
+  // Half a Q8_0 step (amax / 254) plus the fp16 rounding of the step (2^-11 of 127 steps).
+  const double bound = 1.0 / 254 + 127.0 / 2048 / 127 + 1e-6;
+  for (DType from : {DType::kQ4_1, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                     DType::kQ5_K, DType::kQ6_K}) {
+    const std::vector<uint8_t> raw = random_blocks(from, kN, rng);
+    double worst = 0;
+    for (double e : converted_errors(from, raw, DType::kQ8_0, kN)) worst = std::max(worst, e);
+    EXPECT_LE(worst, bound) << dtype_name(from);
+    EXPECT_GT(worst, 0.0) << dtype_name(from) << ": requantizing random blocks moved nothing?";
+  }
+}
+
+TEST(ConvertBlocks, ClearErrors) {
+  std::mt19937 rng(4);
+  std::vector<uint8_t> raw = random_blocks(DType::kQ4_K, 256, rng);
+  std::vector<uint8_t> out(row_bytes(DType::kQ8_0, 256));
+  // Not whole blocks of the source.
+  EXPECT_FALSE(convert_row(DType::kQ4_K, raw.data(), DType::kQ4_1, out.data(), 224).is_ok());
+  // A step beyond fp16: d = 65504 times a scale of 63.
+  auto* blk = reinterpret_cast<BlockQ4_K*>(raw.data());
+  blk->d = 0x7BFF;
+  std::memset(blk->scales, 0xFF, sizeof blk->scales);
+  const Status s = convert_row(DType::kQ4_K, raw.data(), DType::kQ4_1, out.data(), 256);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("fp16"), std::string::npos) << s.message();
+}
+
+TEST(CudaWeightTypes, StorageAndStacks) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1})
+    EXPECT_EQ(cuda_storage_type(t), t) << dtype_name(t);
+  EXPECT_EQ(cuda_storage_type(DType::kQ4_K), DType::kQ4_1);
+  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K,
+                  DType::kQ5_K, DType::kQ6_K, DType::kQ8_K})
+    EXPECT_EQ(cuda_storage_type(t), DType::kQ8_0) << dtype_name(t);
+  EXPECT_EQ(cuda_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
+  // A Q4_K_M layer: Q4_K q and k beside a Q6_K v meet at Q8_0; all Q4_K stay Q4_1.
+  EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}), DType::kQ8_0);
+  EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K}), DType::kQ4_1);
+  EXPECT_EQ(cuda_stack_type({DType::kQ4_0, DType::kQ8_0}), DType::kQ8_0);
+  EXPECT_EQ(cuda_stack_type({DType::kF16, DType::kF16}), DType::kF16);
+  EXPECT_FALSE(cuda_stack_type({DType::kF16, DType::kF32}).has_value());
+  EXPECT_FALSE(cuda_stack_type({DType::kF16, DType::kQ8_0}).has_value());
+  EXPECT_FALSE(cuda_stack_type({}).has_value());
+  EXPECT_EQ(cuda_stack_name("blk.12.attn_v.weight"), "blk.12.qkv");
+  EXPECT_EQ(cuda_stack_name("blk.3.ffn_up.weight"), "blk.3.gate_up");
+  EXPECT_EQ(cuda_stack_name("blk.3.ffn_down.weight"), "blk.3.ffn_down.weight");
+  EXPECT_EQ(cuda_stack_name("output.weight"), "output.weight");
+}
+
+TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
+  using ledger::SourceTensor;
+  ledger::ModelSource src;
+  src.kind = "gguf";
+  auto add = [&](const std::string& name, DType t, int64_t elements, bool matrix = true) {
+    SourceTensor s;
+    s.name = name;
+    s.type = t == DType::kF32 ? "fp32" : std::string(dtype_name(t));
+    for (char& c : s.type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    s.bytes = static_cast<int64_t>(row_bytes(t, elements));
+    s.matrix = matrix;
+    src.tensors.push_back(s);
+  };
+  const int64_t e = 4096 * 256;
+  add("blk.0.attn_q.weight", DType::kQ4_K, e);  // stacked with a Q6_K v: Q8_0
+  add("blk.0.attn_k.weight", DType::kQ4_K, e);
+  add("blk.0.attn_v.weight", DType::kQ6_K, e);
+  add("blk.0.ffn_gate.weight", DType::kQ4_K, e);  // gate/up both Q4_K: Q4_1
+  add("blk.0.ffn_up.weight", DType::kQ4_K, e);
+  add("blk.0.ffn_down.weight", DType::kQ8_0, e);  // kept
+  add("blk.0.attn_norm.weight", DType::kF32, 4096, false);
+  EXPECT_EQ(ledger::restate_for_cuda(&src), 5);
+  const int64_t q8 = e / 32 * 34, q41 = e / 32 * 20;
+  const std::vector<int64_t> want = {q8, q8, q8, q41, q41, q8, 4096 * 4};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(src.tensors[i].bytes, want[i]) << i;
+  EXPECT_EQ(src.tensors[0].type, "q8_0");
+  EXPECT_EQ(src.tensors[3].type, "q4_1");
+  ASSERT_EQ(src.notes.size(), 1u);
+  EXPECT_NE(src.notes[0].find("q4_k -> q4_1 (2 tensors)"), std::string::npos) << src.notes[0];
+  // Other sources are left alone.
+  src.kind = "config.json";
+  EXPECT_EQ(ledger::restate_for_cuda(&src), 0);
+}
+
+}  // namespace
+}  // namespace pagoda::cpu
