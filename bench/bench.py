@@ -3,6 +3,7 @@
 thread count, interleaved round by round in one run, reported as ratios.
 
   .venv/bin/python bench/bench.py [--models Q4_1,Q8_0,F16] [--threads 2] [--rounds 5]
+  .venv/bin/python bench/bench.py --models Q4_K_M,Q3_K_M   # llama.cpp's own quantizations
 
 Each round runs `pagoda bench` (one warm-up and one timed pass of each test) and the
 same tests on llama.cpp through llama-cpp-python's low-level API (llama_decode on a
@@ -22,6 +23,25 @@ MODELS = {
     "F16": "models/SmolLM2-135M-Instruct.F16.gguf",
 }
 LLAMA_CPP_VERSION = "0.3.36"
+# Other names are llama.cpp quantizations of the F16 file, made by its own quantizer into
+# a temporary folder (ftype numbers from llama.h). SmolLM2's 576-wide rows make llama.cpp
+# fall back to Q4_0/Q5_0/Q5_1/Q8_0 for most matrices of its K mixes.
+LLAMA_FTYPES = {"Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q4_K_M": 15,
+                "Q5_K_M": 17, "Q6_K": 18}
+
+
+def model_file(name, tmp):
+    if name in MODELS or name not in LLAMA_FTYPES:
+        return os.path.join(ROOT, MODELS.get(name, name))
+    import llama_cpp as L
+    out = os.path.join(tmp, f"SmolLM2-135M-Instruct.{name}.gguf")
+    params = L.llama_model_quantize_default_params()
+    params.ftype = LLAMA_FTYPES[name]
+    params.nthread = 2
+    src = os.path.join(ROOT, MODELS["F16"])
+    if L.llama_model_quantize(src.encode(), out.encode(), ctypes.byref(params)) != 0:
+        sys.exit(f"llama.cpp could not quantize {src} to {name}")
+    return out
 
 
 def ensure_llama_cpp():
@@ -103,7 +123,8 @@ def pagoda_bench(path, p, g, threads):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="Q4_1,Q8_0,F16")
+    ap.add_argument("--models", default="Q4_1,Q8_0,F16",
+                    help="names in MODELS, llama.cpp types made from F16 (LLAMA_FTYPES), or paths")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--gen-len", type=int, default=128)
@@ -113,9 +134,11 @@ def main():
     args = ap.parse_args()
     ensure_llama_cpp()
     import random
+    import tempfile
+    tmp = tempfile.TemporaryDirectory()
     rows = []
     for name in args.models.split(","):
-        path = os.path.join(ROOT, MODELS.get(name, name))
+        path = model_file(name, tmp.name)
         rng = random.Random(1234)
         peers = {fa: LlamaCpp(path, args.threads, max(args.prompt_len, args.gen_len) + 16, fa)
                  for fa in (True, False)}

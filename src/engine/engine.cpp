@@ -158,13 +158,13 @@ class EngineImpl : public Engine {
   Result<KvBudget> load_cpu() {
     PAGODA_RETURN_IF_ERROR(kv_cache_type(config_, /*gpu=*/false).status());
     PAGODA_RETURN_IF_ERROR(fp8_weights(config_, /*gpu=*/false).status());
-    auto m = Model::load(*file_);
+    pool_ = std::make_unique<ThreadPool>(config_.threads);
+    auto m = Model::load(*file_, pool_.get());
     if (!m) return m.status().with_context("loading the model '" + config_.model_path + "'");
     model_ = std::move(m).value();
     model_config_ = model_->config();
     PAGODA_RETURN_IF_ERROR(set_max_model_len(model_config_));
     PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, plan_kv_pool(model_config_, config_));
-    pool_ = std::make_unique<ThreadPool>(config_.threads);
     exec_ = std::make_unique<CpuExecutor>(*model_, *pool_, budget.n_blocks, config_.block_size);
     return budget;
   }

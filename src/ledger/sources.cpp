@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "model/arch/arch.h"
-#include "model/cuda_weight_types.h"
+#include "model/weight_types.h"
 
 namespace pagoda::ledger {
 namespace {
@@ -238,34 +238,35 @@ std::optional<DType> type_from_name(const std::string& name) {
 
 }  // namespace
 
-int restate_for_cuda(ModelSource* src) {
+namespace {
+
+// Recounts the matrices of a GGUF source in the types `backend` stores them as
+// (model/weight_types.h) and notes what changed; tensors its loader refuses keep the
+// file's bytes (the load will say why).
+int restate(ModelSource* src, WeightBackend backend) {
   if (src->kind != "gguf") return 0;
-  std::map<std::string, std::vector<size_t>> stacks;
-  for (size_t i = 0; i < src->tensors.size(); ++i)
-    if (src->tensors[i].matrix) stacks[cuda_stack_name(src->tensors[i].name)].push_back(i);
+  std::vector<size_t> index;  // into src->tensors
+  std::vector<std::pair<std::string, DType>> matrices;
+  for (size_t i = 0; i < src->tensors.size(); ++i) {
+    const SourceTensor& t = src->tensors[i];
+    const std::optional<DType> type = type_from_name(t.type);
+    if (!t.matrix || !type) continue;
+    index.push_back(i);
+    matrices.emplace_back(t.name, *type);
+  }
+  const std::vector<std::optional<DType>> to = stored_types(backend, matrices);
   std::map<std::string, int> changes;  // "q4_k -> q4_1" -> tensors
   int64_t growth = 0;
-  for (const auto& [stack, members] : stacks) {
-    std::vector<DType> types;
-    for (size_t i : members) {
-      const std::optional<DType> t = type_from_name(src->tensors[i].type);
-      if (!t) break;
-      types.push_back(*t);
-    }
-    if (types.size() != members.size()) continue;
-    const std::optional<DType> to = cuda_stack_type(types);
-    if (!to) continue;  // the loader refuses these; the file's bytes stand
-    for (size_t k = 0; k < members.size(); ++k) {
-      if (types[k] == *to) continue;
-      SourceTensor& t = src->tensors[members[k]];
-      const DTypeInfo& from = dtype_info(types[k]);
-      const int64_t elements = t.bytes / static_cast<int64_t>(from.block_bytes) * from.block_elems;
-      const auto bytes = static_cast<int64_t>(row_bytes(*to, elements));
-      growth += bytes - t.bytes;
-      ++changes[t.type + " -> " + type_name(*to)];
-      t.bytes = bytes;
-      t.type = type_name(*to);
-    }
+  for (size_t k = 0; k < matrices.size(); ++k) {
+    if (!to[k] || *to[k] == matrices[k].second) continue;
+    SourceTensor& t = src->tensors[index[k]];
+    const DTypeInfo& from = dtype_info(matrices[k].second);
+    const int64_t elements = t.bytes / static_cast<int64_t>(from.block_bytes) * from.block_elems;
+    const auto bytes = static_cast<int64_t>(row_bytes(*to[k], elements));
+    growth += bytes - t.bytes;
+    ++changes[t.type + " -> " + type_name(*to[k])];
+    t.bytes = bytes;
+    t.type = type_name(*to[k]);
   }
   if (changes.empty()) return 0;
   std::string list;
@@ -275,10 +276,21 @@ int restate_for_cuda(ModelSource* src) {
     restated += n;
   }
   src->notes.push_back(
-      str_format("the CUDA backend converts at load what its kernels do not multiply: %s; weights "
+      str_format("the %s backend converts at load what its kernels do not multiply: %s; weights "
                  "%+.1f MiB against the file",
-                 list.c_str(), static_cast<double>(growth) / 1048576.0));
+                 backend == WeightBackend::kCuda ? "CUDA" : "CPU", list.c_str(),
+                 static_cast<double>(growth) / 1048576.0));
   return restated;
+}
+
+}  // namespace
+
+int restate_for_cuda(ModelSource* src) {
+  return restate(src, WeightBackend::kCuda);
+}
+
+int restate_for_cpu(ModelSource* src) {
+  return restate(src, WeightBackend::kCpu);
 }
 
 Result<ModelSource> resolve_model(const std::string& spec) {

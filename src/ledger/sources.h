@@ -74,6 +74,9 @@ Result<int64_t> safetensors_index_total(const std::string& path);
 // changed; other sources are left alone. `pagoda plan` for a GPU and the engine's GPU
 // KV pool both count weights through this. Returns how many tensors it restated.
 int restate_for_cuda(ModelSource* src);
+// The same for the CPU backend (model/weight_types.h), which converts the block types
+// it has no kernels for one tensor at a time. `pagoda plan --device cpu` counts through it.
+int restate_for_cpu(ModelSource* src);
 
 // MODEL as the user gives it: a .gguf file, a config.json, a folder with config.json
 // (and model.safetensors.index.json or model.safetensors), or a catalog name.

@@ -15,7 +15,11 @@ class CpuRunner : public ModelRunner {
 
   const ModelConfig& config() const override { return model_.config(); }
   DeviceKind device_kind() const override { return DeviceKind::kCpu; }
-  std::string describe() const override { return str_format("cpu, %d threads", pool_.size()); }
+  std::string describe() const override {
+    const std::string& c = model_.conversions();
+    return str_format("cpu, %d threads", pool_.size()) +
+           (c.empty() ? std::string() : " (converted " + c + ")");
+  }
   size_t decode_weight_bytes() const override { return model_.decode_weight_bytes(); }
   Status forward(const Batch& batch, float* logits) override {
     return model_.forward(batch, kv_, logits, *ws_, pool_);

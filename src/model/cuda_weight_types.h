@@ -1,7 +1,8 @@
 // Which GGUF weight types the CUDA backend multiplies, and what its loader stores every
 // other type as. The loader (model/cuda/cuda_model.cpp) converts at load with
-// cpu::convert_row; the memory ledger (ledger/sources.cpp, restate_for_cuda) counts the
-// same types, so `pagoda plan` and the KV pool's size see the bytes the device holds.
+// cpu::convert_row; the memory ledger (ledger/sources.cpp, restate_for_cuda) and `pagoda
+// quantize IN OUT CUDA` count the same types through stored_types (model/weight_types.h),
+// so `pagoda plan` and the KV pool's size see the bytes the device holds.
 //
 // Why convert rather than refuse: llama.cpp's K-quant mixes (Q4_K_M, the most common
 // download) are Q4_K with Q6_K for the LM head and some attn_v / ffn_down, and even its

@@ -1,8 +1,12 @@
 #include "model/model.h"
 
+#include <chrono>
 #include <cstring>
 
+#include "backend/cpu/convert_blocks.h"
+#include "core/log.h"
 #include "model/arch/arch.h"
+#include "model/weight_types.h"
 
 namespace pagoda {
 namespace {
@@ -19,37 +23,88 @@ Result<std::vector<float>> load_vector(const GgufFile& f, const std::string& nam
   return v;
 }
 
-// Loads the matrices named in `names` (each [cols] x rows[i]); when all share a type
-// they are stacked into one matrix so a single product computes them all.
+// What converting tensors at load needs: threads (the caller's pool, or one made on the
+// first conversion) and the tally for the log.
+struct LoadContext {
+  ThreadPool* pool = nullptr;
+  std::unique_ptr<ThreadPool> own;
+  cpu::ConversionTally tally;
+
+  ThreadPool& threads() {
+    if (pool == nullptr) {
+      own = std::make_unique<ThreadPool>(0);
+      pool = own.get();
+    }
+    return *pool;
+  }
+};
+
+// The tensor's rows in `to` (model/weight_types.h), for a type the kernels lack.
+Result<std::vector<uint8_t>> convert_tensor(const GgufFile& f, const GgufTensorInfo& t, DType to,
+                                            LoadContext* ctx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t cols = t.ne[0], rows = t.ne[1];
+  const size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(to, cols);
+  std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));
+  const uint8_t* in = f.tensor_data(t);
+  std::vector<Status> errors(static_cast<size_t>(rows));
+  ctx->threads().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      errors[static_cast<size_t>(r)] =
+          cpu::convert_row(t.type, in + static_cast<size_t>(r) * in_row, to,
+                           out.data() + static_cast<size_t>(r) * out_row, cols);
+  });
+  for (const Status& e : errors)
+    if (!e) return e.with_context("converting tensor '" + t.name + "' for the CPU backend");
+  ctx->tally.add(t.type, to, t.size, out.size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return out;
+}
+
+// Loads the matrices named in `names` (each [cols] x rows[i]), converting types the
+// kernels lack; when all end in one type they are stacked into one matrix so a single
+// product computes them all.
 Result<std::vector<cpu::WeightMatrix>> load_stacked(const GgufFile& f,
                                                     const std::vector<std::string>& names,
-                                                    const std::vector<int64_t>& rows,
-                                                    int64_t cols) {
+                                                    const std::vector<int64_t>& rows, int64_t cols,
+                                                    LoadContext* ctx) {
   std::vector<const GgufTensorInfo*> ts;
+  std::vector<DType> types;  // as stored
   for (size_t i = 0; i < names.size(); ++i) {
     PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f.find_tensor(names[i], {cols, rows[i]}));
-    if (!cpu::is_supported_weight_type(t->type))
+    const DType to = cpu_storage_type(t->type);
+    if (!cpu::is_supported_weight_type(to))
       return unsupported("tensor '" + names[i] + "' has type " + std::string(dtype_name(t->type)) +
-                         ", which the CPU backend cannot multiply with yet");
+                         ", which the CPU backend cannot multiply with");
     ts.push_back(t);
+    types.push_back(to);
+  }
+  // Each tensor's bytes in its stored type: the file's, or converted.
+  std::vector<std::vector<uint8_t>> converted(ts.size());
+  std::vector<const uint8_t*> data(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    data[i] = f.tensor_data(*ts[i]);
+    if (types[i] == ts[i]->type) continue;
+    PAGODA_ASSIGN_OR_RETURN(converted[i], convert_tensor(f, *ts[i], types[i], ctx));
+    data[i] = converted[i].data();
   }
   std::vector<cpu::WeightMatrix> out;
   bool same = true;
-  for (const GgufTensorInfo* t : ts) same = same && t->type == ts[0]->type;
+  for (DType t : types) same = same && t == types[0];
   if (same && ts.size() > 1) {
     std::vector<uint8_t> buf;
     int64_t total = 0;
-    for (const GgufTensorInfo* t : ts) {
-      buf.insert(buf.end(), f.tensor_data(*t), f.tensor_data(*t) + t->size);
-      total += t->ne[1];
+    for (size_t i = 0; i < ts.size(); ++i) {
+      buf.insert(buf.end(), data[i], data[i] + row_bytes(types[i], cols) * rows[i]);
+      total += rows[i];
     }
     PAGODA_ASSIGN_OR_RETURN(auto w,
-                            cpu::WeightMatrix::from_gguf(ts[0]->type, buf.data(), total, cols));
+                            cpu::WeightMatrix::from_gguf(types[0], buf.data(), total, cols));
     out.push_back(std::move(w));
   } else {
     for (size_t i = 0; i < ts.size(); ++i) {
-      PAGODA_ASSIGN_OR_RETURN(
-          auto w, cpu::WeightMatrix::from_gguf(ts[i]->type, f.tensor_data(*ts[i]), rows[i], cols));
+      PAGODA_ASSIGN_OR_RETURN(auto w,
+                              cpu::WeightMatrix::from_gguf(types[i], data[i], rows[i], cols));
       out.push_back(std::move(w));
     }
   }
@@ -59,8 +114,8 @@ Result<std::vector<cpu::WeightMatrix>> load_stacked(const GgufFile& f,
 }
 
 Result<cpu::WeightMatrix> load_matrix(const GgufFile& f, const std::string& name, int64_t rows,
-                                      int64_t cols) {
-  PAGODA_ASSIGN_OR_RETURN(auto v, load_stacked(f, {name}, {rows}, cols));
+                                      int64_t cols, LoadContext* ctx) {
+  PAGODA_ASSIGN_OR_RETURN(auto v, load_stacked(f, {name}, {rows}, cols, ctx));
   return std::move(v[0]);
 }
 
@@ -83,7 +138,7 @@ Status check_batch(const Batch& batch, int32_t n_vocab, int prev_picks) {
 
 Model::~Model() = default;
 
-Result<std::unique_ptr<Model>> Model::load(const GgufFile& f) {
+Result<std::unique_ptr<Model>> Model::load(const GgufFile& f, ThreadPool* pool) {
   const auto arch_name = f.get_string("general.architecture");
   if (!arch_name) return corrupt("model file has no general.architecture");
   const Architecture* arch = find_architecture(*arch_name);
@@ -102,11 +157,14 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile& f) {
   if (embd->ne[0] != c.dim || embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
     return corrupt("token_embd.weight has shape " + tensor_shape(*embd));
   c.n_vocab = static_cast<int>(embd->ne[1]);
-  PAGODA_ASSIGN_OR_RETURN(m->tok_embd_, load_matrix(f, "token_embd.weight", c.n_vocab, c.dim));
+  LoadContext ctx;
+  ctx.pool = pool;
+  PAGODA_ASSIGN_OR_RETURN(m->tok_embd_,
+                          load_matrix(f, "token_embd.weight", c.n_vocab, c.dim, &ctx));
   PAGODA_ASSIGN_OR_RETURN(m->output_norm_, load_vector(f, "output_norm.weight", c.dim));
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   if (!c.tied_embeddings) {
-    PAGODA_ASSIGN_OR_RETURN(m->output_, load_matrix(f, "output.weight", c.n_vocab, c.dim));
+    PAGODA_ASSIGN_OR_RETURN(m->output_, load_matrix(f, "output.weight", c.n_vocab, c.dim, &ctx));
   }
   if (f.find_tensor("rope_freqs.weight")) {
     PAGODA_ASSIGN_OR_RETURN(m->rope_freq_factors_,
@@ -123,7 +181,7 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile& f) {
     PAGODA_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", c.dim));
     PAGODA_ASSIGN_OR_RETURN(
         L.qkv, load_stacked(f, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
-                            {q, kv, kv}, c.dim));
+                            {q, kv, kv}, c.dim, &ctx));
     if (c.qkv_bias) {
       PAGODA_ASSIGN_OR_RETURN(auto bq, load_vector(f, p + "attn_q.bias", q));
       PAGODA_ASSIGN_OR_RETURN(auto bk, load_vector(f, p + "attn_k.bias", kv));
@@ -132,13 +190,16 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile& f) {
       L.qkv_bias.insert(L.qkv_bias.end(), bk.begin(), bk.end());
       L.qkv_bias.insert(L.qkv_bias.end(), bv.begin(), bv.end());
     }
-    PAGODA_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", c.dim, q));
+    PAGODA_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", c.dim, q, &ctx));
     PAGODA_ASSIGN_OR_RETURN(L.gate_up, load_stacked(f, {p + "ffn_gate.weight", p + "ffn_up.weight"},
-                                                    {c.ffn_dim, c.ffn_dim}, c.dim));
-    PAGODA_ASSIGN_OR_RETURN(L.down, load_matrix(f, p + "ffn_down.weight", c.dim, c.ffn_dim));
+                                                    {c.ffn_dim, c.ffn_dim}, c.dim, &ctx));
+    PAGODA_ASSIGN_OR_RETURN(L.down, load_matrix(f, p + "ffn_down.weight", c.dim, c.ffn_dim, &ctx));
   }
   // Every tensor now lives in ordinary memory; the file's pages need not stay resident.
   f.release_tensor_data();
+  m->conversions_ = ctx.tally.describe();
+  if (!m->conversions_.empty())
+    log_info("converted for the CPU backend's kernels: " + m->conversions_);
   return m;
 }
 

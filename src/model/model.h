@@ -45,13 +45,18 @@ struct LayerWeights {
 class Model {
  public:
   // Reads config and weights from an opened GGUF file (copied into ordinary memory).
-  static Result<std::unique_ptr<Model>> load(const GgufFile& file);
+  // Tensors the kernels cannot take are converted on `pool` (null: a pool of every
+  // hardware thread, made only when something needs converting).
+  static Result<std::unique_ptr<Model>> load(const GgufFile& file, ThreadPool* pool = nullptr);
 
   const ModelConfig& config() const { return config_; }
   // Bytes of all weights held (the bytes one decode step reads, but for the embedding).
   size_t weight_bytes() const;
   // Bytes a single-token decode step reads from weights: every matrix plus one embedding row.
   size_t decode_weight_bytes() const;
+  // Tensors converted at load because the kernels lack their file type
+  // (model/weight_types.h), e.g. "Q3_K->Q6_K x 97 (+190.3 MiB, 0.31 s)"; empty if none.
+  const std::string& conversions() const { return conversions_; }
 
   // Scratch memory for forward(); grows to the largest batch seen.
   struct Workspace;
@@ -78,6 +83,7 @@ class Model {
   std::vector<float> output_norm_;
   std::vector<float> rope_freq_factors_;  // llama3 scaling, empty when absent
   std::vector<LayerWeights> layers_;
+  std::string conversions_;
 };
 
 }  // namespace pagoda

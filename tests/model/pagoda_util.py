@@ -13,10 +13,12 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 PAGODA = os.environ.get("PAGODA_BIN", os.path.join(ROOT, "build", "pagoda"))
 
 
-def run_pagoda(*args, check=True, timeout=600, input=None):
-    """Runs build/pagoda with args; returns the CompletedProcess (text mode)."""
+def run_pagoda(*args, check=True, timeout=600, input=None, env_extra=None):
+    """Runs build/pagoda with args (and env_extra added to the environment); returns the
+    CompletedProcess (text mode)."""
+    env = {**os.environ, **env_extra} if env_extra else None
     proc = subprocess.run([PAGODA, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, input=input)
+                          timeout=timeout, input=input, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"pagoda {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stderr}")

@@ -1,7 +1,7 @@
-// Re-encoding rows for the CUDA backend (backend/cpu/convert_blocks.h) and the rule that
-// picks the types (model/cuda_weight_types.h). Each conversion is checked in value space:
-// the dequantized output against the dequantized input, exact where the format promises
-// it and within the stated bound elsewhere, on random blocks of every source type.
+// Re-encoding rows for the CUDA and CPU backends (backend/cpu/convert_blocks.h) and the
+// rules that pick the types (model/cuda_weight_types.h, model/weight_types.h). Each conversion is
+// checked in value space: the dequantized output against the dequantized input, exact where the
+// format promises it and within the stated bound elsewhere, on random blocks of every source type.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "backend/cpu/quant_blocks.h"
 #include "ledger/sources.h"
 #include "model/cuda_weight_types.h"
+#include "model/weight_types.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -50,6 +51,8 @@ std::vector<uint8_t> random_blocks(DType t, int64_t n, std::mt19937& rng) {
     case DType::kQ6_K:
       halves = {208};
       break;
+    case DType::kQ8_K:
+      break;  // an f32 d, set below
     default:
       ADD_FAILURE() << "no scale layout for " << dtype_name(t);
   }
@@ -58,6 +61,11 @@ std::vector<uint8_t> random_blocks(DType t, int64_t n, std::mt19937& rng) {
     for (size_t off : halves) {
       const uint16_t h = f32_to_fp16(scale(rng));
       std::memcpy(raw.data() + b * info.block_bytes + off, &h, 2);
+    }
+  if (t == DType::kQ8_K)
+    for (size_t b = 0; b < raw.size() / info.block_bytes; ++b) {
+      const float d = scale(rng);
+      std::memcpy(raw.data() + b * info.block_bytes, &d, 4);
     }
   return raw;
 }
@@ -69,17 +77,17 @@ std::vector<float> values(DType t, const void* data, int64_t n) {
 }
 
 // Converts `raw` (n elements of `from`) to `to`; returns the largest error of each
-// 32-element block divided by that block's largest |value| (0 for an all-zero block).
+// `group`-element block divided by that block's largest |value| (0 for an all-zero block).
 std::vector<double> converted_errors(DType from, const std::vector<uint8_t>& raw, DType to,
-                                     int64_t n) {
+                                     int64_t n, int64_t group = 32) {
   std::vector<uint8_t> out(row_bytes(to, n), 0xAB);
   const Status s = convert_row(from, raw.data(), to, out.data(), n);
   EXPECT_TRUE(s.is_ok()) << s.message();
   const std::vector<float> a = values(from, raw.data(), n), b = values(to, out.data(), n);
   std::vector<double> err;
-  for (int64_t b0 = 0; b0 < n; b0 += 32) {
+  for (int64_t b0 = 0; b0 < n; b0 += group) {
     double amax = 0, e = 0;
-    for (int64_t i = b0; i < b0 + 32; ++i) {
+    for (int64_t i = b0; i < b0 + group; ++i) {
       amax = std::max(amax, std::fabs(static_cast<double>(a[static_cast<size_t>(i)])));
       e = std::max(
           e, std::fabs(static_cast<double>(a[static_cast<size_t>(i)]) - b[static_cast<size_t>(i)]));
@@ -96,6 +104,9 @@ TEST(ConvertBlocks, ExactWhereTheTargetHoldsTheValues) {
     for (double e : converted_errors(from, raw, DType::kQ8_0, kN))
       ASSERT_EQ(e, 0.0) << dtype_name(from);
   }
+  // Q3_K's 16-element sub-blocks as Q6_K's, quants offset by 32 (the CPU's Q3_K path).
+  const std::vector<uint8_t> q3 = random_blocks(DType::kQ3_K, kN, rng);
+  for (double e : converted_errors(DType::kQ3_K, q3, DType::kQ6_K, kN)) ASSERT_EQ(e, 0.0);
   // Same type: the bytes themselves.
   const std::vector<uint8_t> raw = random_blocks(DType::kQ6_K, kN, rng);
   std::vector<uint8_t> out(raw.size());
@@ -137,6 +148,20 @@ TEST(ConvertBlocks, RequantizedToQ8_0WithinHalfAStep) {
   }
 }
 
+TEST(ConvertBlocks, Q2KRequantizedToQ6K) {
+  // The CPU's Q2_K path: Q6_K's reference quantizer gives each 16-element sub-block the
+  // step amax / 31, held as an int8 multiple of d = (the 256-block's amax / 31) / 127. The
+  // step is at most the largest one, A / 31, so rounding moves a weight by at most A / 62;
+  // a step rounded down clips by at most 31 * d / 2 = A / 254. Bound: A / 62 and fp16.
+  std::mt19937 rng(5);
+  const std::vector<uint8_t> raw = random_blocks(DType::kQ2_K, kN, rng);
+  double worst = 0;
+  for (double e : converted_errors(DType::kQ2_K, raw, DType::kQ6_K, kN, 256))
+    worst = std::max(worst, e);
+  EXPECT_LE(worst, 1.0 / 62 + 1.0 / 1024);
+  EXPECT_GT(worst, 0.0) << "requantizing random blocks moved nothing?";
+}
+
 TEST(ConvertBlocks, ClearErrors) {
   std::mt19937 rng(4);
   std::vector<uint8_t> raw = random_blocks(DType::kQ4_K, 256, rng);
@@ -150,6 +175,13 @@ TEST(ConvertBlocks, ClearErrors) {
   const Status s = convert_row(DType::kQ4_K, raw.data(), DType::kQ4_1, out.data(), 256);
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("fp16"), std::string::npos) << s.message();
+  // A corrupt file's inf scale is refused before requantizing (the CPU's Q2_K -> Q6_K).
+  std::vector<uint8_t> q2 = random_blocks(DType::kQ2_K, 256, rng);
+  reinterpret_cast<BlockQ2_K*>(q2.data())->d = 0x7C00;  // +inf
+  std::vector<uint8_t> q6(row_bytes(DType::kQ6_K, 256));
+  const Status inf = convert_row(DType::kQ2_K, q2.data(), DType::kQ6_K, q6.data(), 256);
+  EXPECT_FALSE(inf.is_ok());
+  EXPECT_NE(inf.message().find("not finite"), std::string::npos) << inf.message();
 }
 
 TEST(CudaWeightTypes, StorageAndStacks) {
@@ -172,6 +204,27 @@ TEST(CudaWeightTypes, StorageAndStacks) {
   EXPECT_EQ(cuda_stack_name("blk.3.ffn_up.weight"), "blk.3.gate_up");
   EXPECT_EQ(cuda_stack_name("blk.3.ffn_down.weight"), "blk.3.ffn_down.weight");
   EXPECT_EQ(cuda_stack_name("output.weight"), "output.weight");
+}
+
+TEST(CpuWeightTypes, EveryBlockTypeEndsInOneTheKernelsTake) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0,
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+    EXPECT_EQ(cpu_storage_type(t), t) << dtype_name(t);
+  EXPECT_EQ(cpu_storage_type(DType::kQ3_K), DType::kQ6_K);
+  EXPECT_EQ(cpu_storage_type(DType::kQ2_K), DType::kQ6_K);
+  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ8_K})
+    EXPECT_EQ(cpu_storage_type(t), DType::kQ8_0) << dtype_name(t);
+  EXPECT_EQ(cpu_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
+  // Every block type converts into a type the kernels take, on random blocks.
+  std::mt19937 rng(6);
+  for (DType t :
+       {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K, DType::kQ8_K}) {
+    const DType to = cpu_storage_type(t);
+    EXPECT_TRUE(is_supported_weight_type(to)) << dtype_name(t);
+    const std::vector<uint8_t> raw = random_blocks(t, kN, rng);
+    std::vector<uint8_t> out(row_bytes(to, kN));
+    EXPECT_TRUE(convert_row(t, raw.data(), to, out.data(), kN).is_ok()) << dtype_name(t);
+  }
 }
 
 TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
@@ -206,6 +259,25 @@ TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
   // Other sources are left alone.
   src.kind = "config.json";
   EXPECT_EQ(ledger::restate_for_cuda(&src), 0);
+
+  // The CPU converts tensor by tensor, without stacking rules: a Q3_K_M-like layer.
+  ledger::ModelSource cpu;
+  cpu.kind = "gguf";
+  src.tensors.clear();
+  add("blk.0.attn_q.weight", DType::kQ3_K, e);  // -> Q6_K
+  add("blk.0.attn_k.weight", DType::kQ3_K, e);
+  add("blk.0.attn_v.weight", DType::kQ5_K, e);    // kept
+  add("blk.0.ffn_down.weight", DType::kQ5_0, e);  // -> Q8_0
+  add("blk.0.ffn_up.weight", DType::kQ4_K, e);    // kept
+  cpu.tensors = src.tensors;
+  EXPECT_EQ(ledger::restate_for_cpu(&cpu), 3);
+  const std::vector<int64_t> want_cpu = {e / 256 * 210, e / 256 * 210, e / 256 * 176, q8,
+                                         e / 256 * 144};
+  for (size_t i = 0; i < want_cpu.size(); ++i) EXPECT_EQ(cpu.tensors[i].bytes, want_cpu[i]) << i;
+  ASSERT_EQ(cpu.notes.size(), 1u);
+  EXPECT_NE(cpu.notes[0].find("CPU backend"), std::string::npos) << cpu.notes[0];
+  EXPECT_NE(cpu.notes[0].find("q3_k -> q6_k (2 tensors)"), std::string::npos) << cpu.notes[0];
+  EXPECT_EQ(ledger::restate_for_cpu(&cpu), 0);  // already in the kernels' types
 }
 
 }  // namespace

@@ -227,7 +227,11 @@ int cmd_plan(int argc, char** argv) {
 
   auto src = L::resolve_model(spec);
   if (!src) return fail("plan", src.status());
-  if (gpu) L::restate_for_cuda(&*src);  // as the CUDA loader will store the file's tensors
+  // As the backend's loader will store the file's tensors.
+  if (gpu)
+    L::restate_for_cuda(&*src);
+  else
+    L::restate_for_cpu(&*src);
   {
     // The model half from the source; the flags read above are the workload and device.
     const L::PlanInput model = L::input_from_source(*src);

@@ -10,8 +10,8 @@
 #include "backend/cpu/matmul.h"
 #include "commands.h"
 #include "common.h"
-#include "model/cuda_weight_types.h"
 #include "model/gguf_writer.h"
+#include "model/weight_types.h"
 
 namespace pagoda::cli {
 namespace {
@@ -58,8 +58,8 @@ int cmd_quantize(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("quantize", args.status());
   const char* synopsis =
-      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K, or CUDA: each "
-      "matrix in the type the CUDA backend stores it as, so it loads without converting)";
+      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K, or CPU / CUDA: "
+      "each matrix in the type that backend stores it as, so it loads without converting)";
   if (args->has("--help")) {
     std::printf("%s", usage("quantize", synopsis, specs).c_str());
     return 0;
@@ -67,11 +67,15 @@ int cmd_quantize(int argc, char** argv) {
   if (args->positional().size() != 3)
     return fail("quantize", invalid_argument(std::string("expected ") + synopsis));
   const std::string in = args->positional()[0], out = args->positional()[1];
-  // CUDA: every matrix in its device stack's type (model/cuda_weight_types.h), converted
-  // as the CUDA loader would, so the loader finds nothing to convert.
-  const bool for_cuda = args->positional()[2] == "CUDA" || args->positional()[2] == "cuda";
+  // CPU / CUDA: every matrix in the type that backend's loader stores it as
+  // (model/weight_types.h), converted as the loader would, so it finds nothing to convert.
+  std::optional<WeightBackend> backend;
+  if (args->positional()[2] == "CPU" || args->positional()[2] == "cpu")
+    backend = WeightBackend::kCpu;
+  if (args->positional()[2] == "CUDA" || args->positional()[2] == "cuda")
+    backend = WeightBackend::kCuda;
   DType target = DType::kQ8_0;
-  if (!for_cuda && (!parse_dtype(args->positional()[2], &target) || file_type_for(target) < 0))
+  if (!backend && (!parse_dtype(args->positional()[2], &target) || file_type_for(target) < 0))
     return fail("quantize",
                 invalid_argument("unsupported target type '" + args->positional()[2] + "'"));
   auto th = args->get_int("--threads", 0, 0, 1024);
@@ -97,19 +101,27 @@ int cmd_quantize(int argc, char** argv) {
   w.set_alignment(f.alignment());
   for (const auto& [k, v] : f.metadata())
     if (k != "general.alignment") w.set_value(k, v);
-  std::map<std::string, DType> stack_type;  // for_cuda: cuda_stack_name -> type
-  if (for_cuda) {
-    std::map<std::string, std::vector<DType>> stacks;
+  std::map<std::string, DType> stored;  // backend: matrix name -> type
+  if (backend) {
+    std::vector<std::pair<std::string, DType>> matrices;
     for (const GgufTensorInfo& t : f.tensors())
-      if (is_weight_matrix(t)) stacks[cuda_stack_name(t.name)].push_back(t.type);
-    for (const auto& [name, types] : stacks) {
-      const std::optional<DType> st = cuda_stack_type(types);
-      if (!st || !cuda_multiplies(*st))
-        return fail("quantize", unsupported("'" + name +
-                                            "': the CUDA backend takes none of its tensors' "
-                                            "types or cannot stack them"));
-      stack_type[name] = *st;
+      if (is_weight_matrix(t)) matrices.emplace_back(t.name, t.type);
+    const std::vector<std::optional<DType>> types = stored_types(*backend, matrices);
+    std::map<DType, int64_t> elements;  // for general.file_type: the type most weights are in
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      if (!types[i])
+        return fail("quantize", unsupported("'" + matrices[i].first + "' (" +
+                                            std::string(dtype_name(matrices[i].second)) +
+                                            "): the backend's loader cannot take it"));
+      stored[matrices[i].first] = *types[i];
+      elements[*types[i]] += f.find_tensor(matrices[i].first)->n_elements();
     }
+    DType most = DType::kF32;
+    int64_t most_n = 0;
+    for (const auto& [t, n] : elements)
+      if (n > most_n) most = t, most_n = n;
+    if (most_n > 0 && file_type_for(most) >= 0)
+      w.set_u32("general.file_type", static_cast<uint32_t>(file_type_for(most)));
   } else {
     w.set_u32("general.file_type", static_cast<uint32_t>(file_type_for(target)));
   }
@@ -119,8 +131,8 @@ int cmd_quantize(int argc, char** argv) {
   for (const GgufTensorInfo& t : f.tensors()) {
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
     DType to = t.type;
-    if (for_cuda && is_weight_matrix(t)) {
-      to = stack_type.at(cuda_stack_name(t.name));
+    if (backend && is_weight_matrix(t)) {
+      to = stored.at(t.name);
     } else if (is_weight_matrix(t)) {
       to = target;
       for (const auto& [part, type] : overrides)
@@ -163,7 +175,9 @@ int cmd_quantize(int argc, char** argv) {
   if (Status s = w.write(out); !s) return fail("quantize", s);
   std::fprintf(stderr, "pagoda quantize: wrote %s (%zu tensors converted to %s)\n", out.c_str(),
                n_converted,
-               for_cuda ? "the CUDA backend's types" : std::string(dtype_name(target)).c_str());
+               !backend                           ? std::string(dtype_name(target)).c_str()
+               : *backend == WeightBackend::kCuda ? "the CUDA backend's types"
+                                                  : "the CPU backend's types");
   return 0;
 }
 

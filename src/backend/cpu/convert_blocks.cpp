@@ -7,6 +7,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_ref.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -69,6 +70,27 @@ Status q4_k_to_q4_1(const BlockQ4_K* src, BlockQ4_1* dst, int64_t nb) {
   return Status::ok();
 }
 
+// Q3_K and Q6_K share the 16-element sub-blocks and the element order: Q3_K's value
+// d * (s - 32) * q3 with q3 in [-4, 3] is Q6_K's d * scale * (q6 - 32) under the same d,
+// scale = s - 32 (an int8) and q6 = q3 + 32 (6 bits): the same product of the same floats.
+void q3_k_to_q6_k(const BlockQ3_K* src, BlockQ6_K* dst, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ3_K& in = src[b];
+    BlockQ6_K& o = dst[b];
+    o.d = in.d;
+    for (int j = 0; j < 16; ++j) o.scales[j] = static_cast<int8_t>(q3k_scale(j, in.scales) - 32);
+    uint8_t q[kQKK];
+    for (int n = 0; n < 2; ++n)
+      for (int k = 0; k < 4; ++k)
+        for (int l = 0; l < 32; ++l) {
+          const int q3 =
+              ((in.qs[32 * n + l] >> (2 * k)) & 3) - ((in.hmask[l] >> (4 * n + k)) & 1 ? 0 : 4);
+          q[128 * n + 32 * k + l] = static_cast<uint8_t>(q3 + 32);
+        }
+    pack_q6_k_quants(q, &o);
+  }
+}
+
 }  // namespace
 
 Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) {
@@ -93,10 +115,20 @@ Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) 
     q8_1_to_q8_0(static_cast<const BlockQ8_1*>(src), static_cast<BlockQ8_0*>(dst), n / kQK);
     return Status::ok();
   }
+  if (from == DType::kQ3_K && to == DType::kQ6_K) {
+    q3_k_to_q6_k(static_cast<const BlockQ3_K*>(src), static_cast<BlockQ6_K*>(dst), n / kQKK);
+    return Status::ok();
+  }
   if (from == DType::kQ4_K && to == DType::kQ4_1)
     return q4_k_to_q4_1(static_cast<const BlockQ4_K*>(src), static_cast<BlockQ4_1*>(dst), n / kQKK);
-  std::vector<float> row(static_cast<size_t>(n));
+  thread_local std::vector<float> row;  // rows convert in a loop: no allocation per row
+  row.resize(static_cast<size_t>(n));
   PAGODA_RETURN_IF_ERROR(dequantize_row(from, src, row.data(), n));
+  // A corrupt scale (an fp16 inf or NaN) would reach the quantizer's float-to-int casts.
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(row[static_cast<size_t>(i)]))
+      return corrupt("element " + std::to_string(i) + " of a " + std::string(fi.name) +
+                     " row is not finite");
   return quantize_row(to, row.data(), dst, n);
 }
 

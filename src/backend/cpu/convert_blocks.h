@@ -1,7 +1,10 @@
 // Re-encoding rows from one GGUF block type to another, for a backend that multiplies
 // fewer types than files hold (the CUDA backend takes only the 32-element formats, see
-// model/cuda_weight_types.h). Exact where the target holds the source's values:
+// model/cuda_weight_types.h; the CPU backend lacks kernels for Q5_0, Q5_1, Q2_K and Q3_K,
+// see model/weight_types.h). Exact where the target holds the source's values:
 //   Q4_0, Q5_0 -> Q8_0: the same d, q - 8 (q - 16) as a byte; Q8_1 -> Q8_0: its d and bytes.
+//   Q3_K -> Q6_K: both have 16-element sub-blocks under one fp16 d; Q3_K's 6-bit scale
+//     less 32 is Q6_K's int8 scale and its 3-bit quant plus 32 Q6_K's 6-bit one.
 //   Q4_K -> Q4_1: a Q4_K sub-block of 32 is a Q4_1 block with step d * sc and offset
 //     -dmin * m; those are rounded to fp16 (relative error <= 2^-11 each), the 4-bit
 //     quants are kept.
@@ -11,6 +14,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -21,5 +27,30 @@ namespace pagoda::cpu {
 // multiple of both types' block sizes. Errors on types quantize_row / dequantize_row do
 // not take and on a Q4_K step or offset beyond fp16's range.
 Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n);
+
+// What a loader converted, for its start-up log and describe(): "Q4_K->Q4_1 x 16, Q6_K->
+// Q8_0 x 14 (+31.6 MiB, 0.21 s)"; empty when nothing was. Inline: the CUDA plugin uses it.
+class ConversionTally {
+ public:
+  void add(DType from, DType to, size_t bytes_in, size_t bytes_out, double seconds) {
+    ++count_[{from, to}];
+    growth_ += static_cast<int64_t>(bytes_out) - static_cast<int64_t>(bytes_in);
+    seconds_ += seconds;
+  }
+  std::string describe() const {
+    std::string s;
+    for (const auto& [k, n] : count_)
+      s += (s.empty() ? "" : ", ") + std::string(dtype_name(k.first)) + "->" +
+           std::string(dtype_name(k.second)) + " x " + std::to_string(n);
+    if (!s.empty())
+      s += str_format(" (%+.1f MiB, %.2f s)", static_cast<double>(growth_) / 1048576.0, seconds_);
+    return s;
+  }
+
+ private:
+  std::map<std::pair<DType, DType>, int> count_;
+  int64_t growth_ = 0;
+  double seconds_ = 0;
+};
 
 }  // namespace pagoda::cpu

@@ -205,15 +205,7 @@ void quantize_q6_k(const float* x, BlockQ6_K* y) {
       q[16 * j + l] = static_cast<uint8_t>(std::clamp(v, -32, 31) + 32);
     }
   }
-  for (int n = 0; n < 2; ++n) {
-    const uint8_t* qn = q + 128 * n;
-    for (int l = 0; l < 32; ++l) {
-      y->ql[64 * n + l] = static_cast<uint8_t>((qn[l] & 0xF) | ((qn[l + 64] & 0xF) << 4));
-      y->ql[64 * n + l + 32] = static_cast<uint8_t>((qn[l + 32] & 0xF) | ((qn[l + 96] & 0xF) << 4));
-      y->qh[32 * n + l] = static_cast<uint8_t>((qn[l] >> 4) | ((qn[l + 32] >> 4) << 2) |
-                                               ((qn[l + 64] >> 4) << 4) | ((qn[l + 96] >> 4) << 6));
-    }
-  }
+  pack_q6_k_quants(q, y);
 }
 
 void dequantize_q2_k(const BlockQ2_K* b, float* y) {
@@ -475,6 +467,18 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
                                     std::string(info->name).c_str()));
   }
   return Status::ok();
+}
+
+void pack_q6_k_quants(const uint8_t* q, BlockQ6_K* y) {
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t* qn = q + 128 * n;
+    for (int l = 0; l < 32; ++l) {
+      y->ql[64 * n + l] = static_cast<uint8_t>((qn[l] & 0xF) | ((qn[l + 64] & 0xF) << 4));
+      y->ql[64 * n + l + 32] = static_cast<uint8_t>((qn[l + 32] & 0xF) | ((qn[l + 96] & 0xF) << 4));
+      y->qh[32 * n + l] = static_cast<uint8_t>((qn[l] >> 4) | ((qn[l + 32] >> 4) << 2) |
+                                               ((qn[l + 64] >> 4) << 4) | ((qn[l + 96] >> 4) << 6));
+    }
+  }
 }
 
 }  // namespace pagoda::cpu

@@ -20,5 +20,7 @@ void quantize_block_q8_act(const float* x, BlockQ8_1* y);
 // ggml's reference rule: max = the signed value of largest magnitude, iscale = -127 / max,
 // q = min(127, nearest_int(iscale * x)) (ties to even), d = 1 / iscale, bsums per 16.
 void quantize_block_q8_k(const float* x, BlockQ8_K* y);
+// Stores q[e] (6 bits, element order e < 256) in y->ql / y->qh; scales and d untouched.
+void pack_q6_k_quants(const uint8_t* q, BlockQ6_K* y);
 
 }  // namespace pagoda::cpu

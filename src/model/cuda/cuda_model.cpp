@@ -4,6 +4,7 @@
 #include "model/cuda/cuda_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +68,12 @@ class Loader {
       types.push_back(t->type);
       total += rows[i];
     }
+    // The ledger and `pagoda quantize CUDA` group tensors by cuda_stack_name; a stack
+    // here that it does not name alike would make them count other types than these.
+    for (const std::string& n : names)
+      if (cuda_stack_name(n) != cuda_stack_name(names[0]) ||
+          (names.size() == 1 && cuda_stack_name(n) != n))
+        return internal_error("tensor '" + n + "' is stacked unlike cuda_stack_name says");
     // The type the device keeps (model/cuda_weight_types.h): the file's, or one the
     // tensors are converted to on the way.
     const std::optional<DType> stack = cuda_stack_type(types);
@@ -169,17 +176,8 @@ class Loader {
     return Status::ok();
   }
 
-  // Tensors converted on the way, e.g. "Q4_K->Q4_1 x 193, Q6_K->Q8_0 x 34 (+85.2 MB)";
-  // empty when the file's types went as they were.
-  std::string conversions() const {
-    std::string s;
-    for (const auto& [k, n] : converted_)
-      s += str_format("%s%s->%s x %d", s.empty() ? "" : ", ",
-                      std::string(dtype_name(k.first)).c_str(),
-                      std::string(dtype_name(k.second)).c_str(), n);
-    if (!s.empty()) s += str_format(" (%+.1f MB)", static_cast<double>(converted_growth_) / 1e6);
-    return s;
-  }
+  // Tensors converted on the way; empty when the file's types went as they were.
+  std::string conversions() const { return converted_.describe(); }
 
   Status release() {
     PAGODA_RETURN_IF_ERROR(up_.finish());
@@ -195,6 +193,7 @@ class Loader {
     const size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(to, cols);
     std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));
     const auto* in = static_cast<const uint8_t*>(f_.tensor_data(t));
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<Status> errors(static_cast<size_t>(rows));
     pool_.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
@@ -204,8 +203,8 @@ class Loader {
     });
     for (const Status& e : errors)
       if (!e) return e.with_context("converting tensor '" + t.name + "' for the CUDA backend");
-    ++converted_[{t.type, to}];
-    converted_growth_ += static_cast<int64_t>(out.size()) - static_cast<int64_t>(t.size);
+    converted_.add(t.type, to, t.size, out.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return out;
   }
 
@@ -214,8 +213,7 @@ class Loader {
   std::vector<cuda::DeviceBuffer>& owned_;
   ThreadPool& pool_;
   WeightUploader up_;
-  std::map<std::pair<DType, DType>, int> converted_;
-  int64_t converted_growth_ = 0;
+  cpu::ConversionTally converted_;
   cuda::DeviceBuffer stage_;
   std::vector<const GgufTensorInfo*> pending_release_;
   size_t bytes_ = 0;

@@ -1,0 +1,41 @@
+// The types each backend's loader stores a file's weight matrices as, for the loaders,
+// the memory ledger (ledger/sources.cpp) and `pagoda quantize IN OUT CPU|CUDA`, so all
+// three agree. The CUDA rule lives in model/cuda_weight_types.h (header-only, for the
+// plugin); the CPU rule is here.
+//
+// The CPU kernels (backend/cpu/packed_weights.cpp) take F32, F16, BF16, Q4_0, Q4_1, Q8_0,
+// Q4_K, Q5_K and Q6_K; the loader (model/model.cpp) converts any other block type with
+// cpu::convert_row. Why convert rather than refuse: llama.cpp's Q2_K and Q3_K_S/M/L files
+// are mostly Q2_K and Q3_K, and its K-quant mixes fall back to Q4_0 / Q5_0 / Q5_1 for rows
+// that are not whole 256-blocks (SmolLM2's 576: its Q4_K_M file is mostly Q5_0). The
+// targets, the smallest that keep the values where one exists:
+//   Q3_K -> Q6_K, exactly (6.56 bits a weight against 3.44);
+//   Q5_0, Q8_1 -> Q8_0, exactly (8.5 against 5.5 / 9);
+//   Q2_K -> Q6_K, requantized (16-element sub-blocks as in the source; 6.56 against 2.63);
+//   Q5_1 and any other block type -> Q8_0, requantized.
+// Native kernels would keep the file's bytes; the plan's note states the difference.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace pagoda {
+
+// `t` itself where the CPU kernels take it or it is not a block type (the loader refuses
+// plain types it cannot multiply), otherwise the type the loader converts it to.
+DType cpu_storage_type(DType t);
+
+enum class WeightBackend { kCpu, kCuda };
+
+// For a file's weight matrices (name, file type), the type `backend` stores each as, in
+// the same order: the CPU converts tensor by tensor (and stacks only what ends in one
+// type); the CUDA backend stacks q/k/v and gate/up in one type (cuda_stack_type).
+// nullopt where that backend's loader refuses the tensor.
+std::vector<std::optional<DType>> stored_types(
+    WeightBackend backend, const std::vector<std::pair<std::string, DType>>& matrices);
+
+}  // namespace pagoda
