@@ -1,6 +1,5 @@
 #include "model/model.h"
 
-#include <chrono>
 #include <cstring>
 
 #include "backend/cpu/convert_blocks.h"
@@ -39,28 +38,6 @@ struct LoadContext {
   }
 };
 
-// The tensor's rows in `to` (model/weight_types.h), for a type the kernels lack.
-Result<std::vector<uint8_t>> convert_tensor(const GgufFile& f, const GgufTensorInfo& t, DType to,
-                                            LoadContext* ctx) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t cols = t.ne[0], rows = t.ne[1];
-  const size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(to, cols);
-  std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));
-  const uint8_t* in = f.tensor_data(t);
-  std::vector<Status> errors(static_cast<size_t>(rows));
-  ctx->threads().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      errors[static_cast<size_t>(r)] =
-          cpu::convert_row(t.type, in + static_cast<size_t>(r) * in_row, to,
-                           out.data() + static_cast<size_t>(r) * out_row, cols);
-  });
-  for (const Status& e : errors)
-    if (!e) return e.with_context("converting tensor '" + t.name + "' for the CPU backend");
-  ctx->tally.add(t.type, to, t.size, out.size(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return out;
-}
-
 // Loads the matrices named in `names` (each [cols] x rows[i]), converting types the
 // kernels lack; when all end in one type they are stacked into one matrix so a single
 // product computes them all.
@@ -85,7 +62,11 @@ Result<std::vector<cpu::WeightMatrix>> load_stacked(const GgufFile& f,
   for (size_t i = 0; i < ts.size(); ++i) {
     data[i] = f.tensor_data(*ts[i]);
     if (types[i] == ts[i]->type) continue;
-    PAGODA_ASSIGN_OR_RETURN(converted[i], convert_tensor(f, *ts[i], types[i], ctx));
+    auto c = cpu::convert_matrix(ts[i]->type, data[i], rows[i], cols, types[i], ctx->threads(),
+                                 &ctx->tally);
+    if (!c)
+      return c.status().with_context("converting tensor '" + names[i] + "' for the CPU backend");
+    converted[i] = std::move(c).value();
     data[i] = converted[i].data();
   }
   std::vector<cpu::WeightMatrix> out;

@@ -127,6 +127,7 @@ int cmd_quantize(int argc, char** argv) {
   }
 
   ThreadPool pool(static_cast<int>(*th));
+  cpu::ConversionTally tally;
   size_t n_converted = 0;
   for (const GgufTensorInfo& t : f.tensors()) {
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
@@ -150,34 +151,21 @@ int cmd_quantize(int argc, char** argv) {
       w.add_tensor_ref(t.name, t.type, ne, f.tensor_data(t), t.size);
       continue;
     }
-    const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
-    const size_t in_rb = row_bytes(t.type, cols), out_rb = row_bytes(to, cols);
-    std::vector<uint8_t> data(out_rb * static_cast<size_t>(rows));
-    Status err;
-    std::mutex mu;
-    pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        // Exact where the target holds the values (Q4_K -> Q4_1, Q4_0 -> Q8_0), else
-        // dequantized and quantized again.
-        Status s = cpu::convert_row(t.type, f.tensor_data(t) + in_rb * r, to,
-                                    data.data() + out_rb * r, cols);
-        if (!s) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (err) err = s;
-          return;
-        }
-      }
-    });
-    if (!err) return fail("quantize", err.with_context("converting '" + t.name + "'"));
-    w.add_tensor(t.name, to, ne, std::move(data));
+    // Exact where the target holds the values (Q4_K -> Q4_1, Q3_K -> Q6_K, Q4_0 -> Q8_0),
+    // else dequantized and quantized again.
+    auto data = cpu::convert_matrix(t.type, f.tensor_data(t), t.n_elements() / t.ne[0], t.ne[0], to,
+                                    pool, &tally);
+    if (!data) return fail("quantize", data.status().with_context("converting '" + t.name + "'"));
+    w.add_tensor(t.name, to, ne, std::move(data).value());
     ++n_converted;
   }
   if (Status s = w.write(out); !s) return fail("quantize", s);
-  std::fprintf(stderr, "pagoda quantize: wrote %s (%zu tensors converted to %s)\n", out.c_str(),
+  std::fprintf(stderr, "pagoda quantize: wrote %s (%zu tensors converted to %s%s%s)\n", out.c_str(),
                n_converted,
                !backend                           ? std::string(dtype_name(target)).c_str()
                : *backend == WeightBackend::kCuda ? "the CUDA backend's types"
-                                                  : "the CPU backend's types");
+                                                  : "the CPU backend's types",
+               n_converted ? ": " : "", tally.describe().c_str());
   return 0;
 }
 

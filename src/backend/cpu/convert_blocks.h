@@ -13,13 +13,16 @@
 // 32-element block / 254) plus the fp16 rounding of the step.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace pagoda::cpu {
 
@@ -53,4 +56,26 @@ class ConversionTally {
   double seconds_ = 0;
 };
 
+// A whole matrix (`rows` rows of `cols` elements of `from`, GGUF layout) in type `to`,
+// rows converted in parallel on `pool`, and counted in `tally`. Inline: the CUDA plugin
+// uses it.
+inline Result<std::vector<uint8_t>> convert_matrix(DType from, const uint8_t* src, int64_t rows,
+                                                   int64_t cols, DType to, ThreadPool& pool,
+                                                   ConversionTally* tally) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t in_row = row_bytes(from, cols), out_row = row_bytes(to, cols);
+  std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));
+  std::vector<Status> errors(static_cast<size_t>(rows));
+  pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      errors[static_cast<size_t>(r)] =
+          convert_row(from, src + static_cast<size_t>(r) * in_row, to,
+                      out.data() + static_cast<size_t>(r) * out_row, cols);
+  });
+  for (const Status& e : errors)
+    if (!e) return e;
+  tally->add(from, to, in_row * static_cast<size_t>(rows), out.size(),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return out;
+}
 }  // namespace pagoda::cpu

@@ -4,7 +4,6 @@
 #include "model/cuda/cuda_model.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -189,22 +188,10 @@ class Loader {
  private:
   // The tensor's rows in type `to`, GGUF layout, converted on the host by the pool.
   Result<std::vector<uint8_t>> convert(const GgufTensorInfo& t, DType to) {
-    const int64_t cols = t.ne[0], rows = t.ne[1];
-    const size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(to, cols);
-    std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));
-    const auto* in = static_cast<const uint8_t*>(f_.tensor_data(t));
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<Status> errors(static_cast<size_t>(rows));
-    pool_.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        errors[static_cast<size_t>(r)] =
-            cpu::convert_row(t.type, in + static_cast<size_t>(r) * in_row, to,
-                             out.data() + static_cast<size_t>(r) * out_row, cols);
-    });
-    for (const Status& e : errors)
-      if (!e) return e.with_context("converting tensor '" + t.name + "' for the CUDA backend");
-    converted_.add(t.type, to, t.size, out.size(),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    auto out =
+        cpu::convert_matrix(t.type, f_.tensor_data(t), t.ne[1], t.ne[0], to, pool_, &converted_);
+    if (!out)
+      return out.status().with_context("converting tensor '" + t.name + "' for the CUDA backend");
     return out;
   }
 
