@@ -1,6 +1,6 @@
-"""GGUF files holding block types the CPU kernels lack (Q2_K, Q3_K, Q5_0, Q5_1), made by
-llama.cpp's own quantizer, run on Pagoda's CPU backend, which converts them at load
-(model/weight_types.h), and are checked against independent references:
+"""llama.cpp's own K-quant files on Pagoda's CPU backend: block types its kernels take
+natively (Q3_K, since the kernels gained it) and ones the loader converts (Q2_K, Q5_0,
+Q5_1; model/weight_types.h), checked against independent references:
 
 - SmolLM2 (a real model) in llama.cpp's Q3_K_M and Q4_K_M: its 576-wide rows make
   llama.cpp fall back to Q4_0 / Q5_0 / Q5_1. Logits at every prompt position must agree
@@ -27,14 +27,14 @@ from gguf.quants import dequantize  # noqa: E402
 
 FTYPES = {"Q5_1": 9, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q4_K_M": 15}  # llama.cpp's
 FILE_TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K": 14, "Q5_K": 16, "Q6_K": 18}
-KERNELS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}
+KERNELS = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 
 
 def cpu_storage(t):
     """The rule as model/weight_types.h states it, written again here."""
     if t in KERNELS:
         return t
-    return "Q6_K" if t in ("Q2_K", "Q3_K") else "Q8_0"
+    return "Q6_K" if t == "Q2_K" else "Q8_0"
 
 
 def quantize(src, out, name):
@@ -133,8 +133,8 @@ def nmse(a, b):
     return float(((a - b) ** 2).sum(-1).mean() / (b ** 2).sum(-1).mean())
 
 
-# Share of the quantization cost our difference from llama.cpp may reach. Exact
-# conversions (Q3_K -> Q6_K) leave only the engines' rounding differences; requantizing
+# Share of the quantization cost our difference from llama.cpp may reach. Native Q3_K
+# leaves only the engines' rounding differences (as does an exact conversion); requantizing
 # adds about (new step / old step)^2 of the file's own error: (3/62)^2 for Q2_K -> Q6_K,
 # (31/254)^2 for Q5_1 -> Q8_0 (measured: 0.0005, 0.005, 0.07).
 BOUNDS = {"Q3_K_S": 0.02, "Q2_K": 0.05, "Q5_1": 0.25}
@@ -169,7 +169,7 @@ def check_converted(src_path, out_path):
         kinds.add(kind)
         a = dequantize(t.data, t.tensor_type).astype(np.float64)
         b = dequantize(u.data, u.tensor_type).astype(np.float64)
-        if kind in (("Q3_K", "Q6_K"), ("Q5_0", "Q8_0")):
+        if kind == ("Q5_0", "Q8_0"):
             assert np.array_equal(a, b), name
             continue
         group = 256 if kind == ("Q2_K", "Q6_K") else 32
@@ -200,7 +200,7 @@ def test_quantize_for_the_cpu_writes_what_the_loader_stores(files):
         # The loader converts exactly as quantize did: the same logits either way.
         tokens = [1, 504, 3458, 282, 4649, 314]
         assert our_logits(out, tokens, 20) == our_logits(files[name], tokens, 20), name
-    assert {("Q3_K", "Q6_K"), ("Q2_K", "Q6_K"), ("Q5_0", "Q8_0"), ("Q5_1", "Q8_0")} <= kinds
+    assert {("Q2_K", "Q6_K"), ("Q5_0", "Q8_0"), ("Q5_1", "Q8_0")} <= kinds
 
 
 def test_cpu_plan_counts_the_bytes_the_loader_holds(files):

@@ -104,7 +104,7 @@ TEST(ConvertBlocks, ExactWhereTheTargetHoldsTheValues) {
     for (double e : converted_errors(from, raw, DType::kQ8_0, kN))
       ASSERT_EQ(e, 0.0) << dtype_name(from);
   }
-  // Q3_K's 16-element sub-blocks as Q6_K's, quants offset by 32 (the CPU's Q3_K path).
+  // Q3_K's 16-element sub-blocks as Q6_K's, quants offset by 32 (pagoda quantize to Q6_K).
   const std::vector<uint8_t> q3 = random_blocks(DType::kQ3_K, kN, rng);
   for (double e : converted_errors(DType::kQ3_K, q3, DType::kQ6_K, kN)) ASSERT_EQ(e, 0.0);
   // Same type: the bytes themselves.
@@ -208,17 +208,15 @@ TEST(CudaWeightTypes, StorageAndStacks) {
 
 TEST(CpuWeightTypes, EveryBlockTypeEndsInOneTheKernelsTake) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0,
-                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+                  DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
     EXPECT_EQ(cpu_storage_type(t), t) << dtype_name(t);
-  EXPECT_EQ(cpu_storage_type(DType::kQ3_K), DType::kQ6_K);
   EXPECT_EQ(cpu_storage_type(DType::kQ2_K), DType::kQ6_K);
   for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ8_K})
     EXPECT_EQ(cpu_storage_type(t), DType::kQ8_0) << dtype_name(t);
   EXPECT_EQ(cpu_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
   // Every block type converts into a type the kernels take, on random blocks.
   std::mt19937 rng(6);
-  for (DType t :
-       {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K, DType::kQ8_K}) {
+  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ8_K}) {
     const DType to = cpu_storage_type(t);
     EXPECT_TRUE(is_supported_weight_type(to)) << dtype_name(t);
     const std::vector<uint8_t> raw = random_blocks(t, kN, rng);
@@ -260,12 +258,12 @@ TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
   src.kind = "config.json";
   EXPECT_EQ(ledger::restate_for_cuda(&src), 0);
 
-  // The CPU converts tensor by tensor, without stacking rules: a Q3_K_M-like layer.
+  // The CPU converts tensor by tensor, without stacking rules: a Q2_K-like layer.
   ledger::ModelSource cpu;
   cpu.kind = "gguf";
   src.tensors.clear();
-  add("blk.0.attn_q.weight", DType::kQ3_K, e);  // -> Q6_K
-  add("blk.0.attn_k.weight", DType::kQ3_K, e);
+  add("blk.0.attn_q.weight", DType::kQ2_K, e);  // -> Q6_K
+  add("blk.0.attn_k.weight", DType::kQ2_K, e);
   add("blk.0.attn_v.weight", DType::kQ5_K, e);    // kept
   add("blk.0.ffn_down.weight", DType::kQ5_0, e);  // -> Q8_0
   add("blk.0.ffn_up.weight", DType::kQ4_K, e);    // kept
@@ -276,7 +274,7 @@ TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
   for (size_t i = 0; i < want_cpu.size(); ++i) EXPECT_EQ(cpu.tensors[i].bytes, want_cpu[i]) << i;
   ASSERT_EQ(cpu.notes.size(), 1u);
   EXPECT_NE(cpu.notes[0].find("CPU backend"), std::string::npos) << cpu.notes[0];
-  EXPECT_NE(cpu.notes[0].find("q3_k -> q6_k (2 tensors)"), std::string::npos) << cpu.notes[0];
+  EXPECT_NE(cpu.notes[0].find("q2_k -> q6_k (2 tensors)"), std::string::npos) << cpu.notes[0];
   EXPECT_EQ(ledger::restate_for_cpu(&cpu), 0);  // already in the kernels' types
 }
 

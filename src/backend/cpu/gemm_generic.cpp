@@ -100,13 +100,19 @@ void tile_k(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
               for (int64_t b = 0; b < w.nb; ++b) {
                 const uint8_t* q = w.quants(g, b);
                 const uint8_t* s = w.scales(g, b);
-                // Signed values per sub-block of 32 (Q6_K: q - 32 so its scales apply per 16).
+                // Signed values per sub-block of 32 (Q6_K: q - 32, Q3_K: q - 4, so their
+                // scales apply per 16).
                 int8_t wq[8][kRowGroup][kQK];
                 for (int j = 0; j < 8; ++j) {
                   for (int i = 0; i < kRowGroup; ++i) {
                     for (int e = 0; e < kQK; ++e) {
                       int v;
-                      if (kType == DType::kQ6_K) {
+                      if (kType == DType::kQ3_K) {
+                        const uint8_t* qj = q + 192 * j;
+                        const int st = e >> 2;
+                        const int lo = (qj[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
+                        v = (lo | ((qj[128 + 4 * i + (e & 3)] >> st) & 1) << 2) - 4;
+                      } else if (kType == DType::kQ6_K) {
                         const uint8_t* qj = q + 384 * j;
                         const int st = e >> 2;
                         const uint8_t hb = qj[(st < 4 ? 256 : 320) + 4 * i + (e & 3)];
@@ -126,7 +132,7 @@ void tile_k(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
                   const int8_t* xq = reinterpret_cast<const int8_t*>(act + lay.qs(b, t));
                   const float dx = ld_f32(act + lay.d(b, t));
                   for (int i = 0; i < kRowGroup; ++i) {
-                    if (kType == DType::kQ6_K) {
+                    if (kType == DType::kQ6_K || kType == DType::kQ3_K) {
                       int isum = 0;
                       for (int j = 0; j < 16; ++j) {
                         int dot = 0;
@@ -221,6 +227,7 @@ constexpr GemmKernel kQ8_0{kG, q8_bytes, conv_q8_0, tile_q32<DType::kQ8_0>};
 constexpr GemmKernel kQ4_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ4_K>};
 constexpr GemmKernel kQ5_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ5_K>};
 constexpr GemmKernel kQ6_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ6_K>};
+constexpr GemmKernel kQ3_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ3_K>};
 constexpr GemmKernel kF32{kG, f32_bytes, conv_f32, tile_float<DType::kF32>};
 constexpr GemmKernel kF16{kG, f32_bytes, conv_f16, tile_float<DType::kF16>};
 constexpr GemmKernel kBF16{kG, f32_bytes, conv_bf16, tile_float<DType::kBF16>};
@@ -241,6 +248,8 @@ const GemmKernel* gemm_kernel_generic(DType t) {
       return &kQ5_K;
     case DType::kQ6_K:
       return &kQ6_K;
+    case DType::kQ3_K:
+      return &kQ3_K;
     case DType::kF32:
       return &kF32;
     case DType::kF16:

@@ -10,10 +10,10 @@
 //     aux [nb][G] 4 bytes: Q4_0 -8*sum(q) as i32, Q8_0 -128*sum(q) as i32 (these undo
 //     the +8 / +128 offsets of the unsigned weights inside the integer dot product),
 //     Q4_1 s = d * sum(q) as f32 (from Q8_1's f16)
-//   Q8_K (for Q4_K, Q5_K, Q6_K), ns super-blocks of 256:
+//   Q8_K (for Q3_K, Q4_K, Q5_K, Q6_K), ns super-blocks of 256:
 //     qs [ns][G][256] i8, d [ns][G] f32, bsum32 [ns][G][8] i16 (sums of q per 32, for
 //     the mins of Q4_K/Q5_K), corr16 [ns][G][16] i32 (-32 * sums per 16, for Q6_K's
-//     offset)
+//     offset; shifted right by 3, Q3_K's -4)
 //   F32, F16: [k/16][G][16] f32, column c of token t at ((c/16)*G + t)*16 + c%16 (for F16
 //     weights each value rounded to f16 first); chunks of 16 keep one token's columns
 //     together, so a one-token product reads one cache line per 16 columns, not per column

@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernels for Q4_K, Q5_K and Q6_K against Q8_K activations. Per 32-column
+// AVX-512 VNNI kernels for Q3_K, Q4_K, Q5_K and Q6_K against Q8_K activations. Per 32-column
 // sub-block the weights are unpacked to unsigned bytes (4-bit nibbles plus the fifth or
 // fifth-and-sixth bits), vpdpbusd'd against each token, multiplied by the sub-block's
 // integer scale and summed in int32 over the super-block; the f16 super-block scales
@@ -180,6 +180,54 @@ inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
   for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
 }
 
+// Q3_K: Q6_K's scheme with 3-bit values q + 4 (two low bits from one of two 64-byte
+// lines, the third from a shared one) and the offset -4 * (activation sum per 16), which
+// is the activation's -32 * sum shifted right by 3 (exact: a multiple of 32).
+template <int T>
+inline void q3k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows, const uint8_t* pf_end) {
+  const Q8KActLayout lay{w.nb, kG};
+  const __m512i m3 = _mm512_set1_epi8(0x03);
+  const __m512i m4 = _mm512_set1_epi8(0x04);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < w.nb; ++sb) {
+    const uint8_t* q = w.quants(g, sb);
+    const uint8_t* s = w.scales(g, sb);
+    const uint8_t* xq = act + lay.qs(sb, 0);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* qj = q + 192 * j;
+      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, 192 + 40, pf_end);
+      const __m512i top = _mm512_load_si512(qj + 128);
+      unroll<2>([&](auto half) {
+        const __m512i low = _mm512_load_si512(qj + 64 * half);
+        const int sub = 2 * j + half;
+        __m512i ia[T];
+        for (int t = 0; t < T; ++t)
+          ia[t] = _mm512_srai_epi32(bcast32(act + lay.corr16(sb, t) + 4 * sub), 3);
+        unroll<4>([&](auto m) {
+          const __m512i wv =
+              _mm512_or_si512(move_bits<2 * m, 0>(low, m3), move_bits<4 * half + m, 2>(top, m4));
+          for (int t = 0; t < T; ++t)
+            ia[t] =
+                _mm512_dpbusd_epi32(ia[t], wv, bcast32(xq + kQKK * t + 32 * j + 16 * half + 4 * m));
+        });
+        const __m512i sc = _mm512_cvtepi8_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(s + 32 + 16 * sub)));
+        for (int t = 0; t < T; ++t)
+          isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(ia[t], sc));
+      });
+    }
+    const __m512 d = load_f16x16(s);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
+                               _mm512_mul_ps(d, bcast_f32(act + lay.d(sb, t))), acc[t]);
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
 template <DType kType>
 void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
   for_each_tile<kG>(
@@ -187,6 +235,8 @@ void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
       [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
         if constexpr (kType == DType::kQ6_K) {
           q6k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
+        } else if constexpr (kType == DType::kQ3_K) {
+          q3k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
         } else {
           k4_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows, end);
         }
@@ -200,6 +250,7 @@ size_t q8k_bytes(int64_t k) {
 constexpr GemmKernel kQ4_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ4_K>};
 constexpr GemmKernel kQ5_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ5_K>};
 constexpr GemmKernel kQ6_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ6_K>};
+constexpr GemmKernel kQ3_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ3_K>};
 
 }  // namespace
 }  // namespace avx512
@@ -212,6 +263,8 @@ const GemmKernel* gemm_kquant_avx512(DType t) {
       return &avx512::kQ5_K;
     case DType::kQ6_K:
       return &avx512::kQ6_K;
+    case DType::kQ3_K:
+      return &avx512::kQ3_K;
     default:
       return nullptr;
   }

@@ -1,7 +1,7 @@
 // Matrix products of weights with activations on the CPU, for every weight type the
 // engine loads. Activations arrive as f32 and are converted once per call to the type
 // the weight's kernel consumes (as llama.cpp does, so results agree closely):
-//   Q4_0, Q8_0 -> Q8_0;  Q4_1 -> Q8_1;  Q4_K, Q5_K, Q6_K -> Q8_K;  F16 -> F16;
+//   Q4_0, Q8_0 -> Q8_0;  Q4_1 -> Q8_1;  Q3_K, Q4_K, Q5_K, Q6_K -> Q8_K;  F16 -> F16;
 //   BF16 -> BF16;  F32 -> F32.
 // Kernels work on the quantized blocks directly (integer dot products), are compiled
 // per ISA and picked at run time (dispatch.h).

@@ -20,6 +20,7 @@ constexpr PackedFormat kQ8_0Format{32, 512, 32};
 constexpr PackedFormat kQ4_KFormat{256, 8 * 256, 320};
 constexpr PackedFormat kQ5_KFormat{256, 8 * 320, 320};
 constexpr PackedFormat kQ6_KFormat{256, 8 * 384, 320};
+constexpr PackedFormat kQ3_KFormat{256, 8 * 192, 320};
 
 // Offsets inside a K-quant scale block.
 constexpr int kKd = 0, kKdmin = 32, kKsc = 64, kKmin = 192, kQ6sc = 32;
@@ -64,6 +65,15 @@ void q6k_values(const BlockQ6_K& b, uint8_t* q) {
         q[128 * n + 32 * k + l] = static_cast<uint8_t>(((k < 2 ? lo : lo >> 4) & 0xF) |
                                                        (((b.qh[32 * n + l] >> (2 * k)) & 3) << 4));
       }
+}
+
+// 3-bit quants of one GGUF Q3_K super-block as q + 4 in [0, 7], in element order.
+void q3k_values(const BlockQ3_K& b, uint8_t* q) {
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l)
+        q[128 * n + 32 * k + l] = static_cast<uint8_t>(((b.qs[32 * n + l] >> (2 * k)) & 3) |
+                                                       (((b.hmask[l] >> (4 * n + k)) & 1) << 2));
 }
 
 template <typename Block>
@@ -174,6 +184,30 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         put_f16(s, i, blk.d);
         break;
       }
+      case DType::kQ3_K: {
+        const auto blk = load_block<BlockQ3_K>(src, cols, r, b, kQKK);
+        uint8_t v[kQKK];
+        q3k_values(blk, v);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* qj = q + j * 192;
+          for (int e = 0; e < 4; ++e) {
+            uint8_t lo = 0, hi = 0, top = 0;
+            for (int st = 0; st < 4; ++st) {
+              lo |= static_cast<uint8_t>((v[32 * j + 4 * st + e] & 3) << (2 * st));
+              hi |= static_cast<uint8_t>((v[32 * j + 16 + 4 * st + e] & 3) << (2 * st));
+            }
+            for (int st = 0; st < 8; ++st)
+              top |= static_cast<uint8_t>(((v[32 * j + 4 * st + e] >> 2) & 1) << st);
+            qj[4 * i + e] = lo;
+            qj[64 + 4 * i + e] = hi;
+            qj[128 + 4 * i + e] = top;
+          }
+        }
+        for (int j = 0; j < 16; ++j)
+          s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(q3k_scale(j, blk.scales) - 32);
+        put_f16(s, i, blk.d);
+        break;
+      }
       default:
         break;
     }
@@ -220,6 +254,8 @@ const PackedFormat* packed_format(DType t) {
       return &kQ5_KFormat;
     case DType::kQ6_K:
       return &kQ6_KFormat;
+    case DType::kQ3_K:
+      return &kQ3_KFormat;
     default:
       return nullptr;
   }
@@ -326,6 +362,21 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
             const float sc =
                 static_cast<float>(static_cast<int8_t>(s[kQ6sc + 16 * (2 * j + e / 16) + i]));
             dst[256 * b + 32 * j + e] = d * sc * static_cast<float>(v - 32);
+          }
+        }
+        break;
+      }
+      case DType::kQ3_K: {
+        const float d = fp16_to_f32(get_f16(s, i));
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t* qj = q + j * 192;
+          for (int e = 0; e < 32; ++e) {
+            const int st = e >> 2;
+            const int lo = (qj[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
+            const int top = (qj[128 + 4 * i + (e & 3)] >> st) & 1;
+            const float sc =
+                static_cast<float>(static_cast<int8_t>(s[kQ6sc + 16 * (2 * j + e / 16) + i]));
+            dst[256 * b + 32 * j + e] = d * sc * static_cast<float>((lo | top << 2) - 4);
           }
         }
         break;

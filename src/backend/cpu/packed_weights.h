@@ -26,6 +26,11 @@
 //                        order), 64 B whose byte 4i+e holds bits 4..5 of column 4s+e at
 //                        bits 2s..2s+1 (s < 4), 64 B the same for s = 4..7; scales
 //                        320 B: f16 d[16], i8 sc[16][16], 32 B padding
+//   Q3_K  block 256:     quants 8 x 192 B per 32 columns, of q + 4 in [0, 7]: 64 B whose
+//                        byte 4i+e holds bits 0..1 of column 4s+e at bits 2s..2s+1
+//                        (s < 4), 64 B the same for s = 4..7, 64 B whose byte 4i+e has
+//                        bit s = bit 2 of column 4s+e; scales as Q6_K (the 6-bit scale
+//                        less 32 as i8): 3.6 bits a weight against the file's 3.4
 #pragma once
 
 #include <cstddef>
