@@ -9,7 +9,6 @@ namespace pagoda {
 
 DType cpu_storage_type(DType t) {
   if (cpu::is_supported_weight_type(t) || !is_block_type(t)) return t;
-  if (t == DType::kQ2_K) return DType::kQ6_K;
   return DType::kQ8_0;
 }
 

@@ -4,15 +4,12 @@
 // plugin); the CPU rule is here.
 //
 // The CPU kernels (backend/cpu/packed_weights.cpp) take F32, F16, BF16, Q4_0, Q4_1, Q8_0,
-// Q3_K, Q4_K, Q5_K and Q6_K; the loader (model/model.cpp) converts any other block type
-// with cpu::convert_row. Why convert rather than refuse: llama.cpp's Q2_K files are mostly
-// Q2_K, and its K-quant mixes fall back to Q4_0 / Q5_0 / Q5_1 for rows that are not whole
-// 256-blocks (SmolLM2's 576: its Q4_K_M file is mostly Q5_0). The targets, the smallest
-// that keep the values where one exists:
-//   Q5_0, Q8_1 -> Q8_0, exactly (8.5 bits a weight against 5.5 / 9);
-//   Q2_K -> Q6_K, requantized (16-element sub-blocks as in the source; 6.56 against 2.63);
-//   Q5_1 and any other block type -> Q8_0, requantized.
-// Native kernels would keep the file's bytes; the plan's note states the difference.
+// Q2_K, Q3_K, Q4_K, Q5_K and Q6_K; the loader (model/model.cpp) converts any other block
+// type to Q8_0 with cpu::convert_row. Why convert rather than refuse: llama.cpp's K-quant
+// mixes fall back to Q5_0 / Q5_1 for rows that are not whole 256-blocks (SmolLM2's 576:
+// its Q4_K_M file is mostly Q5_0; Qwen2.5-0.5B's 896). Q5_0 and Q8_1 become Q8_0 exactly
+// (8.5 bits a weight against 5.5 / 9), Q5_1 and Q8_K requantized. Native kernels would
+// keep the file's bytes; the plan's note states the difference.
 #pragma once
 
 #include <optional>

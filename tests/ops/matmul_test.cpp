@@ -39,6 +39,7 @@ DType act_type(DType w) {
       return DType::kQ8_0;
     case DType::kQ4_1:
       return DType::kQ8_1;
+    case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -74,6 +75,8 @@ std::vector<int> half_fields(DType t) {
       return {208};
     case DType::kQ3_K:
       return {108};
+    case DType::kQ2_K:
+      return {80, 82};
     default:
       return {};
   }
@@ -81,12 +84,12 @@ std::vector<int> half_fields(DType t) {
 
 // A GGUF tensor: quantized from N(0,1) values, or (random_bits) arbitrary quant bytes
 // with small random scales, which reaches every nibble pattern, 6-bit scale and i8
-// scale (including -128) that a file may hold. Q3_K has no reference quantizer (files
-// come from llama.cpp): always random bits, which a Q3_K file's fields can all be.
+// scale (including -128) that a file may hold. Q2_K and Q3_K have no reference quantizer
+// (files come from llama.cpp): always random bits, which their files' fields can all be.
 std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int64_t cols,
                                   bool random_bits) {
   std::vector<uint8_t> w(row_bytes(t, cols) * rows);
-  if (!random_bits && t != DType::kQ3_K) {
+  if (!random_bits && t != DType::kQ2_K && t != DType::kQ3_K) {
     const auto f = testing::random_floats(rng, static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
       EXPECT_TRUE(
@@ -322,8 +325,8 @@ std::string type_name(const ::testing::TestParamInfo<DType>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0,
-                                           DType::kQ4_1, DType::kQ8_0, DType::kQ3_K, DType::kQ4_K,
-                                           DType::kQ5_K, DType::kQ6_K),
+                                           DType::kQ4_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
+                                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          type_name);
 
 // Once a scratch has served a shape, the same call must not touch the allocator again
@@ -349,7 +352,7 @@ TEST(Matmul, SteadyStateReusesScratch) {
 TEST(Matmul, RejectsBadShapesAndTypes) {
   std::vector<uint8_t> w(1024);
   EXPECT_FALSE(WeightMatrix::from_gguf(DType::kQ4_0, w.data(), 2, 48).is_ok());  // 48 % 32
-  EXPECT_FALSE(WeightMatrix::from_gguf(DType::kQ2_K, w.data(), 1, 256).is_ok());
+  EXPECT_FALSE(WeightMatrix::from_gguf(DType::kQ5_0, w.data(), 1, 256).is_ok());
   EXPECT_FALSE(WeightMatrix::from_gguf(DType::kF32, w.data(), 0, 8).is_ok());
   EXPECT_TRUE(is_supported_weight_type(DType::kQ6_K));
   EXPECT_FALSE(is_supported_weight_type(DType::kQ8_K));

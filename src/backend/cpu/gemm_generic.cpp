@@ -21,6 +21,11 @@ int16_t ld_i16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
+int32_t ld_i32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 float ld_h(const uint8_t* p, int i) {
   uint16_t v;
   std::memcpy(&v, p + 2 * i, 2);
@@ -107,7 +112,11 @@ void tile_k(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
                   for (int i = 0; i < kRowGroup; ++i) {
                     for (int e = 0; e < kQK; ++e) {
                       int v;
-                      if (kType == DType::kQ3_K) {
+                      if (kType == DType::kQ2_K) {
+                        const uint8_t* qj = q + 128 * j;
+                        const int st = e >> 2;
+                        v = (qj[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
+                      } else if (kType == DType::kQ3_K) {
                         const uint8_t* qj = q + 192 * j;
                         const int st = e >> 2;
                         const int lo = (qj[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
@@ -132,7 +141,21 @@ void tile_k(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
                   const int8_t* xq = reinterpret_cast<const int8_t*>(act + lay.qs(b, t));
                   const float dx = ld_f32(act + lay.d(b, t));
                   for (int i = 0; i < kRowGroup; ++i) {
-                    if (kType == DType::kQ6_K || kType == DType::kQ3_K) {
+                    if (kType == DType::kQ2_K) {
+                      // d * sc * q - dmin * m per 16; the activation's sums per 16 are
+                      // its corr16 / -32.
+                      int isum = 0, msum = 0;
+                      for (int j = 0; j < 16; ++j) {
+                        int dot = 0;
+                        for (int e = 0; e < 16; ++e)
+                          dot += wq[j / 2][i][16 * (j & 1) + e] * xq[16 * j + e];
+                        const uint8_t scm = s[64 + 16 * j + i];
+                        isum += dot * (scm & 0xF);
+                        msum += (scm >> 4) * (ld_i32(act + lay.corr16(b, t) + 4 * j) / -32);
+                      }
+                      acc[t][i] += static_cast<float>(isum) * (ld_h(s, i) * dx) -
+                                   static_cast<float>(msum) * (ld_h(s + 32, i) * dx);
+                    } else if (kType == DType::kQ6_K || kType == DType::kQ3_K) {
                       int isum = 0;
                       for (int j = 0; j < 16; ++j) {
                         int dot = 0;
@@ -228,6 +251,7 @@ constexpr GemmKernel kQ4_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ4_K>};
 constexpr GemmKernel kQ5_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ5_K>};
 constexpr GemmKernel kQ6_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ6_K>};
 constexpr GemmKernel kQ3_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ3_K>};
+constexpr GemmKernel kQ2_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ2_K>};
 constexpr GemmKernel kF32{kG, f32_bytes, conv_f32, tile_float<DType::kF32>};
 constexpr GemmKernel kF16{kG, f32_bytes, conv_f16, tile_float<DType::kF16>};
 constexpr GemmKernel kBF16{kG, f32_bytes, conv_bf16, tile_float<DType::kBF16>};
@@ -250,6 +274,8 @@ const GemmKernel* gemm_kernel_generic(DType t) {
       return &kQ6_K;
     case DType::kQ3_K:
       return &kQ3_K;
+    case DType::kQ2_K:
+      return &kQ2_K;
     case DType::kF32:
       return &kF32;
     case DType::kF16:

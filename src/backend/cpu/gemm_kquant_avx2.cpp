@@ -1,4 +1,4 @@
-// AVX2 kernels for Q3_K, Q4_K, Q5_K, Q6_K against Q8_K activations: the AVX-512 scheme (see
+// AVX2 kernels for Q2_K to Q6_K against Q8_K activations: the AVX-512 scheme (see
 // gemm_kquant_avx512.cpp) with vpmaddubsw/vpmaddwd for the byte dots. s16 partial sums
 // are widened before they can saturate: after 8 steps for 4-bit values, 4 for 5-bit, 2
 // for 6-bit (2 x 63 x 127 per vpmaddubsw lane).
@@ -252,6 +252,63 @@ inline void q3k_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
   for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
 }
 
+// Q2_K: the AVX-512 file's scheme (q2k_micro there) on 32-byte halves; four steps of
+// 2-bit values stand in s16 (4 x 2 x 3 x 128 < 2^15).
+template <int T>
+inline void q2k_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows) {
+  const Q8KActLayout lay{w.nb, kG};
+  const __m256i m3 = _mm256_set1_epi8(0x03), m15 = _mm256_set1_epi32(0x0F),
+                ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < w.nb; ++sb) {
+    if constexpr (T <= 2) {
+      if (h == 0)
+        prefetch(w.quants(g, 0) + kPrefetchBytes + sb * (w.quant_bytes + w.scale_bytes),
+                 w.quant_bytes + w.scale_bytes);
+    }
+    const uint8_t* q = w.quants(g, sb) + 32 * h;
+    const uint8_t* s = w.scales(g, sb);
+    const uint8_t* xq = act + lay.qs(sb, 0);
+    __m256i isum[T], msum[T];
+    for (int t = 0; t < T; ++t) isum[t] = msum[t] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* qj = q + 128 * j;
+      unroll<2>([&](auto half) {
+        const __m256i low = load32(qj + 64 * half);
+        const int sub = 2 * j + half;
+        __m256i a16[T];
+        for (int t = 0; t < T; ++t) a16[t] = _mm256_setzero_si256();
+        unroll<4>([&](auto m) {
+          const __m256i wv = move_bits<2 * m, 0>(low, m3);
+          for (int t = 0; t < T; ++t)
+            a16[t] = _mm256_add_epi16(
+                a16[t],
+                _mm256_maddubs_epi16(wv, bcast32(xq + kQKK * t + 32 * j + 16 * half + 4 * m)));
+        });
+        const __m256i scm = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 64 + 16 * sub + 8 * h)));
+        const __m256i sc = _mm256_and_si256(scm, m15), mn = _mm256_srli_epi32(scm, 4);
+        for (int t = 0; t < T; ++t) {
+          isum[t] =
+              _mm256_add_epi32(isum[t], _mm256_mullo_epi32(_mm256_madd_epi16(a16[t], ones), sc));
+          msum[t] = _mm256_add_epi32(
+              msum[t], _mm256_mullo_epi32(mn, bcast32(act + lay.corr16(sb, t) + 4 * sub)));
+        }
+      });
+    }
+    const __m256 d = load_f16x8(s + 16 * h);
+    const __m256 dmin32 = _mm256_mul_ps(load_f16x8(s + 32 + 16 * h), _mm256_set1_ps(1.0f / 32));
+    for (int t = 0; t < T; ++t) {
+      const __m256 dx = bcast_f32(act + lay.d(sb, t));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum[t]), _mm256_mul_ps(dmin32, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
 template <DType kType>
 void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
   for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
@@ -260,6 +317,8 @@ void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
                         q6k_micro<T>(*a.w, g, h, act, y, a.y_stride, rows);
                       } else if constexpr (kType == DType::kQ3_K) {
                         q3k_micro<T>(*a.w, g, h, act, y, a.y_stride, rows);
+                      } else if constexpr (kType == DType::kQ2_K) {
+                        q2k_micro<T>(*a.w, g, h, act, y, a.y_stride, rows);
                       } else {
                         k4_micro<kType, T>(*a.w, g, h, act, y, a.y_stride, rows);
                       }
@@ -274,6 +333,7 @@ constexpr GemmKernel kQ4_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ4_K>};
 constexpr GemmKernel kQ5_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ5_K>};
 constexpr GemmKernel kQ6_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ6_K>};
 constexpr GemmKernel kQ3_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ3_K>};
+constexpr GemmKernel kQ2_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ2_K>};
 
 }  // namespace
 }  // namespace avx2
@@ -288,6 +348,8 @@ const GemmKernel* gemm_kquant_avx2(DType t) {
       return &avx2::kQ6_K;
     case DType::kQ3_K:
       return &avx2::kQ3_K;
+    case DType::kQ2_K:
+      return &avx2::kQ2_K;
     default:
       return nullptr;
   }

@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernels for Q3_K, Q4_K, Q5_K and Q6_K against Q8_K activations. Per 32-column
+// AVX-512 VNNI kernels for Q2_K to Q6_K against Q8_K activations. Per 32-column
 // sub-block the weights are unpacked to unsigned bytes (4-bit nibbles plus the fifth or
 // fifth-and-sixth bits), vpdpbusd'd against each token, multiplied by the sub-block's
 // integer scale and summed in int32 over the super-block; the f16 super-block scales
@@ -228,6 +228,58 @@ inline void q3k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
   for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
 }
 
+// Q2_K: 2-bit values from Q3_K's two low lines, per 16 columns d * sc * q - dmin * m
+// with sc and m the nibbles of one byte per row; the mins meet the activation's sums per
+// 16, which are its corr16 / -32, so sum(m * corr16) is -32 times what is subtracted.
+template <int T>
+inline void q2k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows, const uint8_t* pf_end) {
+  const Q8KActLayout lay{w.nb, kG};
+  const __m512i m3 = _mm512_set1_epi8(0x03);
+  const __m512i m15 = _mm512_set1_epi32(0x0F);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < w.nb; ++sb) {
+    const uint8_t* q = w.quants(g, sb);
+    const uint8_t* s = w.scales(g, sb);
+    const uint8_t* xq = act + lay.qs(sb, 0);
+    __m512i isum[T], msum[T];
+    for (int t = 0; t < T; ++t) isum[t] = msum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* qj = q + 128 * j;
+      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, 128 + 40, pf_end);
+      unroll<2>([&](auto half) {
+        const __m512i low = _mm512_load_si512(qj + 64 * half);
+        const int sub = 2 * j + half;
+        __m512i ia[T];
+        for (int t = 0; t < T; ++t) ia[t] = _mm512_setzero_si512();
+        unroll<4>([&](auto m) {
+          const __m512i wv = move_bits<2 * m, 0>(low, m3);
+          for (int t = 0; t < T; ++t)
+            ia[t] =
+                _mm512_dpbusd_epi32(ia[t], wv, bcast32(xq + kQKK * t + 32 * j + 16 * half + 4 * m));
+        });
+        const __m512i scm = _mm512_cvtepu8_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(s + 64 + 16 * sub)));
+        const __m512i sc = _mm512_and_si512(scm, m15), mn = _mm512_srli_epi32(scm, 4);
+        for (int t = 0; t < T; ++t) {
+          isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(ia[t], sc));
+          msum[t] = _mm512_add_epi32(
+              msum[t], _mm512_mullo_epi32(mn, bcast32(act + lay.corr16(sb, t) + 4 * sub)));
+        }
+      });
+    }
+    const __m512 d = load_f16x16(s);
+    const __m512 dmin32 = _mm512_mul_ps(load_f16x16(s + 32), _mm512_set1_ps(1.0f / 32));
+    for (int t = 0; t < T; ++t) {
+      const __m512 dx = bcast_f32(act + lay.d(sb, t));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum[t]), _mm512_mul_ps(dmin32, dx), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
 template <DType kType>
 void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
   for_each_tile<kG>(
@@ -237,6 +289,8 @@ void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
           q6k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
         } else if constexpr (kType == DType::kQ3_K) {
           q3k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
+        } else if constexpr (kType == DType::kQ2_K) {
+          q2k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
         } else {
           k4_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows, end);
         }
@@ -251,6 +305,7 @@ constexpr GemmKernel kQ4_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ4_K>};
 constexpr GemmKernel kQ5_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ5_K>};
 constexpr GemmKernel kQ6_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ6_K>};
 constexpr GemmKernel kQ3_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ3_K>};
+constexpr GemmKernel kQ2_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ2_K>};
 
 }  // namespace
 }  // namespace avx512
@@ -265,6 +320,8 @@ const GemmKernel* gemm_kquant_avx512(DType t) {
       return &avx512::kQ6_K;
     case DType::kQ3_K:
       return &avx512::kQ3_K;
+    case DType::kQ2_K:
+      return &avx512::kQ2_K;
     default:
       return nullptr;
   }

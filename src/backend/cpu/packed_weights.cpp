@@ -21,9 +21,10 @@ constexpr PackedFormat kQ4_KFormat{256, 8 * 256, 320};
 constexpr PackedFormat kQ5_KFormat{256, 8 * 320, 320};
 constexpr PackedFormat kQ6_KFormat{256, 8 * 384, 320};
 constexpr PackedFormat kQ3_KFormat{256, 8 * 192, 320};
+constexpr PackedFormat kQ2_KFormat{256, 8 * 128, 320};
 
 // Offsets inside a K-quant scale block.
-constexpr int kKd = 0, kKdmin = 32, kKsc = 64, kKmin = 192, kQ6sc = 32;
+constexpr int kKd = 0, kKdmin = 32, kKsc = 64, kKmin = 192, kQ6sc = 32, kQ2scm = 64;
 
 size_t round_up(size_t n, size_t m) {
   return (n + m - 1) / m * m;
@@ -65,6 +66,26 @@ void q6k_values(const BlockQ6_K& b, uint8_t* q) {
         q[128 * n + 32 * k + l] = static_cast<uint8_t>(((k < 2 ? lo : lo >> 4) & 0xF) |
                                                        (((b.qh[32 * n + l] >> (2 * k)) & 3) << 4));
       }
+}
+
+// Writes the 2-bit values v[0..31] of row i: byte 4i+e of the first 64 bytes holds column
+// 4s+e at bits 2s..2s+1 (s < 4), of the next 64 bytes column 16+4s+e.
+void put_crumbs(uint8_t* dst, int i, const uint8_t* v) {
+  for (int e = 0; e < 4; ++e) {
+    uint8_t lo = 0, hi = 0;
+    for (int st = 0; st < 4; ++st) {
+      lo |= static_cast<uint8_t>((v[4 * st + e] & 3) << (2 * st));
+      hi |= static_cast<uint8_t>((v[16 + 4 * st + e] & 3) << (2 * st));
+    }
+    dst[4 * i + e] = lo;
+    dst[64 + 4 * i + e] = hi;
+  }
+}
+
+// Column e (< 32) of row i as put_crumbs stored it.
+int get_crumb(const uint8_t* q, int i, int e) {
+  const int st = e >> 2;
+  return (q[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
 }
 
 // 3-bit quants of one GGUF Q3_K super-block as q + 4 in [0, 7], in element order.
@@ -190,22 +211,30 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         q3k_values(blk, v);
         for (int j = 0; j < 8; ++j) {
           uint8_t* qj = q + j * 192;
+          put_crumbs(qj, i, v + 32 * j);
           for (int e = 0; e < 4; ++e) {
-            uint8_t lo = 0, hi = 0, top = 0;
-            for (int st = 0; st < 4; ++st) {
-              lo |= static_cast<uint8_t>((v[32 * j + 4 * st + e] & 3) << (2 * st));
-              hi |= static_cast<uint8_t>((v[32 * j + 16 + 4 * st + e] & 3) << (2 * st));
-            }
+            uint8_t top = 0;
             for (int st = 0; st < 8; ++st)
               top |= static_cast<uint8_t>(((v[32 * j + 4 * st + e] >> 2) & 1) << st);
-            qj[4 * i + e] = lo;
-            qj[64 + 4 * i + e] = hi;
             qj[128 + 4 * i + e] = top;
           }
         }
         for (int j = 0; j < 16; ++j)
           s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(q3k_scale(j, blk.scales) - 32);
         put_f16(s, i, blk.d);
+        break;
+      }
+      case DType::kQ2_K: {
+        const auto blk = load_block<BlockQ2_K>(src, cols, r, b, kQKK);
+        uint8_t v[kQKK];
+        for (int n = 0; n < 2; ++n)
+          for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < 32; ++l)
+              v[128 * n + 32 * k + l] = (blk.qs[32 * n + l] >> (2 * k)) & 3;
+        for (int j = 0; j < 8; ++j) put_crumbs(q + j * 128, i, v + 32 * j);
+        for (int j = 0; j < 16; ++j) s[kQ2scm + 16 * j + i] = blk.scales[j];
+        put_f16(s + kKd, i, blk.d);
+        put_f16(s + kKdmin, i, blk.dmin);
         break;
       }
       default:
@@ -256,6 +285,8 @@ const PackedFormat* packed_format(DType t) {
       return &kQ6_KFormat;
     case DType::kQ3_K:
       return &kQ3_KFormat;
+    case DType::kQ2_K:
+      return &kQ2_KFormat;
     default:
       return nullptr;
   }
@@ -371,13 +402,23 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
         for (int j = 0; j < 8; ++j) {
           const uint8_t* qj = q + j * 192;
           for (int e = 0; e < 32; ++e) {
-            const int st = e >> 2;
-            const int lo = (qj[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
-            const int top = (qj[128 + 4 * i + (e & 3)] >> st) & 1;
+            const int lo = get_crumb(qj, i, e);
+            const int top = (qj[128 + 4 * i + (e & 3)] >> (e >> 2)) & 1;
             const float sc =
                 static_cast<float>(static_cast<int8_t>(s[kQ6sc + 16 * (2 * j + e / 16) + i]));
             dst[256 * b + 32 * j + e] = d * sc * static_cast<float>((lo | top << 2) - 4);
           }
+        }
+        break;
+      }
+      case DType::kQ2_K: {
+        const float d = fp16_to_f32(get_f16(s + kKd, i)),
+                    dmin = fp16_to_f32(get_f16(s + kKdmin, i));
+        for (int e = 0; e < kQKK; ++e) {
+          const uint8_t scm = s[kQ2scm + 16 * (e / 16) + i];
+          dst[256 * b + e] = d * static_cast<float>(scm & 0xF) *
+                                 static_cast<float>(get_crumb(q + 128 * (e / 32), i, e % 32)) -
+                             dmin * static_cast<float>(scm >> 4);
         }
         break;
       }

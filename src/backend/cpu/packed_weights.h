@@ -31,6 +31,10 @@
 //                        (s < 4), 64 B the same for s = 4..7, 64 B whose byte 4i+e has
 //                        bit s = bit 2 of column 4s+e; scales as Q6_K (the 6-bit scale
 //                        less 32 as i8): 3.6 bits a weight against the file's 3.4
+//   Q2_K  block 256:     quants 8 x 128 B per 32 columns: Q3_K's two 64 B lines of 2-bit
+//                        values; scales 320 B: f16 d[16], f16 dmin[16], u8 scm[16][16]
+//                        (the file's byte: scale in the low nibble, min in the high):
+//                        2.6 bits a weight, as in the file
 #pragma once
 
 #include <cstddef>
