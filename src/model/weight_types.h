@@ -3,13 +3,12 @@
 // three agree. The CUDA rule lives in model/cuda_weight_types.h (header-only, for the
 // plugin); the CPU rule is here.
 //
-// The CPU kernels (backend/cpu/packed_weights.cpp) take F32, F16, BF16, Q4_0, Q4_1, Q8_0,
-// Q2_K, Q3_K, Q4_K, Q5_K and Q6_K; the loader (model/model.cpp) converts any other block
-// type to Q8_0 with cpu::convert_row. Why convert rather than refuse: llama.cpp's K-quant
-// mixes fall back to Q5_0 / Q5_1 for rows that are not whole 256-blocks (SmolLM2's 576:
-// its Q4_K_M file is mostly Q5_0; Qwen2.5-0.5B's 896). Q5_0 and Q8_1 become Q8_0 exactly
-// (8.5 bits a weight against 5.5 / 9), Q5_1 and Q8_K requantized. Native kernels would
-// keep the file's bytes; the plan's note states the difference.
+// The CPU kernels (backend/cpu/packed_weights.cpp) take F32, F16, BF16 and every block type
+// llama.cpp quantizes weights to: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and
+// Q6_K. What is left are ggml's activation formats, Q8_1 and Q8_K, which no llama.cpp
+// quantization writes but a file may still hold: the loader (model/model.cpp) converts
+// them to Q8_0 with cpu::convert_row (Q8_1 exactly, Q8_K requantized) rather than refuse
+// the file, and the plan's note states the difference.
 #pragma once
 
 #include <optional>

@@ -112,10 +112,9 @@ def test_gpu_plan_counts_the_bytes_the_device_holds(files):
     again = pagoda_json("plan", cuda, "--json", "--device", "cuda", "--device-memory", "4GiB")
     assert again["weight_bytes"] == device_bytes
     assert not any("converts at load" in n for n in again["notes"])
-    # The CPU keeps Q4_K and Q6_K and converts only Q5_0 (test_cpu_weight_types.py): its
-    # plan lies between the file and the GPU's.
+    # The CPU multiplies every type the file holds (test_cpu_weight_types.py): the file.
     cpu = pagoda_json("plan", q4km, "--json", "--device", "cpu", "--device-memory", "4GiB")
-    assert file_bytes < cpu["weight_bytes"] < device_bytes
+    assert cpu["weight_bytes"] == file_bytes
 
 
 PROMPTS = [

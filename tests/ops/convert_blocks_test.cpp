@@ -207,15 +207,16 @@ TEST(CudaWeightTypes, StorageAndStacks) {
 }
 
 TEST(CpuWeightTypes, EveryBlockTypeEndsInOneTheKernelsTake) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ8_0,
-                  DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                  DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K})
     EXPECT_EQ(cpu_storage_type(t), t) << dtype_name(t);
-  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ8_K})
+  for (DType t : {DType::kQ8_1, DType::kQ8_K})
     EXPECT_EQ(cpu_storage_type(t), DType::kQ8_0) << dtype_name(t);
   EXPECT_EQ(cpu_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
   // Every block type converts into a type the kernels take, on random blocks.
   std::mt19937 rng(6);
-  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ8_K}) {
+  for (DType t : {DType::kQ8_1, DType::kQ8_K}) {
     const DType to = cpu_storage_type(t);
     EXPECT_TRUE(is_supported_weight_type(to)) << dtype_name(t);
     const std::vector<uint8_t> raw = random_blocks(t, kN, rng);
@@ -257,22 +258,22 @@ TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
   src.kind = "config.json";
   EXPECT_EQ(ledger::restate_for_cuda(&src), 0);
 
-  // The CPU converts tensor by tensor, without stacking rules: a fallback-ridden layer.
+  // The CPU converts tensor by tensor, without stacking rules.
   ledger::ModelSource cpu;
   cpu.kind = "gguf";
   src.tensors.clear();
-  add("blk.0.attn_q.weight", DType::kQ5_0, e);  // -> Q8_0
-  add("blk.0.attn_k.weight", DType::kQ5_0, e);
-  add("blk.0.attn_v.weight", DType::kQ5_K, e);    // kept
-  add("blk.0.ffn_down.weight", DType::kQ5_1, e);  // -> Q8_0
+  add("blk.0.attn_q.weight", DType::kQ8_1, e);  // -> Q8_0
+  add("blk.0.attn_k.weight", DType::kQ8_1, e);
+  add("blk.0.attn_v.weight", DType::kQ5_0, e);    // kept
+  add("blk.0.ffn_down.weight", DType::kQ8_K, e);  // -> Q8_0
   add("blk.0.ffn_up.weight", DType::kQ2_K, e);    // kept
   cpu.tensors = src.tensors;
   EXPECT_EQ(ledger::restate_for_cpu(&cpu), 3);
-  const std::vector<int64_t> want_cpu = {q8, q8, e / 256 * 176, q8, e / 256 * 84};
+  const std::vector<int64_t> want_cpu = {q8, q8, e / 32 * 22, q8, e / 256 * 84};
   for (size_t i = 0; i < want_cpu.size(); ++i) EXPECT_EQ(cpu.tensors[i].bytes, want_cpu[i]) << i;
   ASSERT_EQ(cpu.notes.size(), 1u);
   EXPECT_NE(cpu.notes[0].find("CPU backend"), std::string::npos) << cpu.notes[0];
-  EXPECT_NE(cpu.notes[0].find("q5_0 -> q8_0 (2 tensors)"), std::string::npos) << cpu.notes[0];
+  EXPECT_NE(cpu.notes[0].find("q8_1 -> q8_0 (2 tensors)"), std::string::npos) << cpu.notes[0];
   EXPECT_EQ(ledger::restate_for_cpu(&cpu), 0);  // already in the kernels' types
 }
 

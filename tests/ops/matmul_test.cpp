@@ -35,9 +35,11 @@ ThreadPool& pool(int threads) {
 DType act_type(DType w) {
   switch (w) {
     case DType::kQ4_0:
+    case DType::kQ5_0:
     case DType::kQ8_0:
       return DType::kQ8_0;
     case DType::kQ4_1:
+    case DType::kQ5_1:
       return DType::kQ8_1;
     case DType::kQ2_K:
     case DType::kQ3_K:
@@ -64,9 +66,11 @@ std::vector<int64_t> cols_for(DType t) {
 std::vector<int> half_fields(DType t) {
   switch (t) {
     case DType::kQ4_0:
+    case DType::kQ5_0:
     case DType::kQ8_0:
       return {0};
     case DType::kQ4_1:
+    case DType::kQ5_1:
       return {0, 2};
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -84,12 +88,15 @@ std::vector<int> half_fields(DType t) {
 
 // A GGUF tensor: quantized from N(0,1) values, or (random_bits) arbitrary quant bytes
 // with small random scales, which reaches every nibble pattern, 6-bit scale and i8
-// scale (including -128) that a file may hold. Q2_K and Q3_K have no reference quantizer
-// (files come from llama.cpp): always random bits, which their files' fields can all be.
+// scale (including -128) that a file may hold. Q2_K, Q3_K, Q5_0 and Q5_1 have no reference
+// quantizer (files come from llama.cpp): always random bits, which their files' fields can
+// all be.
 std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int64_t cols,
                                   bool random_bits) {
   std::vector<uint8_t> w(row_bytes(t, cols) * rows);
-  if (!random_bits && t != DType::kQ2_K && t != DType::kQ3_K) {
+  const bool quantizer =
+      t != DType::kQ2_K && t != DType::kQ3_K && t != DType::kQ5_0 && t != DType::kQ5_1;
+  if (!random_bits && quantizer) {
     const auto f = testing::random_floats(rng, static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
       EXPECT_TRUE(
@@ -139,19 +146,21 @@ std::vector<double> reference(DType t, const std::vector<uint8_t>& w, int64_t ro
     for (int64_t r = 0; r < rows; ++r) {
       double s = 0;
       for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(wf[r * cols + c]) * xf[c];
-      if (t == DType::kQ4_1) {
-        // llama.cpp's Q4_1 x Q8_1 adds m * s with s = f16(d * sum q) from the f32 d, not
-        // m * d16 * sum q as the dequantized product above has it.
+      if (t == DType::kQ4_1 || t == DType::kQ5_1) {
+        // llama.cpp's Q4_1/Q5_1 x Q8_1 adds m * s with s = f16(d * sum q) from the f32 d,
+        // not m * d16 * sum q as the dequantized product above has it. m follows d in both
+        // blocks.
+        const size_t wbytes = dtype_info(t).block_bytes;
         for (int64_t b = 0; b < cols / kQK; ++b) {
-          BlockQ4_1 wb;
+          uint16_t wm;
           BlockQ8_1 xb;
-          std::memcpy(&wb, w.data() + r * row_bytes(t, cols) + b * sizeof(wb), sizeof(wb));
+          std::memcpy(&wm, w.data() + r * row_bytes(t, cols) + b * wbytes + 2, 2);
           std::memcpy(&xb, xq.data() + b * sizeof(xb), sizeof(xb));
           int sum = 0;
           for (int e = 0; e < kQK; ++e) sum += xb.qs[e];
-          s += static_cast<double>(fp16_to_f32(wb.m)) *
-               (static_cast<double>(fp16_to_f32(xb.s)) -
-                static_cast<double>(fp16_to_f32(xb.d)) * sum);
+          s +=
+              static_cast<double>(fp16_to_f32(wm)) * (static_cast<double>(fp16_to_f32(xb.s)) -
+                                                      static_cast<double>(fp16_to_f32(xb.d)) * sum);
         }
       }
       y[static_cast<size_t>(i * rows + r)] = s;
@@ -283,9 +292,9 @@ TEST_P(MatmulTest, ActivationConversionIsBitExact) {
             if (dtype_info(t).block_elems == 256) {
               convert_q8k_scalar(x.data(), xs, n, cols, g, want.data());
             } else {
-              const Q8Aux aux = t == DType::kQ4_0   ? Q8Aux::kSumTimesMinus8
-                                : t == DType::kQ8_0 ? Q8Aux::kSumTimesMinus128
-                                                    : Q8Aux::kS;
+              const Q8Aux aux = t == DType::kQ4_0 || t == DType::kQ5_0 ? Q8Aux::kSumTimesMinus8
+                                : t == DType::kQ8_0                    ? Q8Aux::kSumTimesMinus128
+                                                                       : Q8Aux::kS;
               convert_q8_scalar(x.data(), xs, n, cols, g, aux, want.data());
             }
           } else if (bf16_pairs) {
@@ -325,9 +334,42 @@ std::string type_name(const ::testing::TestParamInfo<DType>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0,
-                                           DType::kQ4_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K,
-                                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                                           DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
+                                           DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                                           DType::kQ6_K),
                          type_name);
+
+// Largest quants against the largest activations: integer partial sums at their peak,
+// where a kernel that widens 16-bit sums too late saturates (random inputs stay far
+// below it). All quant bits set, small positive scales, every activation 1.
+TEST_P(MatmulTest, ExtremeQuantsDoNotSaturate) {
+  const DType t = GetParam();
+  if (!is_quant(t)) GTEST_SKIP() << "no integer sums";
+  std::mt19937 rng(9);
+  const int64_t rows = 16, cols = 1536;
+  std::vector<uint8_t> wbytes = make_weights(rng, t, rows, cols, true);
+  std::fill(wbytes.begin(), wbytes.end(), 0xFF);
+  const size_t bb = dtype_info(t).block_bytes;
+  for (size_t off = 0; off < wbytes.size(); off += bb)
+    for (int f : half_fields(t)) {
+      const uint16_t h = f32_to_fp16(0.01f);
+      std::memcpy(&wbytes[off + f], &h, 2);
+    }
+  auto wm = WeightMatrix::from_gguf(t, wbytes.data(), rows, cols);
+  ASSERT_TRUE(wm.is_ok());
+  MatmulScratch scratch;
+  for (int64_t n : {1, 4, 13}) {
+    const std::vector<float> x(static_cast<size_t>(n * cols), 1.0f);
+    const auto ref = reference(t, wbytes, rows, cols, x.data(), n, cols);
+    for (Isa isa : testing::available_isas()) {
+      testing::IsaScope scope(isa);
+      std::vector<float> y(static_cast<size_t>(n * rows));
+      matmul(*wm, x.data(), n, cols, y.data(), rows, pool(1), scratch);
+      EXPECT_LE(testing::nmse(y.data(), ref.data(), y.size()), kRefBound)
+          << dtype_name(t) << " " << isa_name(isa) << " n=" << n;
+    }
+  }
+}
 
 // Once a scratch has served a shape, the same call must not touch the allocator again
 // (the buffer, and so its address, stays put).
@@ -352,7 +394,7 @@ TEST(Matmul, SteadyStateReusesScratch) {
 TEST(Matmul, RejectsBadShapesAndTypes) {
   std::vector<uint8_t> w(1024);
   EXPECT_FALSE(WeightMatrix::from_gguf(DType::kQ4_0, w.data(), 2, 48).is_ok());  // 48 % 32
-  EXPECT_FALSE(WeightMatrix::from_gguf(DType::kQ5_0, w.data(), 1, 256).is_ok());
+  EXPECT_FALSE(WeightMatrix::from_gguf(DType::kQ8_K, w.data(), 1, 256).is_ok());
   EXPECT_FALSE(WeightMatrix::from_gguf(DType::kF32, w.data(), 0, 8).is_ok());
   EXPECT_TRUE(is_supported_weight_type(DType::kQ6_K));
   EXPECT_FALSE(is_supported_weight_type(DType::kQ8_K));

@@ -1,6 +1,6 @@
 // Re-encoding rows from one GGUF block type to another, for a backend that multiplies
 // fewer types than files hold (the CUDA backend takes only the 32-element formats, see
-// model/cuda_weight_types.h; the CPU backend lacks kernels for Q5_0 and Q5_1,
+// model/cuda_weight_types.h; the CPU backend lacks kernels for Q8_1 and Q8_K,
 // see model/weight_types.h). Exact where the target holds the source's values:
 //   Q4_0, Q5_0 -> Q8_0: the same d, q - 8 (q - 16) as a byte; Q8_1 -> Q8_0: its d and bytes.
 //   Q3_K -> Q6_K: both have 16-element sub-blocks under one fp16 d; Q3_K's 6-bit scale

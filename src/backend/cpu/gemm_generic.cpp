@@ -68,30 +68,36 @@ template <DType kType>
 void tile_q32(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
   const WeightMatrix::Impl& w = *a.w;
   const Q8ActLayout lay{w.nb, kG};
-  for_tiles(a, rg0, rg1, tg0, tg1,
-            [&](int64_t g, const uint8_t* act, int n, float(*acc)[kRowGroup]) {
-              int8_t wq[kRowGroup][kQK];
-              for (int64_t b = 0; b < w.nb; ++b) {
-                const uint8_t* q = w.quants(g, b);
-                const uint8_t* s = w.scales(g, b);
-                if (kType == DType::kQ8_0) {
-                  for (int i = 0; i < kRowGroup; ++i)
-                    for (int e = 0; e < kQK; ++e)
-                      wq[i][e] = static_cast<int8_t>(packed_byte(q, i, e) ^ 0x80);
-                } else {
-                  unpack_q4(q, kType == DType::kQ4_0 ? 8 : 0, wq);
-                }
-                for (int t = 0; t < n; ++t) {
-                  const int8_t* xq = reinterpret_cast<const int8_t*>(act + lay.qs(b, t));
-                  const float dx = ld_f32(act + lay.d(b, t));
-                  for (int i = 0; i < kRowGroup; ++i) {
-                    acc[t][i] += static_cast<float>(dot32(wq[i], xq)) * (ld_h(s, i) * dx);
-                    if (kType == DType::kQ4_1)
-                      acc[t][i] += ld_h(s + 32, i) * ld_f32(act + lay.aux(b, t));
-                  }
-                }
-              }
-            });
+  for_tiles(
+      a, rg0, rg1, tg0, tg1, [&](int64_t g, const uint8_t* act, int n, float(*acc)[kRowGroup]) {
+        int8_t wq[kRowGroup][kQK];
+        for (int64_t b = 0; b < w.nb; ++b) {
+          const uint8_t* q = w.quants(g, b);
+          const uint8_t* s = w.scales(g, b);
+          if (kType == DType::kQ8_0) {
+            for (int i = 0; i < kRowGroup; ++i)
+              for (int e = 0; e < kQK; ++e)
+                wq[i][e] = static_cast<int8_t>(packed_byte(q, i, e) ^ 0x80);
+          } else if (kType == DType::kQ5_0 || kType == DType::kQ5_1) {
+            for (int i = 0; i < kRowGroup; ++i)
+              for (int e = 0; e < kQK; ++e)
+                wq[i][e] =
+                    static_cast<int8_t>((packed_nibble(q, i, e) | packed_bit(q + 256, i, e) << 4) -
+                                        (kType == DType::kQ5_0 ? 16 : 0));
+          } else {
+            unpack_q4(q, kType == DType::kQ4_0 ? 8 : 0, wq);
+          }
+          for (int t = 0; t < n; ++t) {
+            const int8_t* xq = reinterpret_cast<const int8_t*>(act + lay.qs(b, t));
+            const float dx = ld_f32(act + lay.d(b, t));
+            for (int i = 0; i < kRowGroup; ++i) {
+              acc[t][i] += static_cast<float>(dot32(wq[i], xq)) * (ld_h(s, i) * dx);
+              if (kType == DType::kQ4_1 || kType == DType::kQ5_1)
+                acc[t][i] += ld_h(s + 32, i) * ld_f32(act + lay.aux(b, t));
+            }
+          }
+        }
+      });
 }
 
 // ---- K quants against Q8_K activations ----
@@ -128,8 +134,7 @@ void tile_k(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
                         v = (packed_nibble(qj, i, e) | (((hb >> (2 * (st & 3))) & 3) << 4)) - 32;
                       } else if (kType == DType::kQ5_K) {
                         const uint8_t* qj = q + 320 * j;
-                        v = packed_nibble(qj, i, e) |
-                            (((qj[256 + 4 * i + (e & 3)] >> (e >> 2)) & 1) << 4);
+                        v = packed_nibble(qj, i, e) | packed_bit(qj + 256, i, e) << 4;
                       } else {
                         v = packed_nibble(q + 256 * j, i, e);
                       }
@@ -247,6 +252,8 @@ void conv_bf16(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
 constexpr GemmKernel kQ4_0{kG, q8_bytes, conv_q4_0, tile_q32<DType::kQ4_0>};
 constexpr GemmKernel kQ4_1{kG, q8_bytes, conv_q4_1, tile_q32<DType::kQ4_1>};
 constexpr GemmKernel kQ8_0{kG, q8_bytes, conv_q8_0, tile_q32<DType::kQ8_0>};
+constexpr GemmKernel kQ5_0{kG, q8_bytes, conv_q4_0, tile_q32<DType::kQ5_0>};
+constexpr GemmKernel kQ5_1{kG, q8_bytes, conv_q4_1, tile_q32<DType::kQ5_1>};
 constexpr GemmKernel kQ4_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ4_K>};
 constexpr GemmKernel kQ5_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ5_K>};
 constexpr GemmKernel kQ6_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ6_K>};
@@ -266,6 +273,10 @@ const GemmKernel* gemm_kernel_generic(DType t) {
       return &kQ4_1;
     case DType::kQ8_0:
       return &kQ8_0;
+    case DType::kQ5_0:
+      return &kQ5_0;
+    case DType::kQ5_1:
+      return &kQ5_1;
     case DType::kQ4_K:
       return &kQ4_K;
     case DType::kQ5_K:

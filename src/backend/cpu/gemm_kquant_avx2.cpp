@@ -60,13 +60,6 @@ void convert_q8k(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t*
   }
 }
 
-template <int kFrom, int kTo>
-inline __m256i move_bits(__m256i v, __m256i mask) {
-  if constexpr (kFrom < kTo) return _mm256_and_si256(_mm256_slli_epi16(v, kTo - kFrom), mask);
-  if constexpr (kFrom > kTo) return _mm256_and_si256(_mm256_srli_epi16(v, kFrom - kTo), mask);
-  return _mm256_and_si256(v, mask);
-}
-
 inline __m256i load32(const uint8_t* p) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
 }

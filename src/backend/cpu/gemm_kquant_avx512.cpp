@@ -65,16 +65,6 @@ void convert_q8k(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t*
   }
 }
 
-// Moves bit `from` of every byte to bit `to` (other bits of the result are garbage
-// outside `mask`): 16-bit shifts cannot carry a bit across a byte boundary into a
-// position the mask keeps.
-template <int kFrom, int kTo>
-inline __m512i move_bits(__m512i v, __m512i mask) {
-  if constexpr (kFrom < kTo) return _mm512_and_si512(_mm512_slli_epi16(v, kTo - kFrom), mask);
-  if constexpr (kFrom > kTo) return _mm512_and_si512(_mm512_srli_epi16(v, kFrom - kTo), mask);
-  return _mm512_and_si512(v, mask);
-}
-
 template <DType kType, int T>
 inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
                      int64_t y_stride, int rows, const uint8_t* pf_end) {

@@ -54,9 +54,11 @@ template <DType kType, int T>
 inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_t* act, float* y,
                       int64_t y_stride, int rows) {
   const Q8ActLayout lay{w.nb, kG};
-  constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : 256;
-  constexpr int kScaleBytes = kType == DType::kQ4_1 ? 64 : 32;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  constexpr bool kQ5 = kType == DType::kQ5_0 || kType == DType::kQ5_1;
+  constexpr bool kMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;  // + m * s
+  constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : kQ5 ? 320 : 256;
+  constexpr int kScaleBytes = kMin ? 64 : 32;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* qb = w.quants(g, 0) + 32 * h;
   const uint8_t* sb = w.scales(g, 0) + 16 * h;
@@ -88,29 +90,44 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
         }
       });
     } else {
+      // s16 sums of 4-bit values stand all four steps (8 x 2 x 15 x 128 < 2^15); 5-bit
+      // ones are widened every two.
       __m256i a16[T];
-      for (int t = 0; t < T; ++t) a16[t] = _mm256_setzero_si256();
+      for (int t = 0; t < T; ++t) {
+        a16[t] = _mm256_setzero_si256();
+        dot[t] = _mm256_setzero_si256();
+      }
       unroll<4>([&](auto m) {
         const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * m));
-        const __m256i lo = _mm256_and_si256(raw, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        __m256i lo = _mm256_and_si256(raw, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        if constexpr (kQ5) {
+          const __m256i qh = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 256));
+          lo = _mm256_or_si256(lo, move_bits<m, 4>(qh, m10));
+          hi = _mm256_or_si256(hi, move_bits<m + 4, 4>(qh, m10));
+        }
         for (int t = 0; t < T; ++t) {
           a16[t] = _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(lo, bcast32(xq + 32 * t + 4 * m)));
           a16[t] =
               _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(hi, bcast32(xq + 32 * t + 16 + 4 * m)));
+          if (kQ5 ? m % 2 == 1 : m == 3) {
+            dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(a16[t], ones));
+            a16[t] = _mm256_setzero_si256();
+          }
         }
       });
       for (int t = 0; t < T; ++t) {
-        dot[t] = _mm256_madd_epi16(a16[t], ones);
         if constexpr (kType == DType::kQ4_0)
           dot[t] = _mm256_add_epi32(dot[t], bcast32(aux + 4 * t));
+        if constexpr (kType == DType::kQ5_0)  // offset 16: twice Q4_0's correction
+          dot[t] = _mm256_add_epi32(dot[t], _mm256_slli_epi32(bcast32(aux + 4 * t), 1));
       }
     }
     const __m256 dw = load_f16x8(s);
     for (int t = 0; t < T; ++t)
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]),
                                _mm256_mul_ps(dw, bcast_f32(act + lay.d(b, t))), acc[t]);
-    if constexpr (kType == DType::kQ4_1) {
+    if constexpr (kMin) {
       const __m256 mw = load_f16x8(s + 32);
       for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mw, bcast_f32(aux + 4 * t), acc[t]);
     }
@@ -135,6 +152,9 @@ constexpr GemmKernel kQ4_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
 constexpr GemmKernel kQ4_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ4_1>};
 constexpr GemmKernel kQ8_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus128>,
                            q32_tile<DType::kQ8_0>};
+constexpr GemmKernel kQ5_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
+                           q32_tile<DType::kQ5_0>};
+constexpr GemmKernel kQ5_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ5_1>};
 
 }  // namespace
 }  // namespace avx2
@@ -147,6 +167,10 @@ const GemmKernel* gemm_q32_avx2(DType t) {
       return &avx2::kQ4_1;
     case DType::kQ8_0:
       return &avx2::kQ8_0;
+    case DType::kQ5_0:
+      return &avx2::kQ5_0;
+    case DType::kQ5_1:
+      return &avx2::kQ5_1;
     default:
       return nullptr;
   }

@@ -134,11 +134,13 @@ template <DType kType, int T>
 inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
                       int64_t y_stride, int rows, const uint8_t* pf_end) {
   const Q8ActLayout lay{w.nb, kG};
-  constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : 256;
-  constexpr int kScaleBytes = kType == DType::kQ4_1 ? 64 : 32;
+  constexpr bool kQ5 = kType == DType::kQ5_0 || kType == DType::kQ5_1;
+  constexpr bool kMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;  // + m * s
+  constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : kQ5 ? 320 : 256;
+  constexpr int kScaleBytes = kMin ? 64 : 32;
   // With few tokens, split each token's 8 dependent vpdpbusd over P accumulators.
   constexpr int P = T == 1 ? 4 : T == 2 ? 2 : 1;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
   const uint8_t* qb = w.quants(g, 0);
   const uint8_t* sb = w.scales(g, 0);
   __m512 acc[T];
@@ -155,8 +157,11 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
                pf_end);
     __m512i ia[P][T];
     for (int t = 0; t < T; ++t) {
-      // Q4_0/Q8_0 start from the offset correction so the sum comes out signed.
-      ia[0][t] = kType == DType::kQ4_1 ? _mm512_setzero_si512() : bcast32(aux + 4 * t);
+      // Q4_0/Q8_0 start from the offset correction so the sum comes out signed; Q5_0's
+      // offset is 16, twice Q4_0's, whose activations it shares.
+      ia[0][t] = kMin                      ? _mm512_setzero_si512()
+                 : kType == DType::kQ5_0 ? _mm512_slli_epi32(bcast32(aux + 4 * t), 1)
+                                         : bcast32(aux + 4 * t);
       for (int p = 1; p < P; ++p) ia[p][t] = _mm512_setzero_si512();
     }
     if constexpr (kType == DType::kQ8_0) {
@@ -168,8 +173,14 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
     } else {
       unroll<4>([&](auto m) {
         const __m512i raw = _mm512_load_si512(q + 64 * m);
-        const __m512i lo = _mm512_and_si512(raw, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        __m512i lo = _mm512_and_si512(raw, m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        if constexpr (kQ5) {
+          // Byte bit s is the fifth bit of column 4s + e: steps m and m + 4 here.
+          const __m512i qh = _mm512_load_si512(q + 256);
+          lo = _mm512_or_si512(lo, move_bits<m, 4>(qh, m10));
+          hi = _mm512_or_si512(hi, move_bits<m + 4, 4>(qh, m10));
+        }
         for (int t = 0; t < T; ++t) {
           ia[(2 * m) % P][t] =
               _mm512_dpbusd_epi32(ia[(2 * m) % P][t], lo, bcast32(xq + 32 * t + 4 * m));
@@ -185,7 +196,7 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, bcast_f32(dx + 4 * t)),
                                acc[t]);
     }
-    if constexpr (kType == DType::kQ4_1) {
+    if constexpr (kMin) {
       const __m512 mw = load_f16x16(s + 32);
       for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(mw, bcast_f32(aux + 4 * t), acc[t]);
     }
@@ -202,9 +213,12 @@ template <DType kType>
 inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y, int rows,
                      const uint8_t* pf_end) {
   const Q8ActLayout lay{w.nb, kG};
-  constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : 256;
-  constexpr int kScaleBytes = kType == DType::kQ4_1 ? 64 : 32;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), mf0 = _mm512_set1_epi8(static_cast<char>(0xF0));
+  constexpr bool kQ5 = kType == DType::kQ5_0 || kType == DType::kQ5_1;
+  constexpr bool kMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;  // + m * s
+  constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : kQ5 ? 320 : 256;
+  constexpr int kScaleBytes = kMin ? 64 : 32;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), mf0 = _mm512_set1_epi8(static_cast<char>(0xF0)),
+                m10 = _mm512_set1_epi8(0x10);
   __m512 acc = _mm512_setzero_ps();
   const uint8_t* pf = w.quants(g, 0) + kPrefetchBytes;
   for (int64_t b = 0; b < w.nb; ++b) {
@@ -213,9 +227,22 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
     const uint8_t* xq = act + lay.qs(b, 0);
     const uint8_t* q = w.quants(g, b);
     const uint8_t* s = w.scales(g, b);
-    __m512i lo = kType == DType::kQ4_1 ? _mm512_setzero_si512() : bcast32(act + lay.aux(b, 0));
+    __m512i lo = kMin                      ? _mm512_setzero_si512()
+                 : kType == DType::kQ5_0 ? _mm512_slli_epi32(bcast32(act + lay.aux(b, 0)), 1)
+                                         : bcast32(act + lay.aux(b, 0));
     __m512i hi = _mm512_setzero_si512();
-    if constexpr (kType == DType::kQ8_0) {
+    if constexpr (kQ5) {
+      // Five bits do not fit the masked-in-place trick below: plain nibbles plus the bit.
+      const __m512i qh = _mm512_load_si512(q + 256);
+      unroll<4>([&](auto m) {
+        const __m512i raw = _mm512_load_si512(q + 64 * m);
+        const __m512i l = _mm512_or_si512(_mm512_and_si512(raw, m4), move_bits<m, 4>(qh, m10));
+        const __m512i h = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4),
+                                          move_bits<m + 4, 4>(qh, m10));
+        lo = _mm512_dpbusd_epi32(lo, l, bcast32(xq + 4 * m));
+        hi = _mm512_dpbusd_epi32(hi, h, bcast32(xq + 16 + 4 * m));
+      });
+    } else if constexpr (kType == DType::kQ8_0) {
       unroll<8>([&](auto st) {
         __m512i& a = st % 2 == 0 ? lo : hi;
         a = _mm512_dpbusd_epi32(a, _mm512_load_si512(q + 64 * st), bcast32(xq + 4 * st));
@@ -231,7 +258,7 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
     const __m512 dx = bcast_f32(act + lay.d(b, 0));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)),
                           _mm512_mul_ps(load_f16x16(s), dx), acc);
-    if constexpr (kType == DType::kQ4_1)
+    if constexpr (kMin)
       acc = _mm512_fmadd_ps(load_f16x16(s + 32), bcast_f32(act + lay.aux(b, 0)), acc);
   }
   store_rows(y, acc, rows);
@@ -261,6 +288,9 @@ constexpr GemmKernel kQ4_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
 constexpr GemmKernel kQ4_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ4_1>};
 constexpr GemmKernel kQ8_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus128>,
                            q32_tile<DType::kQ8_0>};
+constexpr GemmKernel kQ5_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
+                           q32_tile<DType::kQ5_0>};
+constexpr GemmKernel kQ5_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ5_1>};
 
 }  // namespace
 }  // namespace avx512
@@ -273,6 +303,10 @@ const GemmKernel* gemm_q32_avx512(DType t) {
       return &avx512::kQ4_1;
     case DType::kQ8_0:
       return &avx512::kQ8_0;
+    case DType::kQ5_0:
+      return &avx512::kQ5_0;
+    case DType::kQ5_1:
+      return &avx512::kQ5_1;
     default:
       return nullptr;
   }

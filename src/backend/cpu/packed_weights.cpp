@@ -17,6 +17,8 @@ constexpr PackedFormat kBF16Format{2, 64, 0};
 constexpr PackedFormat kQ4_0Format{32, 256, 32};
 constexpr PackedFormat kQ4_1Format{32, 256, 64};
 constexpr PackedFormat kQ8_0Format{32, 512, 32};
+constexpr PackedFormat kQ5_0Format{32, 320, 32};
+constexpr PackedFormat kQ5_1Format{32, 320, 64};
 constexpr PackedFormat kQ4_KFormat{256, 8 * 256, 320};
 constexpr PackedFormat kQ5_KFormat{256, 8 * 320, 320};
 constexpr PackedFormat kQ6_KFormat{256, 8 * 384, 320};
@@ -55,6 +57,18 @@ void put_nibbles(uint8_t* dst, int i, const uint8_t* q) {
   for (int e = 0; e < 16; ++e)
     dst[64 * (e >> 2) + 4 * i + (e & 3)] =
         static_cast<uint8_t>((q[e] & 0xF) | ((q[e + 16] & 0xF) << 4));
+}
+
+// Q5_0/Q5_1's fifth bits (bit e of the little-endian word qh is column e's) for row i:
+// byte 4i+e of dst has bit s = column 4s+e's, as Q5_K's sub-blocks keep them.
+void put_fifth_bits(uint8_t* dst, int i, const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  for (int e = 0; e < 4; ++e) {
+    uint8_t v = 0;
+    for (int st = 0; st < 8; ++st) v |= static_cast<uint8_t>(((bits >> (4 * st + e)) & 1) << st);
+    dst[4 * i + e] = v;
+  }
 }
 
 // 6-bit quants of one GGUF Q6_K super-block, in element order.
@@ -136,6 +150,25 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = blk.qs[e];
         put_f16(s, i, blk.d);
         put_f16(s + 32, i, blk.m);
+        break;
+      }
+      case DType::kQ5_0:
+      case DType::kQ5_1: {
+        uint16_t d, m = 0;
+        const uint8_t *qs, *qh;
+        BlockQ5_0 b0;
+        BlockQ5_1 b1;
+        if (type == DType::kQ5_0) {
+          b0 = load_block<BlockQ5_0>(src, cols, r, b, 32);
+          d = b0.d, qs = b0.qs, qh = b0.qh;
+        } else {
+          b1 = load_block<BlockQ5_1>(src, cols, r, b, 32);
+          d = b1.d, m = b1.m, qs = b1.qs, qh = b1.qh;
+        }
+        for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = qs[e];
+        put_fifth_bits(q + 256, i, qh);
+        put_f16(s, i, d);
+        if (type == DType::kQ5_1) put_f16(s + 32, i, m);
         break;
       }
       case DType::kQ8_0: {
@@ -277,6 +310,10 @@ const PackedFormat* packed_format(DType t) {
       return &kQ4_1Format;
     case DType::kQ8_0:
       return &kQ8_0Format;
+    case DType::kQ5_0:
+      return &kQ5_0Format;
+    case DType::kQ5_1:
+      return &kQ5_1Format;
     case DType::kQ4_K:
       return &kQ4_KFormat;
     case DType::kQ5_K:
@@ -358,6 +395,17 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
           dst[32 * b + e] = static_cast<float>(packed_nibble(q, i, e)) * d + m;
         break;
       }
+      case DType::kQ5_0:
+      case DType::kQ5_1: {
+        const float d = fp16_to_f32(get_f16(s, i));
+        for (int e = 0; e < 32; ++e) {
+          const int v = packed_nibble(q, i, e) | packed_bit(q + 256, i, e) << 4;
+          dst[32 * b + e] = w.type == DType::kQ5_0
+                                ? static_cast<float>(v - 16) * d
+                                : static_cast<float>(v) * d + fp16_to_f32(get_f16(s + 32, i));
+        }
+        break;
+      }
       case DType::kQ8_0: {
         const float d = fp16_to_f32(get_f16(s, i));
         for (int e = 0; e < 32; ++e)
@@ -376,7 +424,7 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
           const float off = dmin * s[kKmin + 32 * (j / 2) + 2 * i + (j & 1)];
           for (int e = 0; e < 32; ++e) {
             int v = packed_nibble(qj, i, e);
-            if (w.type == DType::kQ5_K) v |= ((qj[256 + 4 * i + (e & 3)] >> (e >> 2)) & 1) << 4;
+            if (w.type == DType::kQ5_K) v |= packed_bit(qj + 256, i, e) << 4;
             dst[256 * b + 32 * j + e] = step * static_cast<float>(v) - off;
           }
         }
@@ -403,7 +451,7 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
           const uint8_t* qj = q + j * 192;
           for (int e = 0; e < 32; ++e) {
             const int lo = get_crumb(qj, i, e);
-            const int top = (qj[128 + 4 * i + (e & 3)] >> (e >> 2)) & 1;
+            const int top = packed_bit(qj + 128, i, e);
             const float sc =
                 static_cast<float>(static_cast<int8_t>(s[kQ6sc + 16 * (2 * j + e / 16) + i]));
             dst[256 * b + 32 * j + e] = d * sc * static_cast<float>((lo | top << 2) - 4);

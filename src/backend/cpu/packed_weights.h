@@ -14,6 +14,9 @@
 //   Q4_0  block 32:      quants 256 B = word transpose of GGUF qs[16] (low nibbles
 //                        are columns 4m..4m+3, high nibbles 16+4m..); scales f16 d[16]
 //   Q4_1  block 32:      quants as Q4_0; scales f16 d[16], f16 m[16]
+//   Q5_0  block 32:      quants 320 B: Q4_0's 256 B of low nibbles, then 64 B whose byte
+//                        4i+e has bit s = bit 4 of column 4s+e (as Q5_K); scales as Q4_0
+//   Q5_1  block 32:      quants as Q5_0; scales as Q4_1
 //   Q8_0  block 32:      quants 512 B = word transpose of (qs ^ 0x80), i.e. q + 128 as
 //                        u8, the unsigned operand vpdpbusd wants; scales f16 d[16]
 //   Q4_K  block 256:     quants 8 x 256 B, sub-block j in Q4_0 nibble order; scales
@@ -94,6 +97,11 @@ Status pack_weights(DType type, const void* src, int64_t rows, int64_t cols,
 // Row r of a packed matrix as f32, bit-identical to dequantize_row on the GGUF row.
 void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst);
 
+// Bit of element e (0..31) of row i in a 64-byte bit line (byte 4i + e%4, bit e/4): the
+// fifth bit of Q5_0, Q5_1 and Q5_K, the third of Q3_K.
+inline int packed_bit(const uint8_t* line, int i, int e) {
+  return (line[4 * i + (e & 3)] >> (e >> 2)) & 1;
+}
 // Element e (0..31) of row i of a 256-byte block of word-transposed Q4_0-order nibbles.
 inline int packed_nibble(const uint8_t* q, int i, int e) {
   const uint8_t byte = q[64 * ((e & 15) >> 2) + 4 * i + (e & 3)];

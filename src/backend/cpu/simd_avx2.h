@@ -40,6 +40,16 @@ inline void prefetch(const uint8_t* p, int bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
 }
 
+// Moves bit kFrom of every byte to bit kTo (other bits of the result are garbage outside
+// `mask`): 16-bit shifts cannot carry a bit across a byte boundary into a position the
+// mask keeps.
+template <int kFrom, int kTo>
+inline __m256i move_bits(__m256i v, __m256i mask) {
+  if constexpr (kFrom < kTo) return _mm256_and_si256(_mm256_slli_epi16(v, kTo - kFrom), mask);
+  if constexpr (kFrom > kTo) return _mm256_and_si256(_mm256_srli_epi16(v, kFrom - kTo), mask);
+  return _mm256_and_si256(v, mask);
+}
+
 inline __m256i bcast32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);

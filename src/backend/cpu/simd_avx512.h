@@ -39,6 +39,16 @@ inline void with_tokens(int n, F&& f) {
   (std::make_integer_sequence<int, G>{});
 }
 
+// Moves bit `from` of every byte to bit `to` (other bits of the result are garbage
+// outside `mask`): 16-bit shifts cannot carry a bit across a byte boundary into a
+// position the mask keeps.
+template <int kFrom, int kTo>
+inline __m512i move_bits(__m512i v, __m512i mask) {
+  if constexpr (kFrom < kTo) return _mm512_and_si512(_mm512_slli_epi16(v, kTo - kFrom), mask);
+  if constexpr (kFrom > kTo) return _mm512_and_si512(_mm512_srli_epi16(v, kFrom - kTo), mask);
+  return _mm512_and_si512(v, mask);
+}
+
 inline __m512i bcast32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
