@@ -132,11 +132,17 @@ inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_
   for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
 }
 
-template <int T>
-inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_t* act, float* y,
+// Q6_K and Q3_K: the AVX-512 file's scheme (k16_micro there) on 32-byte halves. s16 sums
+// are widened every two steps for 6-bit values (2 x 2 x 63 x 128 < 2^15), once for 3-bit
+// ones (4 x 2 x 7 x 128).
+template <DType kType, int T>
+inline void k16_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_t* act, float* y,
                       int64_t y_stride, int rows) {
+  constexpr bool kQ6 = kType == DType::kQ6_K;
+  constexpr int kSubBytes = kQ6 ? 384 : 192;
   const Q8KActLayout lay{w.nb, kG};
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30),
+                b01 = _mm256_set1_epi8(0x03), b2 = _mm256_set1_epi8(0x04),
                 ones = _mm256_set1_epi16(1);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -152,25 +158,33 @@ inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
     __m256i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
-      const uint8_t* qj = q + 384 * j;
+      const uint8_t* qj = q + kSubBytes * j;
+      const __m256i top = kQ6 ? _mm256_setzero_si256() : load32(qj + 128);
       unroll<2>([&](auto half) {
-        const __m256i qh = load32(qj + 256 + 64 * half);
+        const __m256i line = load32(qj + (kQ6 ? 256 : 0) + 64 * half);
         const int sub = 2 * j + half;
         __m256i dot[T], a16[T];
         for (int t = 0; t < T; ++t) {
           dot[t] = bcast32(act + lay.corr16(sb, t) + 4 * sub);
+          if constexpr (!kQ6) dot[t] = _mm256_srai_epi32(dot[t], 3);
           a16[t] = _mm256_setzero_si256();
         }
         unroll<4>([&](auto m) {
-          const __m256i raw = load32(qj + 64 * m);
-          const __m256i nib = half == 0 ? _mm256_and_si256(raw, m4)
-                                        : _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-          const __m256i wv = _mm256_or_si256(nib, move_bits<2 * m, 4>(qh, m30));
+          __m256i wv;
+          if constexpr (kQ6) {
+            const __m256i raw = load32(qj + 64 * m);
+            const __m256i nib = half == 0 ? _mm256_and_si256(raw, m4)
+                                          : _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            wv = _mm256_or_si256(nib, move_bits<2 * m, 4>(line, m30));
+          } else {
+            wv = _mm256_or_si256(move_bits<2 * m, 0>(line, b01),
+                                 move_bits<4 * half + m, 2>(top, b2));
+          }
           for (int t = 0; t < T; ++t) {
             a16[t] = _mm256_add_epi16(
                 a16[t],
                 _mm256_maddubs_epi16(wv, bcast32(xq + kQKK * t + 32 * j + 16 * half + 4 * m)));
-            if (m % 2 == 1) {
+            if (kQ6 ? m % 2 == 1 : m == 3) {
               dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(a16[t], ones));
               a16[t] = _mm256_setzero_si256();
             }
@@ -180,61 +194,6 @@ inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 32 + 16 * sub + 8 * h)));
         for (int t = 0; t < T; ++t)
           isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dot[t], sc));
-      });
-    }
-    const __m256 d = load_f16x8(s + 16 * h);
-    for (int t = 0; t < T; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                               _mm256_mul_ps(d, bcast_f32(act + lay.d(sb, t))), acc[t]);
-  }
-  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
-}
-
-// Q3_K: the AVX-512 file's scheme (q3k_micro there) on 32-byte halves; 3-bit values
-// let four steps of s16 sums stand before widening (4 x 2 x 7 x 127 < 2^15).
-template <int T>
-inline void q3k_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_t* act, float* y,
-                      int64_t y_stride, int rows) {
-  const Q8KActLayout lay{w.nb, kG};
-  const __m256i m3 = _mm256_set1_epi8(0x03), m4 = _mm256_set1_epi8(0x04),
-                ones = _mm256_set1_epi16(1);
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t sb = 0; sb < w.nb; ++sb) {
-    if constexpr (T <= 2) {
-      if (h == 0)
-        prefetch(w.quants(g, 0) + kPrefetchBytes + sb * (w.quant_bytes + w.scale_bytes),
-                 w.quant_bytes + w.scale_bytes);
-    }
-    const uint8_t* q = w.quants(g, sb) + 32 * h;
-    const uint8_t* s = w.scales(g, sb);
-    const uint8_t* xq = act + lay.qs(sb, 0);
-    __m256i isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-    for (int j = 0; j < 8; ++j) {
-      const uint8_t* qj = q + 192 * j;
-      const __m256i top = load32(qj + 128);
-      unroll<2>([&](auto half) {
-        const __m256i low = load32(qj + 64 * half);
-        const int sub = 2 * j + half;
-        __m256i a16[T];
-        for (int t = 0; t < T; ++t) a16[t] = _mm256_setzero_si256();
-        unroll<4>([&](auto m) {
-          const __m256i wv =
-              _mm256_or_si256(move_bits<2 * m, 0>(low, m3), move_bits<4 * half + m, 2>(top, m4));
-          for (int t = 0; t < T; ++t)
-            a16[t] = _mm256_add_epi16(
-                a16[t],
-                _mm256_maddubs_epi16(wv, bcast32(xq + kQKK * t + 32 * j + 16 * half + 4 * m)));
-        });
-        const __m256i sc = _mm256_cvtepi8_epi32(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 32 + 16 * sub + 8 * h)));
-        for (int t = 0; t < T; ++t) {
-          const __m256i dot =
-              _mm256_add_epi32(_mm256_srai_epi32(bcast32(act + lay.corr16(sb, t) + 4 * sub), 3),
-                               _mm256_madd_epi16(a16[t], ones));
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dot, sc));
-        }
       });
     }
     const __m256 d = load_f16x8(s + 16 * h);
@@ -306,10 +265,8 @@ template <DType kType>
 void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
   for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
                     [&]<int T>(int64_t g, int h, const uint8_t* act, float* y, int rows) {
-                      if constexpr (kType == DType::kQ6_K) {
-                        q6k_micro<T>(*a.w, g, h, act, y, a.y_stride, rows);
-                      } else if constexpr (kType == DType::kQ3_K) {
-                        q3k_micro<T>(*a.w, g, h, act, y, a.y_stride, rows);
+                      if constexpr (kType == DType::kQ6_K || kType == DType::kQ3_K) {
+                        k16_micro<kType, T>(*a.w, g, h, act, y, a.y_stride, rows);
                       } else if constexpr (kType == DType::kQ2_K) {
                         q2k_micro<T>(*a.w, g, h, act, y, a.y_stride, rows);
                       } else {

@@ -123,12 +123,20 @@ inline void k4_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
   for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
 }
 
-template <int T>
-inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+// Q6_K and Q3_K: sub-blocks of 16 columns with an i8 scale each. Q6_K's values are the
+// nibble plus bits 4..5 from one of two 64-byte lines (steps 0..3 low nibbles and the
+// first line, steps 4..7 high nibbles and the second), offset -32, which starts each
+// sub-block's sum at the activation's -32 * sum. Q3_K's are q + 4: bits 0..1 from one of
+// two lines, bit 2 from a third, offset -4: that start shifted right by 3 (exact: a
+// multiple of 32).
+template <DType kType, int T>
+inline void k16_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
                       int64_t y_stride, int rows, const uint8_t* pf_end) {
+  constexpr bool kQ6 = kType == DType::kQ6_K;
+  constexpr int kSubBytes = kQ6 ? 384 : 192;
   const Q8KActLayout lay{w.nb, kG};
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i m30 = _mm512_set1_epi8(0x30);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i b01 = _mm512_set1_epi8(0x03), b2 = _mm512_set1_epi8(0x04);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < w.nb; ++sb) {
@@ -138,68 +146,28 @@ inline void q6k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
-      const uint8_t* qj = q + 384 * j;
-      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, 384 + 40, pf_end);
-      // Two 16-column sub-blocks: steps 0..3 (low nibbles, top bits in the first 64 B)
-      // and steps 4..7 (high nibbles, top bits in the second 64 B).
+      const uint8_t* qj = q + kSubBytes * j;
+      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, kSubBytes + 40, pf_end);
+      const __m512i top = kQ6 ? _mm512_setzero_si512() : _mm512_load_si512(qj + 128);
       unroll<2>([&](auto half) {
-        const __m512i qh = _mm512_load_si512(qj + 256 + 64 * half);
+        const __m512i line = _mm512_load_si512(qj + (kQ6 ? 256 : 0) + 64 * half);
         const int sub = 2 * j + half;
         __m512i ia[T];
-        for (int t = 0; t < T; ++t) ia[t] = bcast32(act + lay.corr16(sb, t) + 4 * sub);
+        for (int t = 0; t < T; ++t) {
+          ia[t] = bcast32(act + lay.corr16(sb, t) + 4 * sub);
+          if constexpr (!kQ6) ia[t] = _mm512_srai_epi32(ia[t], 3);
+        }
         unroll<4>([&](auto m) {
-          const __m512i raw = _mm512_load_si512(qj + 64 * m);
-          const __m512i nib = half == 0 ? _mm512_and_si512(raw, m4)
-                                        : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-          const __m512i wv = _mm512_or_si512(nib, move_bits<2 * m, 4>(qh, m30));
-          for (int t = 0; t < T; ++t)
-            ia[t] =
-                _mm512_dpbusd_epi32(ia[t], wv, bcast32(xq + kQKK * t + 32 * j + 16 * half + 4 * m));
-        });
-        const __m512i sc = _mm512_cvtepi8_epi32(
-            _mm_load_si128(reinterpret_cast<const __m128i*>(s + 32 + 16 * sub)));
-        for (int t = 0; t < T; ++t)
-          isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(ia[t], sc));
-      });
-    }
-    const __m512 d = load_f16x16(s);
-    for (int t = 0; t < T; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
-                               _mm512_mul_ps(d, bcast_f32(act + lay.d(sb, t))), acc[t]);
-  }
-  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
-}
-
-// Q3_K: Q6_K's scheme with 3-bit values q + 4 (two low bits from one of two 64-byte
-// lines, the third from a shared one) and the offset -4 * (activation sum per 16), which
-// is the activation's -32 * sum shifted right by 3 (exact: a multiple of 32).
-template <int T>
-inline void q3k_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                      int64_t y_stride, int rows, const uint8_t* pf_end) {
-  const Q8KActLayout lay{w.nb, kG};
-  const __m512i m3 = _mm512_set1_epi8(0x03);
-  const __m512i m4 = _mm512_set1_epi8(0x04);
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < w.nb; ++sb) {
-    const uint8_t* q = w.quants(g, sb);
-    const uint8_t* s = w.scales(g, sb);
-    const uint8_t* xq = act + lay.qs(sb, 0);
-    __m512i isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      const uint8_t* qj = q + 192 * j;
-      if constexpr (T <= 4) prefetch(qj + kPrefetchBytes, 192 + 40, pf_end);
-      const __m512i top = _mm512_load_si512(qj + 128);
-      unroll<2>([&](auto half) {
-        const __m512i low = _mm512_load_si512(qj + 64 * half);
-        const int sub = 2 * j + half;
-        __m512i ia[T];
-        for (int t = 0; t < T; ++t)
-          ia[t] = _mm512_srai_epi32(bcast32(act + lay.corr16(sb, t) + 4 * sub), 3);
-        unroll<4>([&](auto m) {
-          const __m512i wv =
-              _mm512_or_si512(move_bits<2 * m, 0>(low, m3), move_bits<4 * half + m, 2>(top, m4));
+          __m512i wv;
+          if constexpr (kQ6) {
+            const __m512i raw = _mm512_load_si512(qj + 64 * m);
+            const __m512i nib = half == 0 ? _mm512_and_si512(raw, m4)
+                                          : _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            wv = _mm512_or_si512(nib, move_bits<2 * m, 4>(line, m30));
+          } else {
+            wv = _mm512_or_si512(move_bits<2 * m, 0>(line, b01),
+                                 move_bits<4 * half + m, 2>(top, b2));
+          }
           for (int t = 0; t < T; ++t)
             ia[t] =
                 _mm512_dpbusd_epi32(ia[t], wv, bcast32(xq + kQKK * t + 32 * j + 16 * half + 4 * m));
@@ -275,10 +243,8 @@ void k_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
   for_each_tile<kG>(
       a, rg0, rg1, tg0, tg1,
       [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
-        if constexpr (kType == DType::kQ6_K) {
-          q6k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
-        } else if constexpr (kType == DType::kQ3_K) {
-          q3k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
+        if constexpr (kType == DType::kQ6_K || kType == DType::kQ3_K) {
+          k16_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows, end);
         } else if constexpr (kType == DType::kQ2_K) {
           q2k_micro<T>(*a.w, g, act, y, a.y_stride, rows, end);
         } else {

@@ -59,18 +59,6 @@ void put_nibbles(uint8_t* dst, int i, const uint8_t* q) {
         static_cast<uint8_t>((q[e] & 0xF) | ((q[e + 16] & 0xF) << 4));
 }
 
-// Q5_0/Q5_1's fifth bits (bit e of the little-endian word qh is column e's) for row i:
-// byte 4i+e of dst has bit s = column 4s+e's, as Q5_K's sub-blocks keep them.
-void put_fifth_bits(uint8_t* dst, int i, const uint8_t* qh) {
-  uint32_t bits;
-  std::memcpy(&bits, qh, 4);
-  for (int e = 0; e < 4; ++e) {
-    uint8_t v = 0;
-    for (int st = 0; st < 8; ++st) v |= static_cast<uint8_t>(((bits >> (4 * st + e)) & 1) << st);
-    dst[4 * i + e] = v;
-  }
-}
-
 // 6-bit quants of one GGUF Q6_K super-block, in element order.
 void q6k_values(const BlockQ6_K& b, uint8_t* q) {
   for (int n = 0; n < 2; ++n)
@@ -93,6 +81,15 @@ void put_crumbs(uint8_t* dst, int i, const uint8_t* v) {
     }
     dst[4 * i + e] = lo;
     dst[64 + 4 * i + e] = hi;
+  }
+}
+
+// Bit `bit` of the 32 values v of row i: byte 4i+e of dst has bit s = column 4s+e's.
+void put_bits(uint8_t* dst, int i, const uint8_t* v, int bit) {
+  for (int e = 0; e < 4; ++e) {
+    uint8_t b = 0;
+    for (int st = 0; st < 8; ++st) b |= static_cast<uint8_t>(((v[4 * st + e] >> bit) & 1) << st);
+    dst[4 * i + e] = b;
   }
 }
 
@@ -166,7 +163,11 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
           d = b1.d, m = b1.m, qs = b1.qs, qh = b1.qh;
         }
         for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = qs[e];
-        put_fifth_bits(q + 256, i, qh);
+        uint32_t bits;  // bit e is column e's fifth
+        std::memcpy(&bits, qh, 4);
+        uint8_t v[32];
+        for (int e = 0; e < 32; ++e) v[e] = static_cast<uint8_t>((bits >> e) & 1);
+        put_bits(q + 256, i, v, 0);
         put_f16(s, i, d);
         if (type == DType::kQ5_1) put_f16(s + 32, i, m);
         break;
@@ -200,14 +201,7 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         for (int j = 0; j < 8; ++j) {
           uint8_t* qj = q + j * sub_bytes;
           put_nibbles(qj, i, v + 32 * j);
-          if (type == DType::kQ5_K) {
-            for (int e = 0; e < 4; ++e) {
-              uint8_t bits = 0;
-              for (int st = 0; st < 8; ++st)
-                bits |= static_cast<uint8_t>(((v[32 * j + 4 * st + e] >> 4) & 1) << st);
-              qj[256 + 4 * i + e] = bits;
-            }
-          }
+          if (type == DType::kQ5_K) put_bits(qj + 256, i, v + 32 * j, 4);
           uint8_t sc, m;
           k4_scale_min(j, scales, &sc, &m);
           s[kKsc + 16 * j + i] = sc;
@@ -224,15 +218,9 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         for (int j = 0; j < 8; ++j) {
           uint8_t* qj = q + j * 384;
           put_nibbles(qj, i, v + 32 * j);
-          for (int e = 0; e < 4; ++e) {
-            uint8_t a = 0, c = 0;
-            for (int st = 0; st < 4; ++st) {
-              a |= static_cast<uint8_t>(((v[32 * j + 4 * st + e] >> 4) & 3) << (2 * st));
-              c |= static_cast<uint8_t>(((v[32 * j + 16 + 4 * st + e] >> 4) & 3) << (2 * st));
-            }
-            qj[256 + 4 * i + e] = a;
-            qj[320 + 4 * i + e] = c;
-          }
+          uint8_t top[32];  // bits 4..5
+          for (int e = 0; e < 32; ++e) top[e] = v[32 * j + e] >> 4;
+          put_crumbs(qj + 256, i, top);
         }
         for (int j = 0; j < 16; ++j) s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(blk.scales[j]);
         put_f16(s, i, blk.d);
@@ -245,12 +233,7 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         for (int j = 0; j < 8; ++j) {
           uint8_t* qj = q + j * 192;
           put_crumbs(qj, i, v + 32 * j);
-          for (int e = 0; e < 4; ++e) {
-            uint8_t top = 0;
-            for (int st = 0; st < 8; ++st)
-              top |= static_cast<uint8_t>(((v[32 * j + 4 * st + e] >> 2) & 1) << st);
-            qj[128 + 4 * i + e] = top;
-          }
+          put_bits(qj + 128, i, v + 32 * j, 2);
         }
         for (int j = 0; j < 16; ++j)
           s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(q3k_scale(j, blk.scales) - 32);
