@@ -98,6 +98,14 @@ def test_converted_types_and_values(files):
             # Requantized to Q8_0: half a step plus the step's fp16 rounding.
             assert (err <= (1 / 254 + 1 / 2048) * amax + 1e-7).all(), (name, (err / amax).max())
     assert ("Q4_K", "Q4_1") in kinds and ("Q6_K", "Q8_0") in kinds and ("Q5_0", "Q8_0") in kinds
+    # Labelled "mostly X" in llama.cpp's numbering, X the type most weights are in now.
+    elements = {}
+    for u in out.values():
+        if len(u.shape) >= 2:
+            elements[u.tensor_type.name] = elements.get(u.tensor_type.name, 0) + int(u.n_elements)
+    field = gguf.GGUFReader(str(cuda)).fields["general.file_type"]
+    file_types = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}
+    assert int(field.parts[field.data[0]][0]) == file_types[max(elements, key=elements.get)]
 
 
 def test_gpu_plan_counts_the_bytes_the_device_holds(files):
