@@ -1,6 +1,6 @@
 """`pagoda quantize` against llama.cpp's own quantizer (llama_model_quantize through
 llama-cpp-python) on SmolLM2: for the types whose quantizers are defined bit for bit by
-ggml's reference (F16, BF16, Q8_0, Q4_0, Q4_1), every tensor both files store in the same
+ggml's reference (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), every tensor both files store in the same
 type must be byte-identical. Tensors are read with gguf-py, an independent GGUF reader."""
 import ctypes
 import os
@@ -14,7 +14,7 @@ gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
 
 # llama.cpp's ftype numbers for "mostly TYPE".
-FTYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "BF16": 32}
+FTYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "Q8_0": 7, "BF16": 32}
 
 
 @pytest.mark.parametrize("target", list(FTYPES))

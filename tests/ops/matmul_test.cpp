@@ -88,14 +88,12 @@ std::vector<int> half_fields(DType t) {
 
 // A GGUF tensor: quantized from N(0,1) values, or (random_bits) arbitrary quant bytes
 // with small random scales, which reaches every nibble pattern, 6-bit scale and i8
-// scale (including -128) that a file may hold. Q2_K, Q3_K, Q5_0 and Q5_1 have no reference
-// quantizer (files come from llama.cpp): always random bits, which their files' fields can
-// all be.
+// scale (including -128) that a file may hold. Q2_K and Q3_K have no reference quantizer
+// (files come from llama.cpp): always random bits, which their files' fields can all be.
 std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int64_t cols,
                                   bool random_bits) {
   std::vector<uint8_t> w(row_bytes(t, cols) * rows);
-  const bool quantizer =
-      t != DType::kQ2_K && t != DType::kQ3_K && t != DType::kQ5_0 && t != DType::kQ5_1;
+  const bool quantizer = t != DType::kQ2_K && t != DType::kQ3_K;
   if (!random_bits && quantizer) {
     const auto f = testing::random_floats(rng, static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)

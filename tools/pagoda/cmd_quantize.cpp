@@ -27,6 +27,10 @@ int file_type_for(DType t) {
       return 2;
     case DType::kQ4_1:
       return 3;
+    case DType::kQ5_0:
+      return 8;
+    case DType::kQ5_1:
+      return 9;
     case DType::kQ8_0:
       return 7;
     case DType::kQ4_K:
@@ -58,7 +62,8 @@ int cmd_quantize(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("quantize", args.status());
   const char* synopsis =
-      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K, or CPU / CUDA: "
+      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q4_K Q5_K Q6_K, or CPU "
+      "/ CUDA: "
       "each matrix in the type that backend stores it as, so it loads without converting)";
   if (args->has("--help")) {
     std::printf("%s", usage("quantize", synopsis, specs).c_str());

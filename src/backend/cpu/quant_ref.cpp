@@ -66,6 +66,50 @@ void quantize_q4_1(const float* x, BlockQ4_1* y) {
   }
 }
 
+// Q5_0 and Q5_1 as Q4_0 and Q4_1 with 5 bits (ggml's reference rules): d = max / -16, q =
+// min(31, trunc(x / d + 16.5)); d = (max - min) / 31, q = min(31, trunc((x - min) / d +
+// 0.5)). Bit 4 of element j goes to bit j of qh.
+void put_q5(const int* q, uint8_t* qs, uint8_t* qh) {
+  uint32_t h = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+    h |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+    h |= static_cast<uint32_t>((q[j + 16] >> 4) & 1) << (j + 16);
+  }
+  std::memcpy(qh, &h, 4);
+}
+
+void quantize_q5_0(const float* x, BlockQ5_0* y) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -16.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y->d = f2h(d);
+  int q[kQK];
+  for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+  put_q5(q, y->qs, y->qh);
+}
+
+void quantize_q5_1(const float* x, BlockQ5_1* y) {
+  float mn = x[0], mx = x[0];
+  for (int j = 1; j < kQK; ++j) {
+    mn = std::min(mn, x[j]);
+    mx = std::max(mx, x[j]);
+  }
+  const float d = (mx - mn) / 31.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  y->d = f2h(d);
+  y->m = f2h(mn);
+  int q[kQK];
+  for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>((x[j] - mn) * id + 0.5f));
+  put_q5(q, y->qs, y->qh);
+}
+
 float q8_scale(const float* x, float* id) {
   float amax = 0.0f;
   for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -380,6 +424,10 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
       return quantize_blocks<BlockQ4_0>(quantize_q4_0, src, dst, nb, be);
     case DType::kQ4_1:
       return quantize_blocks<BlockQ4_1>(quantize_q4_1, src, dst, nb, be);
+    case DType::kQ5_0:
+      return quantize_blocks<BlockQ5_0>(quantize_q5_0, src, dst, nb, be);
+    case DType::kQ5_1:
+      return quantize_blocks<BlockQ5_1>(quantize_q5_1, src, dst, nb, be);
     case DType::kQ8_0:
       return quantize_blocks<BlockQ8_0>(quantize_block_q8_0, src, dst, nb, be);
     case DType::kQ8_1:
