@@ -119,19 +119,13 @@ void tile_k(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg
                     for (int e = 0; e < kQK; ++e) {
                       int v;
                       if (kType == DType::kQ2_K) {
-                        const uint8_t* qj = q + 128 * j;
-                        const int st = e >> 2;
-                        v = (qj[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
+                        v = packed_crumb(q + 128 * j, i, e);
                       } else if (kType == DType::kQ3_K) {
                         const uint8_t* qj = q + 192 * j;
-                        const int st = e >> 2;
-                        const int lo = (qj[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
-                        v = (lo | ((qj[128 + 4 * i + (e & 3)] >> st) & 1) << 2) - 4;
+                        v = (packed_crumb(qj, i, e) | packed_bit(qj + 128, i, e) << 2) - 4;
                       } else if (kType == DType::kQ6_K) {
                         const uint8_t* qj = q + 384 * j;
-                        const int st = e >> 2;
-                        const uint8_t hb = qj[(st < 4 ? 256 : 320) + 4 * i + (e & 3)];
-                        v = (packed_nibble(qj, i, e) | (((hb >> (2 * (st & 3))) & 3) << 4)) - 32;
+                        v = (packed_nibble(qj, i, e) | packed_crumb(qj + 256, i, e) << 4) - 32;
                       } else if (kType == DType::kQ5_K) {
                         const uint8_t* qj = q + 320 * j;
                         v = packed_nibble(qj, i, e) | packed_bit(qj + 256, i, e) << 4;

@@ -93,12 +93,6 @@ void put_bits(uint8_t* dst, int i, const uint8_t* v, int bit) {
   }
 }
 
-// Column e (< 32) of row i as put_crumbs stored it.
-int get_crumb(const uint8_t* q, int i, int e) {
-  const int st = e >> 2;
-  return (q[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
-}
-
 // 3-bit quants of one GGUF Q3_K super-block as q + 4 in [0, 7], in element order.
 void q3k_values(const BlockQ3_K& b, uint8_t* q) {
   for (int n = 0; n < 2; ++n)
@@ -418,9 +412,7 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
         for (int j = 0; j < 8; ++j) {
           const uint8_t* qj = q + j * 384;
           for (int e = 0; e < 32; ++e) {
-            const int st = e >> 2;
-            const uint8_t hb = qj[(st < 4 ? 256 : 320) + 4 * i + (e & 3)];
-            const int v = packed_nibble(qj, i, e) | (((hb >> (2 * (st & 3))) & 3) << 4);
+            const int v = packed_nibble(qj, i, e) | packed_crumb(qj + 256, i, e) << 4;
             const float sc =
                 static_cast<float>(static_cast<int8_t>(s[kQ6sc + 16 * (2 * j + e / 16) + i]));
             dst[256 * b + 32 * j + e] = d * sc * static_cast<float>(v - 32);
@@ -433,7 +425,7 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
         for (int j = 0; j < 8; ++j) {
           const uint8_t* qj = q + j * 192;
           for (int e = 0; e < 32; ++e) {
-            const int lo = get_crumb(qj, i, e);
+            const int lo = packed_crumb(qj, i, e);
             const int top = packed_bit(qj + 128, i, e);
             const float sc =
                 static_cast<float>(static_cast<int8_t>(s[kQ6sc + 16 * (2 * j + e / 16) + i]));
@@ -448,7 +440,7 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
         for (int e = 0; e < kQKK; ++e) {
           const uint8_t scm = s[kQ2scm + 16 * (e / 16) + i];
           dst[256 * b + e] = d * static_cast<float>(scm & 0xF) *
-                                 static_cast<float>(get_crumb(q + 128 * (e / 32), i, e % 32)) -
+                                 static_cast<float>(packed_crumb(q + 128 * (e / 32), i, e % 32)) -
                              dmin * static_cast<float>(scm >> 4);
         }
         break;

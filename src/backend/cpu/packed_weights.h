@@ -102,6 +102,14 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst);
 inline int packed_bit(const uint8_t* line, int i, int e) {
   return (line[4 * i + (e & 3)] >> (e >> 2)) & 1;
 }
+
+// 2-bit value of element e (0..31) of row i in two 64-byte lines (columns 0..15 in the
+// first, 16..31 in the second; byte 4i + e%4, bits 2s..2s+1 for step s): Q2_K's and
+// Q3_K's low bits, Q6_K's bits 4..5.
+inline int packed_crumb(const uint8_t* lines, int i, int e) {
+  const int st = e >> 2;
+  return (lines[64 * (st >> 2) + 4 * i + (e & 3)] >> (2 * (st & 3))) & 3;
+}
 // Element e (0..31) of row i of a 256-byte block of word-transposed Q4_0-order nibbles.
 inline int packed_nibble(const uint8_t* q, int i, int e) {
   const uint8_t byte = q[64 * ((e & 15) >> 2) + 4 * i + (e & 3)];

@@ -25,18 +25,33 @@ inline uint16_t f2h(float f) {
   return f32_to_fp16(f);
 }
 
-// ---- 32-element formats ------------------------------------------------------------
-
-// ggml's reference rule: d = max / -8 with max the signed value of largest magnitude (so
-// it lands exactly on q = 0), q = min(15, trunc(x / d + 8.5)).
-void quantize_q4_0(const float* x, BlockQ4_0* y) {
+// The first value of largest magnitude, with its sign (0 for an all-zero block): ggml's
+// reference quantizers scale by it so that it lands exactly on a quant.
+float signed_absmax(const float* x, int n) {
   float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
+  for (int j = 0; j < n; ++j) {
     if (std::fabs(x[j]) > amax) {
       amax = std::fabs(x[j]);
       max = x[j];
     }
   }
+  return max;
+}
+
+void min_max(const float* x, int n, float* mn, float* mx) {
+  *mn = *mx = x[0];
+  for (int j = 1; j < n; ++j) {
+    *mn = std::min(*mn, x[j]);
+    *mx = std::max(*mx, x[j]);
+  }
+}
+
+// ---- 32-element formats ------------------------------------------------------------
+
+// ggml's reference rule: d = max / -8 with max the signed value of largest magnitude (so
+// it lands exactly on q = 0), q = min(15, trunc(x / d + 8.5)).
+void quantize_q4_0(const float* x, BlockQ4_0* y) {
+  const float max = signed_absmax(x, kQK);
   const float d = max / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   y->d = f2h(d);
@@ -50,11 +65,8 @@ void quantize_q4_0(const float* x, BlockQ4_0* y) {
 // ggml's reference rule: d = (max - min) / 15, m = min, q = min(15, trunc((x - min) / d +
 // 0.5)).
 void quantize_q4_1(const float* x, BlockQ4_1* y) {
-  float mn = x[0], mx = x[0];
-  for (int j = 1; j < kQK; ++j) {
-    mn = std::min(mn, x[j]);
-    mx = std::max(mx, x[j]);
-  }
+  float mn, mx;
+  min_max(x, kQK, &mn, &mx);
   const float d = (mx - mn) / 15.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   y->d = f2h(d);
@@ -80,13 +92,7 @@ void put_q5(const int* q, uint8_t* qs, uint8_t* qh) {
 }
 
 void quantize_q5_0(const float* x, BlockQ5_0* y) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
+  const float max = signed_absmax(x, kQK);
   const float d = max / -16.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   y->d = f2h(d);
@@ -96,11 +102,8 @@ void quantize_q5_0(const float* x, BlockQ5_0* y) {
 }
 
 void quantize_q5_1(const float* x, BlockQ5_1* y) {
-  float mn = x[0], mx = x[0];
-  for (int j = 1; j < kQK; ++j) {
-    mn = std::min(mn, x[j]);
-    mx = std::max(mx, x[j]);
-  }
+  float mn, mx;
+  min_max(x, kQK, &mn, &mx);
   const float d = (mx - mn) / 31.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   y->d = f2h(d);
@@ -375,14 +378,8 @@ void quantize_block_q8_act(const float* x, BlockQ8_1* y) {
 }
 
 void quantize_block_q8_k(const float* x, BlockQ8_K* y) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQKK; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  if (amax == 0.0f) {
+  const float max = signed_absmax(x, kQKK);
+  if (max == 0.0f) {
     std::memset(y, 0, sizeof(*y));
     return;
   }
