@@ -41,6 +41,7 @@ SourceTensor classify(const GgufTensorInfo& t) {
   SourceTensor s;
   s.name = t.name;
   s.bytes = static_cast<int64_t>(t.size);
+  s.elements = t.n_elements();
   s.matrix = t.n_dims >= 2;
   s.type = type_name(t.type);
   const std::string_view n = t.name;
@@ -256,18 +257,31 @@ int restate(ModelSource* src, WeightBackend backend) {
   }
   const std::vector<std::optional<DType>> to = stored_types(backend, matrices);
   std::map<std::string, int> changes;  // "q4_k -> q4_1" -> tensors
-  int64_t growth = 0;
+  int64_t growth = 0, repack_growth = 0;
   for (size_t k = 0; k < matrices.size(); ++k) {
-    if (!to[k] || *to[k] == matrices[k].second) continue;
+    if (!to[k]) continue;
     SourceTensor& t = src->tensors[index[k]];
-    const DTypeInfo& from = dtype_info(matrices[k].second);
-    const int64_t elements = t.bytes / static_cast<int64_t>(from.block_bytes) * from.block_elems;
-    const auto bytes = static_cast<int64_t>(row_bytes(*to[k], elements));
-    growth += bytes - t.bytes;
-    ++changes[t.type + " -> " + type_name(*to[k])];
+    if (t.elements == 0) {
+      const DTypeInfo& from = dtype_info(matrices[k].second);
+      t.elements = t.bytes / static_cast<int64_t>(from.block_bytes) * from.block_elems;
+    }
+    const int64_t elements = t.elements;
+    const int64_t bytes = stored_bytes(backend, *to[k], elements);
+    if (*to[k] == matrices[k].second) {
+      repack_growth += bytes - t.bytes;  // the same type in the backend's own layout
+    } else {
+      growth += bytes - t.bytes;
+      ++changes[t.type + " -> " + type_name(*to[k])];
+      t.type = type_name(*to[k]);
+    }
     t.bytes = bytes;
-    t.type = type_name(*to[k]);
   }
+  const char* who = backend == WeightBackend::kCuda ? "CUDA" : "CPU";
+  if (repack_growth != 0)
+    src->notes.push_back(str_format(
+        "the %s backend repacks the weights' scales for its kernels: weights %+.1f MiB against "
+        "the file",
+        who, static_cast<double>(repack_growth) / 1048576.0));
   if (changes.empty()) return 0;
   std::string list;
   int restated = 0;
@@ -278,8 +292,7 @@ int restate(ModelSource* src, WeightBackend backend) {
   src->notes.push_back(
       str_format("the %s backend converts at load what its kernels do not multiply: %s; weights "
                  "%+.1f MiB against the file",
-                 backend == WeightBackend::kCuda ? "CUDA" : "CPU", list.c_str(),
-                 static_cast<double>(growth) / 1048576.0));
+                 who, list.c_str(), static_cast<double>(growth) / 1048576.0));
   return restated;
 }
 

@@ -26,7 +26,8 @@ enum class TensorSplit : uint8_t {
 struct SourceTensor {
   std::string name;
   int64_t bytes = 0;
-  int64_t layer = -1;  // for kLayer
+  int64_t elements = 0;  // GGUF: weights in the tensor (0: unknown, taken from bytes)
+  int64_t layer = -1;    // for kLayer
   TensorPlace place = TensorPlace::kEveryStage;
   TensorSplit split = TensorSplit::kReplicated;
   bool matrix = false;  // two or more dimensions

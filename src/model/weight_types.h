@@ -33,4 +33,9 @@ enum class WeightBackend { kCpu, kCuda };
 std::vector<std::optional<DType>> stored_types(
     WeightBackend backend, const std::vector<std::pair<std::string, DType>>& matrices);
 
+// Bytes `backend` holds for `elements` weights stored as `t`: the CPU's packed layout
+// (backend/cpu/packed_weights.h: the K types' scales are repacked, Q3_K 5.5% and Q4_K
+// 2.8% above the file), the file's own bytes on CUDA.
+int64_t stored_bytes(WeightBackend backend, DType t, int64_t elements);
+
 }  // namespace pagoda

@@ -148,8 +148,15 @@ def test_nothing_is_converted(files):
     for name in ("Q3_K_M", "Q4_K_M", "rnd_Q2_K", "rnd_Q5_1"):
         plan = pagoda_json("plan", files[name], "--json", "--device", "cpu", "--device-memory",
                            "4GiB")
-        assert plan["weight_bytes"] == file_bytes(files[name]), name
+        # Nothing changes type. The K types' scales are repacked for the kernels, a few
+        # percent more bytes (the gtest CpuLedger.PackedBytesAreTheMatricesBytes checks
+        # the count against loaded matrices); other types keep the file's bytes.
         assert not any("converts at load" in n for n in plan["notes"]), plan["notes"]
+        if not any(t.endswith("_K") and t != "Q2_K" for t in matrix_types(files[name])):
+            assert plan["weight_bytes"] == file_bytes(files[name]), name
+        else:
+            assert file_bytes(files[name]) < plan["weight_bytes"] < 1.06 * file_bytes(files[name])
+            assert any("repacks the weights' scales" in n for n in plan["notes"]), plan["notes"]
     proc = run_pagoda("run", "-m", files["Q3_K_M"], "-p", "Once", "-n", 1, "-t", 2,
                       env_extra={"PAGODA_LOG": "info"})
     assert "converted for the CPU backend" not in proc.stderr

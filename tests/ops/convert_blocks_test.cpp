@@ -267,14 +267,56 @@ TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
   add("blk.0.attn_v.weight", DType::kQ5_0, e);    // kept
   add("blk.0.ffn_down.weight", DType::kQ8_K, e);  // -> Q8_0
   add("blk.0.ffn_up.weight", DType::kQ2_K, e);    // kept
+  add("blk.0.ffn_gate.weight", DType::kQ3_K, e);  // kept, scales repacked: more bytes
   cpu.tensors = src.tensors;
   EXPECT_EQ(ledger::restate_for_cpu(&cpu), 3);
-  const std::vector<int64_t> want_cpu = {q8, q8, e / 32 * 22, q8, e / 256 * 84};
+  // What the loader's matrices hold (4,096 rows of 256), from the matrices themselves.
+  std::mt19937 rng(11);
+  auto held = [&](DType t) {
+    const std::vector<uint8_t> raw = random_blocks(t, e, rng);
+    auto w = WeightMatrix::from_gguf(t, raw.data(), 4096, 256);
+    EXPECT_TRUE(w.is_ok()) << w.status().message();
+    return w.is_ok() ? static_cast<int64_t>(w->bytes()) : int64_t{-1};
+  };
+  const std::vector<int64_t> want_cpu = {held(DType::kQ8_0), held(DType::kQ8_0),
+                                         held(DType::kQ5_0), held(DType::kQ8_0),
+                                         held(DType::kQ2_K), held(DType::kQ3_K)};
   for (size_t i = 0; i < want_cpu.size(); ++i) EXPECT_EQ(cpu.tensors[i].bytes, want_cpu[i]) << i;
-  ASSERT_EQ(cpu.notes.size(), 1u);
-  EXPECT_NE(cpu.notes[0].find("CPU backend"), std::string::npos) << cpu.notes[0];
-  EXPECT_NE(cpu.notes[0].find("q8_1 -> q8_0 (2 tensors)"), std::string::npos) << cpu.notes[0];
+  EXPECT_GT(cpu.tensors[5].bytes, static_cast<int64_t>(row_bytes(DType::kQ3_K, e)));
+  ASSERT_EQ(cpu.notes.size(), 2u);
+  EXPECT_NE(cpu.notes[0].find("CPU backend repacks"), std::string::npos) << cpu.notes[0];
+  EXPECT_NE(cpu.notes[1].find("CPU backend"), std::string::npos) << cpu.notes[1];
+  EXPECT_NE(cpu.notes[1].find("q8_1 -> q8_0 (2 tensors)"), std::string::npos) << cpu.notes[1];
+  const int64_t total = [&] {
+    int64_t n = 0;
+    for (const auto& t : cpu.tensors) n += t.bytes;
+    return n;
+  }();
   EXPECT_EQ(ledger::restate_for_cpu(&cpu), 0);  // already in the kernels' types
+  int64_t again = 0;
+  for (const auto& t : cpu.tensors) again += t.bytes;
+  EXPECT_EQ(again, total);  // counting twice does not grow the figures
+}
+
+// The ledger's per-weight count for the CPU is what a loaded matrix holds, for every type
+// the CPU multiplies (rows in whole 16-row groups).
+TEST(CpuLedger, PackedBytesAreTheMatricesBytes) {
+  std::mt19937 rng(12);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                  DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K}) {
+    for (int64_t cols : {256, 576 * 4, 4096}) {
+      const int64_t rows = 48;
+      // The plain types' values do not matter here: zeros.
+      const std::vector<uint8_t> raw = is_block_type(t)
+                                           ? random_blocks(t, rows * cols, rng)
+                                           : std::vector<uint8_t>(row_bytes(t, rows * cols));
+      auto w = WeightMatrix::from_gguf(t, raw.data(), rows, cols);
+      ASSERT_TRUE(w.is_ok()) << dtype_name(t) << ": " << w.status().message();
+      EXPECT_EQ(packed_weight_bytes(t, rows * cols), static_cast<int64_t>(w->bytes()))
+          << dtype_name(t) << " cols " << cols;
+    }
+  }
 }
 
 }  // namespace

@@ -21,6 +21,11 @@ namespace pagoda::cpu {
 // True when `t` can be used as a weight matrix by matmul().
 bool is_supported_weight_type(DType t);
 
+// Bytes a WeightMatrix of `type` holds for `elements` weights in rows that are whole 16-row
+// groups (what the ledger counts; a matrix's last partial group is padded on top, and
+// its allocation rounded to 64 bytes). 0 for an unsupported type.
+int64_t packed_weight_bytes(DType type, int64_t elements);
+
 // A weight matrix W[rows][cols] held in ordinary memory in the layout its kernel wants
 // (possibly repacked from GGUF's row-major blocks at load).
 class WeightMatrix {

@@ -9,6 +9,14 @@ bool is_supported_weight_type(DType t) {
   return packed_format(t) != nullptr;
 }
 
+int64_t packed_weight_bytes(DType type, int64_t elements) {
+  const PackedFormat* f = packed_format(type);
+  if (f == nullptr) return 0;
+  const int64_t group = static_cast<int64_t>(kRowGroup) * f->block_elems;  // weights
+  const int64_t blocks = (elements + group - 1) / group;
+  return blocks * (f->quant_bytes + f->scale_bytes);
+}
+
 WeightMatrix::WeightMatrix() = default;
 WeightMatrix::~WeightMatrix() = default;
 WeightMatrix::WeightMatrix(WeightMatrix&&) noexcept = default;
