@@ -274,9 +274,21 @@ struct RoundTripCase {
 // Q5_K (range / 31) ~2e-3, Q4_K ~7e-3; F16 and BF16 round relatively to 2^-11 and 2^-8
 // (4e-8, 3e-6). Measured values sit at those; each bound is about 2x the measurement.
 const RoundTripCase kRoundTrips[] = {
-    {DType::kF32, 0.0},     {DType::kF16, 1e-7},  {DType::kBF16, 6e-6},   {DType::kQ8_0, 6e-5},
-    {DType::kQ8_1, 6e-5},   {DType::kQ8_K, 1e-4}, {DType::kQ4_0, 1.5e-2}, {DType::kQ4_1, 1.2e-2},
-    {DType::kQ4_K, 1.3e-2}, {DType::kQ5_K, 3e-3}, {DType::kQ6_K, 8e-4},
+    {DType::kF32, 0.0},
+    {DType::kF16, 1e-7},
+    {DType::kBF16, 6e-6},
+    {DType::kQ8_0, 6e-5},
+    {DType::kQ8_1, 6e-5},
+    {DType::kQ8_K, 1e-4},
+    {DType::kQ4_0, 1.5e-2},
+    {DType::kQ4_1, 1.2e-2},
+    {DType::kQ4_K, 1.3e-2},
+    {DType::kQ5_K, 3e-3},
+    {DType::kQ6_K, 8e-4},
+    // Uniform data over 16-element sub-blocks: step^2 / 12 against the signal's 1/3 is
+    // 0.11 for Q2_K's 4 levels and 0.018 for Q3_K's 8, before the scales' own rounding.
+    {DType::kQ2_K, 1.3e-1},
+    {DType::kQ3_K, 2.5e-2},
 };
 
 TEST(QuantBlocks, RoundTripErrorIsBounded) {
@@ -293,6 +305,55 @@ TEST(QuantBlocks, RoundTripErrorIsBounded) {
     // The bounds are meant to be tight: a much better result hints at a broken test.
     if (c.bound > 0) {
       EXPECT_GE(e, c.bound / 20) << dtype_name(c.type);
+    }
+  }
+}
+
+// The K quantizers' search on blocks that stress it: all zeros (exact), a constant, one
+// spike among zeros, all-negative and all-positive values, small and large magnitudes.
+// Every output must be finite, and no worse than the block's one-value approximation
+// (its mean), which every format can nearly represent. (Not tiny ones: below about 1e-5
+// a block's fp16 scale falls under fp16's range, in every implementation of the format.)
+TEST(QuantBlocks, KQuantizersHandleDegenerateBlocks) {
+  std::mt19937 rng(77);
+  std::vector<std::vector<float>> blocks;
+  blocks.emplace_back(256, 0.0f);
+  blocks.emplace_back(256, 0.37f);
+  blocks.emplace_back(256, -2.5f);
+  std::vector<float> spike(256, 0.0f);
+  spike[100] = 5.0f;
+  blocks.push_back(spike);
+  spike[100] = -5.0f;
+  blocks.push_back(spike);
+  for (const float scale : {1e-3f, 1.0f, 1e3f}) {
+    auto x = testing::random_floats(rng, 256);
+    std::vector<float> neg(256), pos(256);
+    for (int i = 0; i < 256; ++i) {
+      neg[i] = -std::fabs(x[i]) * scale - scale;
+      pos[i] = std::fabs(x[i]) * scale + scale;
+    }
+    blocks.push_back(neg);
+    blocks.push_back(pos);
+  }
+  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const std::vector<float>& x = blocks[b];
+      std::vector<uint8_t> q(row_bytes(t, 256));
+      ASSERT_TRUE(quantize_row(t, x.data(), q.data(), 256).is_ok());
+      std::vector<float> y(256);
+      ASSERT_TRUE(dequantize_row(t, q.data(), y.data(), 256).is_ok());
+      double mean = 0, err = 0, err_mean = 0;
+      for (float v : x) mean += v / 256.0;
+      for (int i = 0; i < 256; ++i) {
+        ASSERT_TRUE(std::isfinite(y[i])) << dtype_name(t) << " block " << b;
+        err += (y[i] - x[i]) * (y[i] - x[i]);
+        err_mean += (mean - x[i]) * (mean - x[i]);
+      }
+      if (b == 0) {
+        EXPECT_EQ(err, 0.0) << dtype_name(t);
+      }
+      // The fp16 block scale rounds a constant by up to 2^-11 relative.
+      EXPECT_LE(err, err_mean + 256 * std::pow(mean * 1e-3, 2)) << dtype_name(t) << " block " << b;
     }
   }
 }

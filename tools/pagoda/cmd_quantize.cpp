@@ -33,6 +33,10 @@ int file_type_for(DType t) {
       return 9;
     case DType::kQ8_0:
       return 7;
+    case DType::kQ2_K:
+      return 10;
+    case DType::kQ3_K:
+      return 11;  // "mostly Q3_K" is llama.cpp's Q3_K_S, as Q4_K and Q5_K are its _S
     case DType::kQ4_K:
       return 14;
     case DType::kQ5_K:
@@ -43,6 +47,24 @@ int file_type_for(DType t) {
       return 32;
     default:
       return -1;
+  }
+}
+
+// The type a matrix whose rows are not whole blocks of the target takes instead: a
+// 32-element type of at least the target's bits (llama.cpp falls back likewise; its
+// IQ4_NL for Q2_K / Q3_K has no kernel here, Q4_0 is the nearest), else F16.
+DType fallback_for(DType target, int64_t row) {
+  if (row % 32 != 0) return DType::kF16;
+  switch (target) {
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+      return DType::kQ4_0;
+    case DType::kQ4_K:
+      return DType::kQ5_0;
+    case DType::kQ5_K:
+      return DType::kQ5_1;
+    default:
+      return DType::kQ8_0;
   }
 }
 
@@ -62,8 +84,9 @@ int cmd_quantize(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("quantize", args.status());
   const char* synopsis =
-      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q4_K Q5_K Q6_K, or CPU "
-      "/ CUDA: "
+      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q2_K Q3_K Q4_K Q5_K "
+      "Q6_K, "
+      "or CPU / CUDA: "
       "each matrix in the type that backend stores it as, so it loads without converting)";
   if (args->has("--help")) {
     std::printf("%s", usage("quantize", synopsis, specs).c_str());
@@ -144,12 +167,13 @@ int cmd_quantize(int argc, char** argv) {
       for (const auto& [part, type] : overrides)
         if (t.name.find(part) != std::string::npos) to = type;
       if (t.ne[0] % dtype_info(to).block_elems != 0) {
-        to = t.ne[0] % 32 == 0 ? DType::kQ8_0 : DType::kF16;
+        const DType wanted = to;
+        to = fallback_for(to, t.ne[0]);
         std::fprintf(
             stderr,
             "pagoda quantize: %s has rows of %lld, not a multiple of the %s block; using %s\n",
             t.name.c_str(), static_cast<long long>(t.ne[0]),
-            std::string(dtype_name(target)).c_str(), std::string(dtype_name(to)).c_str());
+            std::string(dtype_name(wanted)).c_str(), std::string(dtype_name(to)).c_str());
       }
     }
     if (to == t.type) {

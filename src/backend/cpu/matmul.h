@@ -70,7 +70,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
 
 // Scalar reference conversions between f32 rows and any supported block type, in GGUF
 // layout (n a multiple of the block size). quantize_row supports F32, F16, BF16, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K; dequantize_row every type from dtype.h that
+// Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K; dequantize_row every type from dtype.h that
 // is a float or block type.
 Status quantize_row(DType type, const float* src, void* dst, int64_t n);
 Status dequantize_row(DType type, const void* src, float* dst, int64_t n);

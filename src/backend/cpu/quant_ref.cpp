@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/quant_kquants.h"
 #include "core/dtype.h"
 
 namespace pagoda::cpu {
@@ -174,86 +175,6 @@ void dequantize_q8_1(const BlockQ8_1* b, float* y) {
 }
 
 // ---- K formats ---------------------------------------------------------------------
-
-// Q4_K/Q5_K (a simple quantizer, not llama.cpp's search): each 32-element sub-block
-// gets the affine range [min(0, min x), max x] over `levels` steps; the eight scales
-// and mins are then quantized to 6 bits against their maxima, and q is chosen against
-// the scales as stored.
-void quantize_k_affine(const float* x, int levels, uint16_t* d_out, uint16_t* dmin_out,
-                       uint8_t* scales, uint8_t* q) {
-  float scale[8], minv[8], max_scale = 0.0f, max_min = 0.0f;
-  for (int j = 0; j < 8; ++j) {
-    float mn = 0.0f, mx = x[32 * j];
-    for (int l = 0; l < 32; ++l) {
-      mn = std::min(mn, x[32 * j + l]);
-      mx = std::max(mx, x[32 * j + l]);
-    }
-    scale[j] = std::max(0.0f, mx - mn) / static_cast<float>(levels);
-    minv[j] = -mn;
-    max_scale = std::max(max_scale, scale[j]);
-    max_min = std::max(max_min, minv[j]);
-  }
-  *d_out = f2h(max_scale / 63.0f);
-  *dmin_out = f2h(max_min / 63.0f);
-  const float d = h2f(*d_out), dmin = h2f(*dmin_out);
-  uint8_t sc[8], m[8];
-  for (int j = 0; j < 8; ++j) {
-    sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest_int(scale[j] / d), 0, 63) : 0);
-    m[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest_int(minv[j] / dmin), 0, 63) : 0);
-    const float step = d * sc[j], off = dmin * m[j];
-    for (int l = 0; l < 32; ++l) {
-      const int v = step > 0.0f ? nearest_int((x[32 * j + l] + off) / step) : 0;
-      q[32 * j + l] = static_cast<uint8_t>(std::clamp(v, 0, levels));
-    }
-  }
-  k4_pack_scale_min(sc, m, scales);
-}
-
-void quantize_q4_k(const float* x, BlockQ4_K* y) {
-  uint8_t q[kQKK];
-  quantize_k_affine(x, 15, &y->d, &y->dmin, y->scales, q);
-  for (int c = 0; c < 4; ++c)
-    for (int l = 0; l < 32; ++l)
-      y->qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
-}
-
-void quantize_q5_k(const float* x, BlockQ5_K* y) {
-  uint8_t q[kQKK];
-  quantize_k_affine(x, 31, &y->d, &y->dmin, y->scales, q);
-  std::memset(y->qh, 0, sizeof(y->qh));
-  for (int c = 0; c < 4; ++c) {
-    for (int l = 0; l < 32; ++l) {
-      const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
-      y->qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
-      y->qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
-    }
-  }
-}
-
-// Q6_K (simple): each 16-element sub-block gets scale amax / 31 so q - 32 spans
-// [-31, 31]; the sixteen scales are quantized to int8 against their maximum.
-void quantize_q6_k(const float* x, BlockQ6_K* y) {
-  float scale[16], max_scale = 0.0f;
-  for (int j = 0; j < 16; ++j) {
-    float amax = 0.0f;
-    for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * j + l]));
-    scale[j] = amax / 31.0f;
-    max_scale = std::max(max_scale, scale[j]);
-  }
-  y->d = f2h(max_scale / 127.0f);
-  const float d = h2f(y->d);
-  uint8_t q[kQKK];
-  for (int j = 0; j < 16; ++j) {
-    const int sc = d > 0.0f ? std::clamp(nearest_int(scale[j] / d), 0, 127) : 0;
-    y->scales[j] = static_cast<int8_t>(sc);
-    const float step = d * static_cast<float>(sc);
-    for (int l = 0; l < 16; ++l) {
-      const int v = step > 0.0f ? nearest_int(x[16 * j + l] / step) : 0;
-      q[16 * j + l] = static_cast<uint8_t>(std::clamp(v, -32, 31) + 32);
-    }
-  }
-  pack_q6_k_quants(q, y);
-}
 
 void dequantize_q2_k(const BlockQ2_K* b, float* y) {
   const float d = h2f(b->d), dmin = h2f(b->dmin);
@@ -429,6 +350,10 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
       return quantize_blocks<BlockQ8_0>(quantize_block_q8_0, src, dst, nb, be);
     case DType::kQ8_1:
       return quantize_blocks<BlockQ8_1>(quantize_block_q8_1, src, dst, nb, be);
+    case DType::kQ2_K:
+      return quantize_blocks<BlockQ2_K>(quantize_q2_k, src, dst, nb, be);
+    case DType::kQ3_K:
+      return quantize_blocks<BlockQ3_K>(quantize_q3_k, src, dst, nb, be);
     case DType::kQ4_K:
       return quantize_blocks<BlockQ4_K>(quantize_q4_k, src, dst, nb, be);
     case DType::kQ5_K:
