@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "common.h"
 #include "model/gguf_writer.h"
+#include "model/quant_mix.h"
 #include "model/weight_types.h"
 
 namespace pagoda::cli {
@@ -103,7 +104,11 @@ int cmd_quantize(int argc, char** argv) {
   if (args->positional()[2] == "CUDA" || args->positional()[2] == "cuda")
     backend = WeightBackend::kCuda;
   DType target = DType::kQ8_0;
-  if (!backend && (!parse_dtype(args->positional()[2], &target) || file_type_for(target) < 0))
+  // A llama.cpp mix (Q4_K_M ...): its base type, with the rules of model/quant_mix.h.
+  const QuantMix* mix = backend ? nullptr : find_quant_mix(args->positional()[2]);
+  if (mix) target = mix->base;
+  if (!backend && !mix &&
+      (!parse_dtype(args->positional()[2], &target) || file_type_for(target) < 0))
     return fail("quantize",
                 invalid_argument("unsupported target type '" + args->positional()[2] + "'"));
   auto th = args->get_int("--threads", 0, 0, 1024);
@@ -151,7 +156,17 @@ int cmd_quantize(int argc, char** argv) {
     if (most_n > 0 && file_type_for(most) >= 0)
       w.set_u32("general.file_type", static_cast<uint32_t>(file_type_for(most)));
   } else {
-    w.set_u32("general.file_type", static_cast<uint32_t>(file_type_for(target)));
+    w.set_u32("general.file_type",
+              static_cast<uint32_t>(mix ? mix->file_type : file_type_for(target)));
+  }
+  MixModel mix_model;
+  if (mix) {
+    const std::string arch(f.get_string("general.architecture").value_or(""));
+    mix_model.n_layers = static_cast<int>(f.get_int(arch + ".block_count").value_or(0));
+    const int64_t heads = f.get_int(arch + ".attention.head_count").value_or(1);
+    const int64_t kv = f.get_int(arch + ".attention.head_count_kv").value_or(heads);
+    mix_model.n_gqa = kv > 0 ? static_cast<int>(heads / kv) : 1;
+    mix_model.tied = f.find_tensor(std::string_view("output.weight")) == nullptr;
   }
 
   ThreadPool pool(static_cast<int>(*th));
@@ -163,7 +178,7 @@ int cmd_quantize(int argc, char** argv) {
     if (backend && is_weight_matrix(t)) {
       to = stored.at(t.name);
     } else if (is_weight_matrix(t)) {
-      to = target;
+      to = mix ? mix_type(*mix, mix_model, t.name, t.ne[0]) : target;
       for (const auto& [part, type] : overrides)
         if (t.name.find(part) != std::string::npos) to = type;
       if (t.ne[0] % dtype_info(to).block_elems != 0) {
