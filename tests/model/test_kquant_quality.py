@@ -25,6 +25,7 @@ import os
 import pytest
 
 from pagoda_util import SHARED, model_path, pagoda_json, run_pagoda
+from test_cpu_weight_types import llama_logits
 
 llama_cpp = pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
@@ -148,14 +149,6 @@ def test_random_model_weights_lose_no_more_than_llama_cpp(rnd, tmp_path, ftype, 
     assert kind in errors
     for k, (e_ours, e_theirs) in errors.items():
         assert e_ours <= e_theirs, (k, e_ours, e_theirs)
-
-
-def llama_logits(path, tokens):
-    m = llama_cpp.Llama(str(path), n_ctx=64, logits_all=True, verbose=False, n_threads=2)
-    m.eval(tokens)
-    out = np.array(m.scores[:len(tokens)], dtype=np.float64)
-    m.close()
-    return out
 
 
 def nmse(a, b):
