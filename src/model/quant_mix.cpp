@@ -6,30 +6,17 @@
 namespace pagoda {
 namespace {
 
-enum class Mix { kQ2_K, kQ3_K_S, kQ3_K_M, kQ3_K_L, kQ4_K_S, kQ4_K_M, kQ5_K_S, kQ5_K_M, kQ6_K };
-
-struct Entry {
-  QuantMix mix;
-  Mix id;
-};
-
-constexpr std::array<Entry, 9> kMixes = {{
-    {{"Q2_K", DType::kQ2_K, 10}, Mix::kQ2_K},
-    {{"Q3_K_S", DType::kQ3_K, 11}, Mix::kQ3_K_S},
-    {{"Q3_K_M", DType::kQ3_K, 12}, Mix::kQ3_K_M},
-    {{"Q3_K_L", DType::kQ3_K, 13}, Mix::kQ3_K_L},
-    {{"Q4_K_S", DType::kQ4_K, 14}, Mix::kQ4_K_S},
-    {{"Q4_K_M", DType::kQ4_K, 15}, Mix::kQ4_K_M},
-    {{"Q5_K_S", DType::kQ5_K, 16}, Mix::kQ5_K_S},
-    {{"Q5_K_M", DType::kQ5_K, 17}, Mix::kQ5_K_M},
-    {{"Q6_K", DType::kQ6_K, 18}, Mix::kQ6_K},
+constexpr std::array<QuantMix, 9> kMixes = {{
+    {MixId::kQ2_K, "Q2_K", DType::kQ2_K, 10},
+    {MixId::kQ3_K_S, "Q3_K_S", DType::kQ3_K, 11},
+    {MixId::kQ3_K_M, "Q3_K_M", DType::kQ3_K, 12},
+    {MixId::kQ3_K_L, "Q3_K_L", DType::kQ3_K, 13},
+    {MixId::kQ4_K_S, "Q4_K_S", DType::kQ4_K, 14},
+    {MixId::kQ4_K_M, "Q4_K_M", DType::kQ4_K, 15},
+    {MixId::kQ5_K_S, "Q5_K_S", DType::kQ5_K, 16},
+    {MixId::kQ5_K_M, "Q5_K_M", DType::kQ5_K, 17},
+    {MixId::kQ6_K, "Q6_K", DType::kQ6_K, 18},
 }};
-
-Mix id_of(const QuantMix& mix) {
-  for (const Entry& e : kMixes)
-    if (e.mix.name == mix.name) return e.id;
-  return Mix::kQ6_K;  // unreachable for mixes from find_quant_mix
-}
 
 bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
@@ -50,64 +37,47 @@ bool more_bits(int i, int n) {
 }  // namespace
 
 const QuantMix* find_quant_mix(std::string_view name) {
-  for (const Entry& e : kMixes)
-    if (e.mix.name == name) return &e.mix;
+  for (const QuantMix& m : kMixes)
+    if (m.name == name) return &m;
   return nullptr;
 }
 
 DType mix_type(const QuantMix& mix, const MixModel& model, std::string_view tensor, int64_t row) {
-  const Mix m = id_of(mix);
+  const MixId m = mix.id;
   const int i = layer_of(tensor), n = model.n_layers;
-  const bool output = tensor == "output.weight" || (model.tied && tensor == "token_embd.weight");
-  if (output) {
+  if (tensor == "output.weight" || (model.tied && tensor == "token_embd.weight")) {
     // The output matrix: Q6_K where its rows are whole 256-blocks, else Q8_0.
     return row % 256 == 0 ? DType::kQ6_K : DType::kQ8_0;
   }
-  if (ends_with(tensor, "attn_v.weight")) {
-    switch (m) {
-      case Mix::kQ2_K:
-        return model.n_gqa >= 4 ? DType::kQ4_K : DType::kQ3_K;
-      case Mix::kQ3_K_M:
-        return i < 2 ? DType::kQ5_K : DType::kQ4_K;
-      case Mix::kQ3_K_L:
-        return DType::kQ5_K;
-      case Mix::kQ4_K_M:
-      case Mix::kQ5_K_M:
-        return more_bits(i, n) ? DType::kQ6_K : mix.base;
-      case Mix::kQ4_K_S:
-        return i < 4 ? DType::kQ5_K : mix.base;
-      default:
-        return mix.base;
-    }
+  const bool attn_v = ends_with(tensor, "attn_v.weight");
+  const bool ffn_down = ends_with(tensor, "ffn_down.weight");
+  const bool attn_output = ends_with(tensor, "attn_output.weight");
+  // Rules attn_v and ffn_down share: Q3_K_L raises both to Q5_K, the _M mixes raise both
+  // to Q6_K in the layers that keep more bits.
+  if (attn_v || ffn_down) {
+    if (m == MixId::kQ3_K_L) return DType::kQ5_K;
+    if (m == MixId::kQ4_K_M || m == MixId::kQ5_K_M)
+      return more_bits(i, n) ? DType::kQ6_K : mix.base;
   }
-  if (ends_with(tensor, "ffn_down.weight")) {
-    switch (m) {
-      case Mix::kQ2_K:
-        return DType::kQ3_K;
-      case Mix::kQ3_K_M:
-        return i < n / 16 ? DType::kQ5_K : DType::kQ4_K;
-      case Mix::kQ3_K_L:
-        return DType::kQ5_K;
-      case Mix::kQ4_K_M:
-      case Mix::kQ5_K_M:
-        return more_bits(i, n) ? DType::kQ6_K : mix.base;
-      case Mix::kQ4_K_S:
-        return i < n / 8 ? DType::kQ5_K : mix.base;
-      default:
-        return mix.base;
-    }
-  }
-  if (ends_with(tensor, "attn_output.weight")) {
-    switch (m) {
-      case Mix::kQ2_K:
-        return DType::kQ3_K;
-      case Mix::kQ3_K_M:
-        return DType::kQ4_K;
-      case Mix::kQ3_K_L:
-        return DType::kQ5_K;
-      default:
-        return mix.base;
-    }
+  switch (m) {
+    case MixId::kQ2_K:
+      if (attn_v) return model.n_gqa >= 4 ? DType::kQ4_K : DType::kQ3_K;
+      if (ffn_down || attn_output) return DType::kQ3_K;
+      break;
+    case MixId::kQ3_K_M:
+      if (attn_v) return i < 2 ? DType::kQ5_K : DType::kQ4_K;
+      if (ffn_down) return i < n / 16 ? DType::kQ5_K : DType::kQ4_K;
+      if (attn_output) return DType::kQ4_K;
+      break;
+    case MixId::kQ3_K_L:
+      if (attn_output) return DType::kQ5_K;
+      break;
+    case MixId::kQ4_K_S:
+      if (attn_v && i < 4) return DType::kQ5_K;
+      if (ffn_down && i < n / 8) return DType::kQ5_K;
+      break;
+    default:
+      break;
   }
   return mix.base;
 }

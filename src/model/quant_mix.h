@@ -14,7 +14,10 @@
 
 namespace pagoda {
 
+enum class MixId { kQ2_K, kQ3_K_S, kQ3_K_M, kQ3_K_L, kQ4_K_S, kQ4_K_M, kQ5_K_S, kQ5_K_M, kQ6_K };
+
 struct QuantMix {
+  MixId id;
   std::string_view name;  // "Q4_K_M"
   DType base;             // the type most matrices take
   int file_type;          // general.file_type (llama.cpp's LLAMA_FTYPE_MOSTLY_*)

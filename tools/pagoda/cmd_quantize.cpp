@@ -85,10 +85,10 @@ int cmd_quantize(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("quantize", args.status());
   const char* synopsis =
-      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q2_K Q3_K Q4_K Q5_K "
-      "Q6_K, "
-      "or CPU / CUDA: "
-      "each matrix in the type that backend stores it as, so it loads without converting)";
+      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q3_K Q4_K Q5_K (every "
+      "matrix in it), llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
+      "Q6_K, or CPU / CUDA: each matrix in the type that backend stores it as, so it loads "
+      "without converting)";
   if (args->has("--help")) {
     std::printf("%s", usage("quantize", synopsis, specs).c_str());
     return 0;

@@ -239,7 +239,8 @@ void quantize_symmetric(const float* x, int qn, int sc_min, int sc_max, uint16_t
 }
 
 // Element 128n + 32k + l of Q2_K and Q3_K has its 2 low bits at bit 2k of qs[32n + l].
-void put_crumbs(const int* u, uint8_t* qs) {
+template <typename T>
+void put_crumbs(const T* u, uint8_t* qs) {
   std::memset(qs, 0, 64);
   for (int n = 0; n < 2; ++n)
     for (int k = 0; k < 4; ++k)
@@ -253,9 +254,7 @@ void quantize_q2_k(const float* x, BlockQ2_K* y) {
   uint8_t sc[16], mn[16], q[kQKK];
   quantize_affine(x, 16, 3, 15, &y->d, &y->dmin, sc, mn, q);
   for (int j = 0; j < 16; ++j) y->scales[j] = static_cast<uint8_t>(sc[j] | (mn[j] << 4));
-  int u[kQKK];
-  for (int e = 0; e < kQKK; ++e) u[e] = q[e];
-  put_crumbs(u, y->qs);
+  put_crumbs(q, y->qs);
 }
 
 void quantize_q3_k(const float* x, BlockQ3_K* y) {
