@@ -116,22 +116,26 @@ for m in "stories260K stories260K $DATA/models/stories260K.gguf" "SmolLM2-shape 
   [ $rc = 0 ] || FAILED=1
 done
 
-# K-quants (Q4_K, Q5_K, Q6_K: llama.cpp's Q4_K_M mix), which the loader converts to the
-# kernels' types (Q4_1, Q8_0; model/cuda_weight_types.h): the GPU's tokens against the
-# CPU's top 5 on the file's own numbers. Dimensions are whole 256-blocks.
+# K-quants (Q4_K, Q5_K, Q6_K), which the kernels multiply in the file's own bits
+# (backend/cuda/kquant_layout.h). "mix": llama.cpp's Q4_K_M pattern, whose Q6_K attn_v
+# beside Q4_K q and k makes the loader store that qkv stack in Q8_0 (converted: the GPU's
+# tokens against the CPU's top 5); "native": every matrix in a K type the kernels take
+# (token for token, as the other file types). Dimensions are whole 256-blocks.
 KQ_F16="$MODEL_DIR/kquant-random-F16.gguf"
-KQ="$MODEL_DIR/kquant-random-Q4_K_M.gguf"
 $BIN/pagoda mkmodel --arch llama --vocab "$DATA/testdata/tokenizer/ggml-vocab-gpt-2.gguf" \
   --dim 512 --layers 4 --heads 8 --kv-heads 2 --ffn 1536 --ctx 2048 --std 0.05 --embd-std 0.5 \
-  --type F16 --seed 5 -o "$KQ_F16" > "$OUT_DIR/mk_kquant.log" 2>&1 &&
-  $BIN/pagoda quantize "$KQ_F16" "$KQ" Q4_K --tensor-type attn_v=Q6_K,ffn_down=Q5_K,output=Q6_K \
-    >> "$OUT_DIR/mk_kquant.log" 2>&1 &&
-  $BIN/pagoda cuda-check -m "$KQ" --tokens-file "$OUT_DIR/SmolLM2-F16.tokens" -n 64 \
-    > "$OUT_DIR/e2e_kquant.log" 2>&1
-rc=$?
-cat "$OUT_DIR/mk_kquant.log" "$OUT_DIR/e2e_kquant.log" 2>/dev/null | tail -n 12
-row "greedy 64 K-quant mix (converted at load)" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_kquant.log" 2>/dev/null | sed 's/cuda-check converted weights: //')"
-[ $rc = 0 ] || FAILED=1
+  --type F16 --seed 5 -o "$KQ_F16" > "$OUT_DIR/mk_kquant.log" 2>&1
+for m in "mix attn_v=Q6_K,ffn_down=Q5_K,output=Q6_K" "native ffn_down=Q5_K,output=Q6_K"; do
+  read -r name types <<< "$m"
+  KQ="$MODEL_DIR/kquant-random-$name.gguf"
+  $BIN/pagoda quantize "$KQ_F16" "$KQ" Q4_K --tensor-type "$types" >> "$OUT_DIR/mk_kquant.log" 2>&1 &&
+    $BIN/pagoda cuda-check -m "$KQ" --tokens-file "$OUT_DIR/SmolLM2-F16.tokens" -n 64 \
+      > "$OUT_DIR/e2e_kquant_$name.log" 2>&1
+  rc=$?
+  cat "$OUT_DIR/mk_kquant.log" "$OUT_DIR/e2e_kquant_$name.log" 2>/dev/null | tail -n 12
+  row "greedy 64 K-quant $name" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_kquant_$name.log" 2>/dev/null | sed 's/cuda-check converted weights: //')"
+  [ $rc = 0 ] || FAILED=1
+done
 # Sequences decoded together (cuda-check --parallel): batched products replayed from CUDA
 # graphs, each sequence against the CPU. F16: cuBLASLt at 16 rows; FP8 weights: FP8
 # cuBLASLt products at 16 rows; Q4_0: the 8-bit-activation GEMV at 4 rows, fed by the

@@ -4,26 +4,28 @@
 // quantize IN OUT CUDA` count the same types through stored_types (model/weight_types.h),
 // so `pagoda plan` and the KV pool's size see the bytes the device holds.
 //
-// Why convert rather than refuse: llama.cpp's K-quant mixes (Q4_K_M, the most common
-// download) are Q4_K with Q6_K for the LM head and some attn_v / ffn_down, and even its
-// Q4_0 and Q8_0 files keep the LM head in Q6_K; a backend that takes only the 32-element
-// formats would load none of them. Q4_K becomes Q4_1 (its own 4-bit quants, scales in
-// fp16: 5.0 bits a weight against 4.5); the other block types become Q8_0 (8.5 bits,
-// requantized). Native K-quant kernels would keep the file's bytes; see the CUDA README.
-// Header-only: the CUDA plugin and pagoda_lib both use it.
+// llama.cpp's K-quant mixes (Q4_K_M, the most common download) are Q4_K with Q6_K for
+// the LM head and some attn_v / ffn_down, and even its Q4_0 and Q8_0 files keep the LM
+// head in Q6_K. Q4_K, Q5_K and Q6_K are multiplied in the file's own bits, in a device
+// layout of 32-element sub-blocks (backend/cuda/kquant_layout.h: 4.63, 5.63 and 6.63 bits
+// a weight against the file's 4.5, 5.5 and 6.56). The other block types (Q5_0, Q5_1,
+// Q2_K, Q3_K, Q8_1, Q8_K) become Q8_0 (8.5 bits; Q5_0 and Q8_1 exactly, the rest
+// requantized) rather than being refused. Header-only: the CUDA plugin and pagoda_lib
+// both use it.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/kquant_layout.h"
 #include "core/dtype.h"
 
 namespace pagoda {
 
 inline bool cuda_multiplies(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
-         t == DType::kQ4_0 || t == DType::kQ4_1;
+         t == DType::kQ4_0 || t == DType::kQ4_1 || kq::ktype_of(t) != kq::KType::kNone;
 }
 
 inline bool is_block_type(DType t) {
@@ -31,16 +33,26 @@ inline bool is_block_type(DType t) {
 }
 
 // The type one matrix of file type t is stored as on the device: itself where the kernels
-// take it, Q4_K as Q4_1, any other block type as Q8_0. Plain types the kernels do not
-// take (F64, integers) come back unchanged, for the loader to refuse.
+// take it, any other block type as Q8_0. Plain types the kernels do not take (F64,
+// integers) come back unchanged, for the loader to refuse.
 inline DType cuda_storage_type(DType t) {
   if (cuda_multiplies(t) || !is_block_type(t)) return t;
-  return t == DType::kQ4_K ? DType::kQ4_1 : DType::kQ8_0;
+  return DType::kQ8_0;
+}
+
+// Device bytes of `elements` weights stored as `t` (the arrays' 256-byte alignment
+// aside): the K types' own layout, every other type the file's bytes (the 32-element
+// types keep them, split into quant and scale arrays).
+inline int64_t cuda_weight_bytes(DType t, int64_t elements) {
+  const kq::KType k = kq::ktype_of(t);
+  if (k != kq::KType::kNone) return kq::device_bytes(k, elements);
+  return static_cast<int64_t>(row_bytes(t, elements));
 }
 
 // The type of one device matrix stacked from tensors of these file types (q, k and v; gate
 // and up): their common storage type; block types whose storage types differ meet at
-// Q8_0 (a Q4_K_M layer's Q4_K q and k beside a Q6_K v). nullopt where float types differ
+// Q8_0 (a Q4_K_M layer's Q4_K q and k beside a Q6_K v: stacks with the kernels' own
+// types in one matrix would need a type per row range). nullopt where float types differ
 // or floats meet blocks: the loader refuses those.
 inline std::optional<DType> cuda_stack_type(const std::vector<DType>& file_types) {
   if (file_types.empty()) return std::nullopt;

@@ -38,6 +38,7 @@ std::vector<std::optional<DType>> stored_types(
 int64_t stored_bytes(WeightBackend backend, DType t, int64_t elements) {
   if (backend == WeightBackend::kCpu && cpu::is_supported_weight_type(t))
     return cpu::packed_weight_bytes(t, elements);
+  if (backend == WeightBackend::kCuda) return cuda_weight_bytes(t, elements);
   return static_cast<int64_t>(row_bytes(t, elements));
 }
 

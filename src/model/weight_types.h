@@ -35,7 +35,8 @@ std::vector<std::optional<DType>> stored_types(
 
 // Bytes `backend` holds for `elements` weights stored as `t`: the CPU's packed layout
 // (backend/cpu/packed_weights.h: the K types' scales are repacked, Q3_K 5.5% and Q4_K
-// 2.8% above the file), the file's own bytes on CUDA.
+// 2.8% above the file), the CUDA layout's (model/cuda_weight_types.h: the K types 1-3%
+// above the file, the others the file's bytes).
 int64_t stored_bytes(WeightBackend backend, DType t, int64_t elements);
 
 }  // namespace pagoda

@@ -30,9 +30,10 @@ struct WType {
   DType type;
   bool fp8;
 };
-constexpr WType kTypes[] = {{DType::kF16, false}, {DType::kBF16, false}, {DType::kBF16, true},
-                            {DType::kF16, true},  {DType::kQ8_0, false}, {DType::kQ4_0, false},
-                            {DType::kQ4_1, false}};
+constexpr WType kTypes[] = {{DType::kF16, false},  {DType::kBF16, false}, {DType::kBF16, true},
+                            {DType::kF16, true},   {DType::kQ8_0, false}, {DType::kQ4_0, false},
+                            {DType::kQ4_1, false}, {DType::kQ4_K, false}, {DType::kQ5_K, false},
+                            {DType::kQ6_K, false}};
 
 std::string type_name(WType t) {
   return std::string(t.fp8 ? "FP8/" : "") + std::string(dtype_name(t.type));
@@ -211,7 +212,9 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
 // their f16 input quantized in the kernel, against quantize_q8 + the plain product.
 void check_store(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t) {
   // down's shape: the FFN width (a multiple of 32) into dim.
-  const int cols = s.ff / 32 * 32, rows = s.dim;
+  // Whole blocks: 32 elements, 256 for the K types.
+  const int unit = dtype_info(t.type).block_elems > 32 ? 256 : 32;
+  const int cols = s.ff / unit * unit, rows = s.dim;
   const auto w = make_weights(rng, t, rows, cols);
   const auto y0 = random_floats(rng, static_cast<size_t>(rows));
   DeviceBuffer y_sep = to_device(y0), y_fus = to_device(y0);
@@ -243,8 +246,7 @@ CUDA_TEST(fused_products_match_separate_kernels) {
       for (WType t : kTypes) {
         check_qkv(rng, **gemm, s, t, KvType::kF16, false);
         check_qkv(rng, **gemm, s, t, KvType::kFp8E4M3, true);
-        if (!t.fp8 && (t.type == DType::kQ8_0 || t.type == DType::kQ4_0 || t.type == DType::kQ4_1))
-          check_store(rng, **gemm, s, t);
+        if (!t.fp8 && is_q8_block_type(t.type)) check_store(rng, **gemm, s, t);
       }
     }
   }

@@ -167,6 +167,10 @@ CUDA_TEST(model_forward_matches_cpu) {
   compare_backends({"llama", DType::kQ8_0, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
   compare_backends({"qwen2", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, true, false}, kQuant, rng);
   compare_backends({"llama", DType::kQ4_1, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
+  // The K types in their own device layout (no conversion at load).
+  compare_backends({"llama", DType::kQ4_K, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
+  compare_backends({"qwen2", DType::kQ5_K, 256, 4, 2, 512, 2, 1000, true, false}, kQuant, rng);
+  compare_backends({"llama", DType::kQ6_K, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
 }
 
 // Decode KV splits from the context (PAGODA_CUDA_SPLIT_KEYS, read when the runner loads):

@@ -73,7 +73,8 @@ CUDA_TEST(perf_weight_products) {
   auto gemm = Gemm::create();
   if (!gemm) return fail(gemm.status().message());
   DeviceBuffer x = random_device(2048 * 14336 * 2, rng), y = random_device(2048 * 128256 * 4, rng);
-  for (DType type : {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType type :
+       {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
     for (const Shape& s : kShapes) {
       // Three copies so consecutive runs do not find the matrix in the 60 MB L2.
       const size_t bytes = device_matrix_bytes(type, s.rows, s.cols);

@@ -1,15 +1,17 @@
-"""Files the CUDA backend's kernels cannot multiply as they are, made by llama.cpp's own
-quantizer: SmolLM2 in LLAMA_FTYPE_MOSTLY_Q4_K_M (rows of 576 are not whole 256-blocks,
-so llama.cpp falls back to Q5_0 and Q8_0 for most matrices: Q4_K, Q6_K, Q5_0 and Q8_0
-in one file). `pagoda quantize IN OUT CUDA` writes what the CUDA loader stores, through
-the same conversion; here the result is checked with independent readers: gguf-py for
-types and values, llama.cpp for the logits of both files, and the memory ledger's GPU
-plan against the bytes gguf-py counts."""
+"""Files with types the CUDA backend's kernels do not multiply as they are, made by
+llama.cpp's own quantizer: SmolLM2 in LLAMA_FTYPE_MOSTLY_Q4_K_M (rows of 576 are not
+whole 256-blocks, so llama.cpp falls back to Q5_0 and Q8_0 for most matrices: Q4_K, Q6_K,
+Q5_0 and Q8_0 in one file). The kernels take Q4_K and Q6_K in the file's own bits; Q5_0
+is converted to Q8_0 at load. `pagoda quantize IN OUT CUDA` writes what the CUDA loader
+stores, through the same conversion; here the result is checked with independent
+readers: gguf-py for types and values, llama.cpp for the logits of both files, and the
+memory ledger's GPU plan against the bytes gguf-py counts."""
 import ctypes
 
 import pytest
 
 from pagoda_util import model_path, pagoda_json, run_pagoda
+from test_llamacpp_fixtures import check_position, read_fixture, tolerance
 
 llama_cpp = pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
@@ -17,7 +19,10 @@ np = pytest.importorskip("numpy")
 from gguf.quants import dequantize  # noqa: E402
 
 Q4_K_M = 15  # llama.cpp's ftype number
-MULTIPLIED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"}
+MULTIPLIED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"}
+# The CUDA README's device layout of the K types, bytes per 256 weights: 16 quant bytes,
+# the high bits (Q5_K 4, Q6_K 8) and a 2-byte scale word per 32; d and dmin per 256.
+K_DEVICE_BYTES = {"Q4_K": 8 * 18 + 4, "Q5_K": 8 * 22 + 4, "Q6_K": 8 * 26 + 4}
 EXACT_TO_Q8_0 = {"Q4_0", "Q5_0", "Q8_1"}  # the values are Q8_0 bytes under the same d
 
 
@@ -48,7 +53,7 @@ def stack_of(name):
 def expected_types(tensors):
     """The rule as the CUDA README states it, written again here."""
     def storage(t):
-        return t if t in MULTIPLIED else "Q4_1" if t == "Q4_K" else "Q8_0"
+        return t if t in MULTIPLIED else "Q8_0"
     stacks = {}
     for t in tensors.values():
         if len(t.shape) >= 2:
@@ -91,13 +96,13 @@ def test_converted_types_and_values(files):
         kinds.add(kind)
         if t.tensor_type.name in EXACT_TO_Q8_0:
             assert np.array_equal(a, b), name
-        elif kind == ("Q4_K", "Q4_1"):
-            # The 4-bit quants kept; step and offset rounded to fp16 (2^-11 each).
-            assert (err <= 3 / 2048 * amax + 1e-7).all(), (name, (err / amax).max())
         else:
             # Requantized to Q8_0: half a step plus the step's fp16 rounding.
             assert (err <= (1 / 254 + 1 / 2048) * amax + 1e-7).all(), (name, (err / amax).max())
-    assert ("Q4_K", "Q4_1") in kinds and ("Q6_K", "Q8_0") in kinds and ("Q5_0", "Q8_0") in kinds
+    assert ("Q5_0", "Q8_0") in kinds, kinds
+    # ffn_down (1536-wide rows) is Q4_K or Q6_K by layer, kept as it is.
+    kept = {t.tensor_type.name for n, t in src.items() if want[n] == t.tensor_type.name}
+    assert {"Q4_K", "Q6_K"} <= kept, kept
     # Labelled "mostly X" in llama.cpp's numbering, X the type most weights are in now.
     elements = {}
     for u in out.values():
@@ -110,7 +115,12 @@ def test_converted_types_and_values(files):
 
 def test_gpu_plan_counts_the_bytes_the_device_holds(files):
     _, q4km, cuda = files
-    device_bytes = sum(int(t.n_bytes) for t in gguf.GGUFReader(str(cuda)).tensors)
+    def device(t):
+        name = t.tensor_type.name
+        if name in K_DEVICE_BYTES:
+            return int(t.n_elements) // 256 * K_DEVICE_BYTES[name]
+        return int(t.n_bytes)
+    device_bytes = sum(device(t) for t in gguf.GGUFReader(str(cuda)).tensors)
     file_bytes = sum(int(t.n_bytes) for t in gguf.GGUFReader(str(q4km)).tensors)
     plan = pagoda_json("plan", q4km, "--json", "--device", "cuda", "--device-memory", "4GiB")
     assert plan["weight_bytes"] == device_bytes
@@ -120,6 +130,8 @@ def test_gpu_plan_counts_the_bytes_the_device_holds(files):
     again = pagoda_json("plan", cuda, "--json", "--device", "cuda", "--device-memory", "4GiB")
     assert again["weight_bytes"] == device_bytes
     assert not any("converts at load" in n for n in again["notes"])
+    # The K types' scales, repacked into the device layout: stated.
+    assert any("CUDA backend repacks" in n for n in again["notes"]), again["notes"]
     # The CPU multiplies every type the file holds (test_cpu_weight_types.py): the file's
     # bytes, plus the K types' repacked scales (a few percent of those tensors).
     cpu = pagoda_json("plan", q4km, "--json", "--device", "cpu", "--device-memory", "4GiB")
@@ -157,9 +169,15 @@ def test_conversion_error_is_small_against_the_files_own_quantization(files):
 
 def test_pagoda_runs_the_converted_file_as_llama_cpp_does(files):
     """Pagoda's CPU backend on the converted file (the numbers the GPU multiplies) against
-    llama.cpp on the same file: the same next token at the end of each prompt."""
+    llama.cpp on the same file at the end of each prompt, by the fixture tests' rule:
+    llama.cpp's top 20 within the tolerance of ours, the same top-1 wherever llama.cpp's
+    margin exceeds it (the K types' 8-bit activations differ in rounding between the two,
+    and SmolLM2's first prompt ends in a near tie)."""
     _, _, cuda = files
+    tol = tolerance(read_fixture("SmolLM2-Q8_0"))
     for text in PROMPTS:
-        ours = pagoda_json("logits", "-m", cuda, "-p", text, "--top", "1", "--json", "-t", "2")
-        theirs = llama_logits(cuda, text)[-1]
-        assert ours["logits"][-1]["ids"][0] == int(theirs.argmax()), text
+        ours = pagoda_json("logits", "-m", cuda, "-p", text, "--top", "40", "--json", "-t", "2")
+        row = llama_logits(cuda, text)[-1]
+        ids = np.argsort(-row)[:20]
+        ref = {"ids": [int(i) for i in ids], "values": [float(row[i]) for i in ids]}
+        check_position(ours["logits"][-1], ref, tol, f"{text[:20]!r}")

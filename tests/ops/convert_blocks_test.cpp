@@ -185,16 +185,16 @@ TEST(ConvertBlocks, ClearErrors) {
 }
 
 TEST(CudaWeightTypes, StorageAndStacks) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1})
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
     EXPECT_EQ(cuda_storage_type(t), t) << dtype_name(t);
-  EXPECT_EQ(cuda_storage_type(DType::kQ4_K), DType::kQ4_1);
-  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K,
-                  DType::kQ5_K, DType::kQ6_K, DType::kQ8_K})
+  for (DType t :
+       {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K, DType::kQ8_K})
     EXPECT_EQ(cuda_storage_type(t), DType::kQ8_0) << dtype_name(t);
   EXPECT_EQ(cuda_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
-  // A Q4_K_M layer: Q4_K q and k beside a Q6_K v meet at Q8_0; all Q4_K stay Q4_1.
+  // A Q4_K_M layer: Q4_K q and k beside a Q6_K v meet at Q8_0; all Q4_K stay Q4_K.
   EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}), DType::kQ8_0);
-  EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K}), DType::kQ4_1);
+  EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K}), DType::kQ4_K);
   EXPECT_EQ(cuda_stack_type({DType::kQ4_0, DType::kQ8_0}), DType::kQ8_0);
   EXPECT_EQ(cuda_stack_type({DType::kF16, DType::kF16}), DType::kF16);
   EXPECT_FALSE(cuda_stack_type({DType::kF16, DType::kF32}).has_value());
@@ -242,18 +242,23 @@ TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
   add("blk.0.attn_q.weight", DType::kQ4_K, e);  // stacked with a Q6_K v: Q8_0
   add("blk.0.attn_k.weight", DType::kQ4_K, e);
   add("blk.0.attn_v.weight", DType::kQ6_K, e);
-  add("blk.0.ffn_gate.weight", DType::kQ4_K, e);  // gate/up both Q4_K: Q4_1
+  add("blk.0.ffn_gate.weight", DType::kQ4_K, e);  // gate/up both Q4_K: kept
   add("blk.0.ffn_up.weight", DType::kQ4_K, e);
-  add("blk.0.ffn_down.weight", DType::kQ8_0, e);  // kept
+  add("blk.0.ffn_down.weight", DType::kQ6_K, e);  // kept
+  add("output.weight", DType::kQ8_0, e);          // kept
   add("blk.0.attn_norm.weight", DType::kF32, 4096, false);
-  EXPECT_EQ(ledger::restate_for_cuda(&src), 5);
-  const int64_t q8 = e / 32 * 34, q41 = e / 32 * 20;
-  const std::vector<int64_t> want = {q8, q8, q8, q41, q41, q8, 4096 * 4};
+  EXPECT_EQ(ledger::restate_for_cuda(&src), 3);
+  // The device layout (backend/cuda/kquant_layout.h): per 32 weights 16 quant bytes,
+  // the high bits (Q6_K: 8 bytes) and a 2-byte scale word; 4 bytes per 256.
+  const int64_t q8 = e / 32 * 34, q4k = e / 32 * 18 + e / 256 * 4, q6k = e / 32 * 26 + e / 256 * 4;
+  const std::vector<int64_t> want = {q8, q8, q8, q4k, q4k, q6k, q8, 4096 * 4};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(src.tensors[i].bytes, want[i]) << i;
   EXPECT_EQ(src.tensors[0].type, "q8_0");
-  EXPECT_EQ(src.tensors[3].type, "q4_1");
-  ASSERT_EQ(src.notes.size(), 1u);
-  EXPECT_NE(src.notes[0].find("q4_k -> q4_1 (2 tensors)"), std::string::npos) << src.notes[0];
+  EXPECT_EQ(src.tensors[3].type, "q4_k");
+  ASSERT_EQ(src.notes.size(), 2u);
+  EXPECT_NE(src.notes[0].find("CUDA backend repacks"), std::string::npos) << src.notes[0];
+  EXPECT_NE(src.notes[1].find("q4_k -> q8_0 (2 tensors)"), std::string::npos) << src.notes[1];
+  EXPECT_NE(src.notes[1].find("q6_k -> q8_0 (1 tensors)"), std::string::npos) << src.notes[1];
   // Other sources are left alone.
   src.kind = "config.json";
   EXPECT_EQ(ledger::restate_for_cuda(&src), 0);

@@ -1,4 +1,5 @@
-// Matrix-vector products for the 32-element quantized types (Q8_0, Q4_0, Q4_1) on 8-bit
+// Matrix-vector products for the 32-element quantized types (Q8_0, Q4_0, Q4_1) and the
+// K types in their 32-element device layout (Q4_K, Q5_K, Q6_K: kquant_layout.h) on 8-bit
 // activations, as llama.cpp's CPU and CUDA paths and Pagoda's CPU backend compute them:
 // each 32-element block of x is quantized (d = amax / 127 rounded to fp16, q = x * 127 /
 // amax rounded to even, plus the block's sum for Q4_1's offset; in decode steps the norm
@@ -12,6 +13,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemv_fusion.cuh"
 #include "backend/cuda/gemv_q8.h"
+#include "backend/cuda/kquant_layout.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -40,15 +42,51 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
   return v;
 }
 
+__device__ __forceinline__ uint32_t load_stream4(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint2 load_stream8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
+               : "=r"(v.x), "=r"(v.y)
+               : "l"(p));
+  return v;
+}
+
 struct WBlock {
-  uint4 a, b;  // quants (b: second half of Q8_0)
-  float d, m;
+  uint4 a, b;  // quants (b: second half of Q8_0; the K types' high bits in b.x, b.y)
+  float d, m;  // the K types: kq::Block's factors
 };
+
+// The K type of T (a constant, so device code may use it).
+template <DType T>
+constexpr kq::KType kKType = T == DType::kQ4_K   ? kq::KType::kQ4K
+                             : T == DType::kQ5_K ? kq::KType::kQ5K
+                             : T == DType::kQ6_K ? kq::KType::kQ6K
+                                                 : kq::KType::kNone;
 
 template <DType T>
 __device__ __forceinline__ WBlock load_block(const DeviceMatrix& w, int64_t blk) {
   WBlock r;
-  if constexpr (T == DType::kQ8_0) {
+  constexpr kq::KType kt = kKType<T>;
+  if constexpr (kt != kq::KType::kNone) {
+    r.a = load_stream16(static_cast<const uint8_t*>(w.data) + blk * 16);
+    r.b = make_uint4(0, 0, 0, 0);
+    if constexpr (kt == kq::KType::kQ5K) r.b.x = load_stream4(w.high + blk * 4);
+    if constexpr (kt == kq::KType::kQ6K) {
+      const uint2 h = load_stream8(w.high + blk * 8);
+      r.b.x = h.x;
+      r.b.y = h.y;
+    }
+    kq::Block f;
+    kq::set_factors(kt, w.scales[blk], w.mins[blk / 8 * 2], w.mins[blk / 8 * 2 + 1], &f);
+    r.d = f.d;
+    r.m = f.m;
+    return r;
+  } else if constexpr (T == DType::kQ8_0) {
     const int8_t* p = static_cast<const int8_t*>(w.data) + blk * 32;
     r.a = load_stream16(p);
     r.b = load_stream16(p + 16);
@@ -59,6 +97,27 @@ __device__ __forceinline__ WBlock load_block(const DeviceMatrix& w, int64_t blk)
   r.d = half_bits_to_float(w.scales[blk]);
   r.m = T == DType::kQ4_1 ? half_bits_to_float(w.mins[blk]) : 0.0f;
   return r;
+}
+
+// A K type's weight block with a block of quantized activations (its 32 bytes as x0,
+// x1; dx its scale, c the sum of its quants): kq::dot, the same function the host tests
+// check.
+template <DType T>
+__device__ __forceinline__ float k_block_dot(const WBlock& wb, uint4 x0, uint4 x1, float dx,
+                                             int c) {
+  const int xs[8] = {static_cast<int>(x0.x), static_cast<int>(x0.y), static_cast<int>(x0.z),
+                     static_cast<int>(x0.w), static_cast<int>(x1.x), static_cast<int>(x1.y),
+                     static_cast<int>(x1.z), static_cast<int>(x1.w)};
+  kq::Block k;
+  k.q[0] = wb.a.x;
+  k.q[1] = wb.a.y;
+  k.q[2] = wb.a.z;
+  k.q[3] = wb.a.w;
+  k.hi[0] = wb.b.x;
+  k.hi[1] = wb.b.y;
+  k.d = wb.d;
+  k.m = wb.m;
+  return kq::dot(kKType<T>, k, xs, dx, c);
 }
 
 // Integer dot product of a weight block with a block of quantized activations (its 32
@@ -179,11 +238,12 @@ __device__ __forceinline__ Q8Act q8_prologue(const __half* __restrict__ xin, int
 
 // SPLIT warps share a row (as in gemv.cu) so long rows of few-row matrices still fill
 // the GPU. One token's 4-bit kernels are held to 64 registers so that 32 warps fit on an
-// SM; the compiler's own choice (72-80 registers) fitted 24. R: warps per block (the
-// fused kernels take 16, so that more rows share one prologue). EPI as in gemv.cu.
+// SM; the compiler's own choice (72-80 registers) fitted 24. The K types, whose blocks
+// carry more state, are left the compiler's choice until measured. R: warps per block
+// (the fused kernels take 16, so that more rows share one prologue). EPI as in gemv.cu.
 template <DType T>
 constexpr int min_blocks(int nt, int r) {
-  return (nt == 1 && T != DType::kQ8_0 ? 8 : 4) * kRowsPerBlock / r;
+  return (nt == 1 && (T == DType::kQ4_0 || T == DType::kQ4_1) ? 8 : 4) * kRowsPerBlock / r;
 }
 template <DType T, int NT, int R, int SPLIT, Pro PRO, GemvFusion::Kind EPI>
 __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R))
@@ -243,8 +303,12 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R))
             x0 = xq[0];
             x1 = xq[1];
           }
-          const int si = block_dot<T>(wb, x0, x1);
           const float dx = x.d[t * nb + b];
+          if constexpr (kKType<T> != kq::KType::kNone) {
+            acc[t] += k_block_dot<T>(wb, x0, x1, dx, x.c[t * nb + b]);
+            continue;
+          }
+          const int si = block_dot<T>(wb, x0, x1);
           if constexpr (T == DType::kQ8_0) {
             acc[t] += wb.d * dx * static_cast<float>(si);
           } else if constexpr (T == DType::kQ4_0) {
@@ -419,6 +483,15 @@ Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y,
     case DType::kQ4_1:
       launch<DType::kQ4_1>(w, x, n, y, y_stride, accumulate, stream);
       break;
+    case DType::kQ4_K:
+      launch<DType::kQ4_K>(w, x, n, y, y_stride, accumulate, stream);
+      break;
+    case DType::kQ5_K:
+      launch<DType::kQ5_K>(w, x, n, y, y_stride, accumulate, stream);
+      break;
+    case DType::kQ6_K:
+      launch<DType::kQ6_K>(w, x, n, y, y_stride, accumulate, stream);
+      break;
     default:
       return unsupported("gemv_q8: weight type " + std::string(dtype_name(w.type)));
   }
@@ -445,6 +518,12 @@ Status gemv_q8_fused(const DeviceMatrix& w, const void* x, float* y, bool accumu
       return launch_fused<DType::kQ4_0>(w, x, y, accumulate, f, stream);
     case DType::kQ4_1:
       return launch_fused<DType::kQ4_1>(w, x, y, accumulate, f, stream);
+    case DType::kQ4_K:
+      return launch_fused<DType::kQ4_K>(w, x, y, accumulate, f, stream);
+    case DType::kQ5_K:
+      return launch_fused<DType::kQ5_K>(w, x, y, accumulate, f, stream);
+    case DType::kQ6_K:
+      return launch_fused<DType::kQ6_K>(w, x, y, accumulate, f, stream);
     default:
       return unsupported("gemv_q8_fused: weight type " + std::string(dtype_name(w.type)));
   }

@@ -11,15 +11,17 @@ size_t gemv_q8_scratch_bytes(int64_t cols, int n);
 Q8Act q8_act_view(void* scratch, int64_t cols, int n);
 // out = the 8-bit quantization of f16 rows x ([n][out.cols], row stride x_stride).
 Status quantize_q8(const void* x, int64_t x_stride, int n, const Q8Act& out, cudaStream_t stream);
-// y[t][r] (+)= W[r] . x[t] for Q8_0 / Q4_0 / Q4_1 weights and activations already
+// y[t][r] (+)= W[r] . x[t] for Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K weights and
+// activations already
 // quantized (x.cols == w.cols), t < n <= 8.
 Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
                          bool accumulate, cudaStream_t stream);
 // Tests and benchmarks: force 1, 2 or 4 warps per row (0: the size heuristic).
 void set_gemv_q8_split_override(int split);
-// The GGUF block types these kernels take.
+// The GGUF block types these kernels take (the K types in kquant_layout.h's layout).
 inline bool is_q8_block_type(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K ||
+         t == DType::kQ5_K || t == DType::kQ6_K;
 }
 // gemv_takes / gemv_fused (kernels.h) for those types (gemv_takes checks the epilogue).
 bool gemv_q8_takes(const DeviceMatrix& w);

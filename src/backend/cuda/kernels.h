@@ -28,7 +28,10 @@ inline size_t act_bytes(ActType t) {
 // Quantized types are split into aligned arrays so loads are 16-byte wide: `data` holds
 // the quants (Q8_0: int8 [rows][cols]; Q4_0/Q4_1: [rows][cols/2] bytes, each 32-element
 // block's 16 bytes in GGUF nibble order), `scales` the fp16 d per 32-element block
-// ([rows][cols/32]) and `mins` Q4_1's fp16 m.
+// ([rows][cols/32]) and `mins` Q4_1's fp16 m. Q4_K, Q5_K and Q6_K keep the file's bits
+// in 32-element sub-blocks (backend/cuda/kquant_layout.h): `data` the nibbles as Q4_0,
+// `high` the bits above them, `scales` a scale word per sub-block, `mins` the fp16 d and
+// dmin of each 256-element block.
 //
 // FP8 weights (`fp8`, from float weights quantized at load, as vLLM's --quantization fp8):
 // `data` holds E4M3 bytes [rows][cols] and the real weight is byte x fp8_scale (one scale
@@ -41,6 +44,7 @@ struct DeviceMatrix {
   void* data = nullptr;
   uint16_t* scales = nullptr;
   uint16_t* mins = nullptr;
+  uint8_t* high = nullptr;
   bool fp8 = false;
   float fp8_scale = 1.0f;
   const float* fp8_scale_dev = nullptr;

@@ -1,10 +1,12 @@
 // Weight matrices on the device: which GGUF types the CUDA backend takes, their device
-// layout (quantized blocks split into aligned quant and scale arrays), the repacking
-// from GGUF rows, embedding lookups, and dequantization to fp16 for the GEMM path.
+// layout (quantized blocks split into aligned quant and scale arrays; the K types as
+// kquant_layout.h says), the repacking from GGUF rows, embedding lookups, and
+// dequantization to fp16 for the GEMM path.
 #include <algorithm>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kquant_layout.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -40,8 +42,35 @@ __global__ void repack_q_kernel(const uint8_t* __restrict__ raw, DType type, int
   }
 }
 
+// One thread per 32-element sub-block of n_subs, from GGUF K blocks at `raw` (the first
+// sub-block of a GGUF block first) into sub-blocks first_sub... of the device layout.
+__global__ void repack_k_kernel(const uint8_t* __restrict__ raw, kq::KType t, int64_t n_subs,
+                                int64_t first_sub, DeviceMatrix m) {
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= n_subs) return;
+  const uint8_t* src = raw + s / 8 * kq::gguf_block_bytes(t);
+  const int64_t o = first_sub + s;
+  const int hb = kq::high_bytes(t);
+  kq::repack(t, src, static_cast<int>(s % 8), static_cast<uint8_t*>(m.data) + o * 16,
+             m.high + o * hb, m.scales + o);
+  if (s % 8 == 0) kq::supers(t, src, &m.mins[o / 8 * 2], &m.mins[o / 8 * 2 + 1]);
+}
+
+// Element e (0..31) of a K type's sub-block `b` as f32.
+__device__ __forceinline__ float dequant_k(const DeviceMatrix& w, kq::KType t, int64_t b, int e) {
+  const uint32_t byte = static_cast<const uint8_t*>(w.data)[b * 16 + (e & 15)];
+  uint32_t high = 0;
+  if (t == kq::KType::kQ5K) high = reinterpret_cast<const uint32_t*>(w.high)[b];
+  if (t == kq::KType::kQ6K) high = reinterpret_cast<const uint32_t*>(w.high)[b * 2 + e / 16];
+  kq::Block f;
+  kq::set_factors(t, w.scales[b], w.mins[b / 8 * 2], w.mins[b / 8 * 2 + 1], &f);
+  return kq::value_of(t, kq::quant_of(t, byte, high, e), f.d, f.m, e);
+}
+
 // Element e (0..31) of quantized block `b` as f32.
 __device__ __forceinline__ float dequant(const DeviceMatrix& w, int64_t b, int e) {
+  const kq::KType kt = kq::ktype_of(w.type);
+  if (kt != kq::KType::kNone) return dequant_k(w, kt, b, e);
   const float d = half_bits_to_float(w.scales[b]);
   if (w.type == DType::kQ8_0) return d * static_cast<const int8_t*>(w.data)[b * 32 + e];
   const uint8_t byte = static_cast<const uint8_t*>(w.data)[b * 16 + (e & 15)];
@@ -90,7 +119,8 @@ __global__ void l2_prefetch_kernel(L2Prefetch pf) {
 }
 
 bool is_quant(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 ||
+         kq::ktype_of(t) != kq::KType::kNone;
 }
 
 }  // namespace
@@ -119,6 +149,13 @@ size_t device_matrix_bytes(DType t, int64_t rows, int64_t cols) {
       return align256(n / 2) + align256(n / kQBlock * 2);
     case DType::kQ4_1:
       return align256(n / 2) + 2 * align256(n / kQBlock * 2);
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      // quants, high bits, scale words, 256-block words: kq::device_bytes, each aligned
+      return align256(n / 2) +
+             align256(n / kQBlock * static_cast<size_t>(kq::high_bytes(kq::ktype_of(t)))) +
+             align256(n / kQBlock * 2) + align256(n / 256 * 4);
     default:
       return 0;
   }
@@ -132,12 +169,18 @@ L2Prefetch l2_prefetch_head(const DeviceMatrix& w, size_t bytes) {
     return static_cast<uint32_t>(std::min(b, 1073741824.0)) / 16u * 16u;
   };
   if (is_quant(w.type) && !w.fp8) {
+    // The quants and the scales (K types: the high bits, where they have them), in
+    // proportion.
+    const kq::KType kt = kq::ktype_of(w.type);
     const double q = static_cast<double>(w.type == DType::kQ8_0 ? n : n / 2);
-    const double s = static_cast<double>(n / kQBlock * 2);
+    const double s = static_cast<double>(kt == kq::KType::kNone || kt == kq::KType::kQ4K
+                                             ? n / kQBlock * 2
+                                             : n / kQBlock * kq::high_bytes(kt));
     const double f = std::min(1.0, static_cast<double>(bytes) / (q + s));
     pf.p[0] = w.data;
     pf.bytes[0] = floor16(f * q);
-    pf.p[1] = w.scales;
+    pf.p[1] = kt == kq::KType::kNone || kt == kq::KType::kQ4K ? static_cast<const void*>(w.scales)
+                                                              : static_cast<const void*>(w.high);
     pf.bytes[1] = floor16(f * s);
   } else {
     const size_t eb = w.fp8 ? 1 : w.type == DType::kF32 ? 4 : 2;
@@ -158,10 +201,19 @@ Status l2_prefetch(L2Prefetch pf, cudaStream_t stream) {
 void assign_matrix_storage(DeviceMatrix* m, void* base) {
   m->data = base;
   m->scales = m->mins = nullptr;
+  m->high = nullptr;
   if (!is_quant(m->type)) return;
   const size_t n = static_cast<size_t>(m->rows) * static_cast<size_t>(m->cols);
   const size_t qbytes = align256(m->type == DType::kQ8_0 ? n : n / 2);
   uint8_t* p = static_cast<uint8_t*>(base) + qbytes;
+  const kq::KType kt = kq::ktype_of(m->type);
+  if (kt != kq::KType::kNone) {  // the order device_matrix_bytes counts
+    m->high = p;
+    p += align256(n / kQBlock * static_cast<size_t>(kq::high_bytes(kt)));
+    m->scales = reinterpret_cast<uint16_t*>(p);
+    m->mins = reinterpret_cast<uint16_t*>(p + align256(n / kQBlock * 2));
+    return;
+  }
   m->scales = reinterpret_cast<uint16_t*>(p);
   if (m->type == DType::kQ4_1) m->mins = reinterpret_cast<uint16_t*>(p + align256(n / kQBlock * 2));
 }
@@ -177,6 +229,14 @@ Status repack_rows(const void* raw, int64_t row0, int64_t n_rows, const DeviceMa
                        "copying weights");
   }
   if (m.cols % kQBlock != 0) return invalid_argument("quantized rows must be whole blocks");
+  const kq::KType kt = kq::ktype_of(m.type);
+  if (kt != kq::KType::kNone) {
+    if (m.cols % 256 != 0) return invalid_argument("K-quant rows must be whole 256-blocks");
+    const int64_t n_subs = n_rows * m.cols / kQBlock;
+    repack_k_kernel<<<blocks_for(n_subs, 256), 256, 0, stream>>>(
+        static_cast<const uint8_t*>(raw), kt, n_subs, row0 * m.cols / kQBlock, m);
+    return launch_status("repack_k");
+  }
   const int64_t n_blocks = n_rows * m.cols / kQBlock;
   repack_q_kernel<<<blocks_for(n_blocks, 256), 256, 0, stream>>>(
       static_cast<const uint8_t*>(raw), m.type, n_blocks, row0 * m.cols / kQBlock,

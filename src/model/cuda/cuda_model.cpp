@@ -81,8 +81,8 @@ class Loader {
       for (size_t i = 0; i < ts.size(); ++i)
         list += (i ? ", '" : "'") + names[i] + "' " + std::string(dtype_name(types[i]));
       return unsupported("tensor" + std::string(ts.size() > 1 ? "s " : " ") + list +
-                         ": the CUDA backend multiplies F32, F16, BF16, Q8_0, Q4_0 and Q4_1 "
-                         "(other block types converted at load)" +
+                         ": the CUDA backend multiplies F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                         "Q4_K, Q5_K and Q6_K (other block types converted at load)" +
                          (ts.size() > 1 ? ", and stacks them in one type" : ""));
     }
     cuda::DeviceMatrix m;
