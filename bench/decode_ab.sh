@@ -7,7 +7,8 @@
 #
 #   bench/decode_ab.sh [--skip-checks]
 # Environment: TYPES (default "BF16 Q4_0"; "BF16+fp8": the BF16 file with
-# --quantization fp8), VARIANTS (';'-separated environment
+# --quantization fp8; a llama.cpp mix name such as "Q4_K_M": an F16 file quantized by
+# `pagoda quantize` with that mix), VARIANTS (';'-separated environment
 # settings and `pagoda bench` flags, "-" for none; default "-;PAGODA_CUDA_FUSE=0"; for
 # example "-;--async-scheduling;PAGODA_CUDA_SPLIT_KEYS=256 --async-scheduling"; "omit":
 # each kind of op left out in turn), REPS (bench -r; default 3),
@@ -53,9 +54,19 @@ fi
 for TYPE in $TYPES; do
   [ "${TYPE%+fp8}" != "$TYPE" ] && continue  # the BF16 file, quantized at load
   M="$MODEL_DIR/llama3.1-8b-random-$TYPE.gguf"
-  [ -s "$M" ] || $BIN/pagoda mkmodel --preset llama3.1-8b \
-    --vocab "$DATA/testdata/tokenizer/ggml-vocab-llama-bpe.gguf" --type "$TYPE" -o "$M" \
-    > "$OUT_DIR/mk_$TYPE.log" 2>&1 &
+  [ -s "$M" ] && continue
+  case "$TYPE" in
+    Q[2-6]_K_[SML])  # a mix: written in F16, then quantized tensor by tensor
+      ($BIN/pagoda mkmodel --preset llama3.1-8b \
+        --vocab "$DATA/testdata/tokenizer/ggml-vocab-llama-bpe.gguf" --type F16 -o "$M.f16" &&
+        $BIN/pagoda quantize "$M.f16" "$M" "$TYPE"; rm -f "$M.f16") > "$OUT_DIR/mk_$TYPE.log" 2>&1 &
+      ;;
+    *)
+      $BIN/pagoda mkmodel --preset llama3.1-8b \
+        --vocab "$DATA/testdata/tokenizer/ggml-vocab-llama-bpe.gguf" --type "$TYPE" -o "$M" \
+        > "$OUT_DIR/mk_$TYPE.log" 2>&1 &
+      ;;
+  esac
 done
 
 if [ $CHECKS = 1 ]; then
