@@ -116,6 +116,46 @@ for m in "stories260K stories260K $DATA/models/stories260K.gguf" "SmolLM2-shape 
   [ $rc = 0 ] || FAILED=1
 done
 
+# Perplexity (`pagoda perplexity`, llama-perplexity's procedure) of stories260K (real
+# weights) over tinyshakespeare: the GPU's 16-bit run against the CPU's (within 0.5%),
+# then the GPU's FP8 KV cache and FP8 weights against that 16-bit run (KL divergence,
+# same top token), which the greedy checks above only bound by the top 5.
+STORIES="$DATA/models/stories260K.gguf"
+PPL_ARGS=(-f "$DATA/testdata/text/tinyshakespeare.txt" -c 128 --chunks 100 --json)
+$BIN/pagoda perplexity -m "$STORIES" "${PPL_ARGS[@]}" > "$OUT_DIR/ppl_cpu.json" 2> "$OUT_DIR/ppl.log"
+$BIN/pagoda perplexity -m "$STORIES" --device cuda "${PPL_ARGS[@]}" > "$OUT_DIR/ppl_cuda.json" 2>> "$OUT_DIR/ppl.log"
+verdict=$(python3 - "$OUT_DIR" <<'PY'
+import json, sys
+try:
+    c = json.load(open(f"{sys.argv[1]}/ppl_cpu.json"))
+    g = json.load(open(f"{sys.argv[1]}/ppl_cuda.json"))
+except Exception as e:
+    print(f"FAIL: {e}")
+    sys.exit()
+ok = abs(g["ppl"] / c["ppl"] - 1) <= 0.005
+print(f"{'pass' if ok else 'FAIL'}: cuda {g['ppl']:.4f}, cpu {c['ppl']:.4f} ({g['scored']} tokens)")
+PY
+)
+row "perplexity stories260K, cuda vs cpu" "$verdict"
+[ "${verdict#pass}" != "$verdict" ] || FAILED=1
+for m in "fp8-KV --kv-cache-dtype fp8" "fp8-weights --quantization fp8"; do
+  read -r name flag value <<< "$m"
+  $BIN/pagoda perplexity -m "$STORIES" --device cuda "$flag" "$value" --kl-base "$STORIES" \
+    "${PPL_ARGS[@]}" > "$OUT_DIR/ppl_$name.json" 2>> "$OUT_DIR/ppl.log"
+  line=$(python3 - "$OUT_DIR/ppl_$name.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+    k = r["kld"]
+    print(f"PPL {r['ppl']:.4f} (16-bit {r['base_ppl']:.4f}), KLD mean {k['mean']:.2e} "
+          f"max {k['max']:.2e}, same top {100 * r['same_top']:.2f}%")
+except Exception as e:
+    print(f"FAIL: {e}")
+PY
+)
+  row "perplexity stories260K, cuda $name" "$line"
+done
+
 # K-quants (Q4_K, Q5_K, Q6_K), which the kernels multiply in the file's own bits
 # (backend/cuda/kquant_layout.h). "mix": llama.cpp's Q4_K_M pattern, whose Q6_K attn_v
 # beside Q4_K q and k makes the loader store that qkv stack in Q8_0 (converted: the GPU's
