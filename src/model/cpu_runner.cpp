@@ -11,7 +11,8 @@ class CpuRunner : public ModelRunner {
       : model_(model),
         pool_(pool),
         kv_(model.config(), o.n_kv_blocks, o.kv_block_size),
-        ws_(model.make_workspace()) {}
+        ws_(model.make_workspace()),
+        observer_(o.observer) {}
 
   const ModelConfig& config() const override { return model_.config(); }
   DeviceKind device_kind() const override { return DeviceKind::kCpu; }
@@ -22,7 +23,7 @@ class CpuRunner : public ModelRunner {
   }
   size_t decode_weight_bytes() const override { return model_.decode_weight_bytes(); }
   Status forward(const Batch& batch, float* logits) override {
-    return model_.forward(batch, kv_, logits, *ws_, pool_);
+    return model_.forward(batch, kv_, logits, *ws_, pool_, observer_);
   }
   Status copy_block(int src, int dst) override {
     if (src < 0 || dst < 0 || src >= kv_.n_blocks() || dst >= kv_.n_blocks())
@@ -36,6 +37,7 @@ class CpuRunner : public ModelRunner {
   ThreadPool& pool_;
   KvStorage kv_;
   Model::WorkspacePtr ws_;
+  ActivationObserver* observer_;
 };
 
 }  // namespace

@@ -89,7 +89,11 @@ void Model::compute_rope_tables(const Batch& batch, Workspace& ws) const {
 }
 
 Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspace& ws,
-                      ThreadPool& pool) const {
+                      ThreadPool& pool, ActivationObserver* observer) const {
+  using In = ActivationObserver::Input;
+  const auto observe = [&](int l, In which, const float* in, int64_t cols) {
+    if (observer) observer->observe(l, which, in, static_cast<int64_t>(batch.tokens.size()), cols);
+  };
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(batch.tokens.size());
   PAGODA_RETURN_IF_ERROR(check_batch(batch, c.n_vocab));
@@ -114,6 +118,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspac
     for_rows(n, pool, [&](int64_t i) {
       cpu::rms_norm(x + i * dim, L.attn_norm.data(), ws.xn.data() + i * dim, dim, c.rms_eps);
     });
+    observe(l, In::kQkv, ws.xn.data(), dim);
     matmul_parts(L.qkv, ws.xn.data(), n, dim, ws.qkv.data(), qkv_w, pool, ws.scratch);
     for_rows(n, pool, [&](int64_t i) {
       float* r = ws.qkv.data() + i * qkv_w;
@@ -129,17 +134,20 @@ Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspac
     }
     cpu::attention(kvl, batch.seqs.data(), static_cast<int>(batch.seqs.size()), ap, ws.qkv.data(),
                    qkv_w, ws.attn.data(), qd, pool);
+    observe(l, In::kWo, ws.attn.data(), qd);
     cpu::matmul(L.wo, ws.attn.data(), n, qd, ws.proj.data(), dim, pool, ws.scratch);
     for_rows(n, pool, [&](int64_t i) {
       cpu::add_inplace(x + i * dim, ws.proj.data() + i * dim, dim);
       cpu::rms_norm(x + i * dim, L.ffn_norm.data(), ws.xn.data() + i * dim, dim, c.rms_eps);
     });
     const int64_t ff = c.ffn_dim;
+    observe(l, In::kGateUp, ws.xn.data(), dim);
     matmul_parts(L.gate_up, ws.xn.data(), n, dim, ws.gu.data(), 2 * ff, pool, ws.scratch);
     for_rows(n, pool, [&](int64_t i) {
       const float* g = ws.gu.data() + i * 2 * ff;
       cpu::silu_mul(g, g + ff, ws.hidden.data() + i * ff, ff);
     });
+    observe(l, In::kDown, ws.hidden.data(), ff);
     cpu::matmul(L.down, ws.hidden.data(), n, ff, ws.proj.data(), dim, pool, ws.scratch);
     for_rows(n, pool,
              [&](int64_t i) { cpu::add_inplace(x + i * dim, ws.proj.data() + i * dim, dim); });

@@ -42,6 +42,16 @@ struct LayerWeights {
   cpu::WeightMatrix down;
 };
 
+// Sees the input of each layer's matrix products during a forward pass (the CPU
+// backend's), for importance matrices (`pagoda imatrix`): x holds n rows of `cols`
+// values. q, k and v share one input, as do gate and up.
+class ActivationObserver {
+ public:
+  enum class Input { kQkv, kWo, kGateUp, kDown };
+  virtual ~ActivationObserver() = default;
+  virtual void observe(int layer, Input which, const float* x, int64_t n, int64_t cols) = 0;
+};
+
 class Model {
  public:
   // Reads config and weights from an opened GGUF file (copied into ordinary memory).
@@ -68,8 +78,9 @@ class Model {
 
   // Runs the batch, writing K/V into `kv`, and logits for batch.logit_rows into `logits`
   // (logit_rows.size() x n_vocab floats).
-  Status forward(const Batch& batch, KvStorage& kv, float* logits, Workspace& ws,
-                 ThreadPool& pool) const;
+  // observer (may be null) sees each layer product's input.
+  Status forward(const Batch& batch, KvStorage& kv, float* logits, Workspace& ws, ThreadPool& pool,
+                 ActivationObserver* observer = nullptr) const;
 
   ~Model();
 

@@ -37,6 +37,9 @@ struct RunnerOptions {
   // CUDA: quantize the blocks' float matrices to FP8 E4M3 at load, one scale per matrix
   // (vLLM's --quantization fp8); embeddings, LM head and norms stay as in the file.
   bool fp8_weights = false;
+  // CPU: sees each layer product's input in every forward pass (importance matrices);
+  // the CUDA backend refuses one.
+  ActivationObserver* observer = nullptr;
 };
 
 class ModelRunner {
@@ -96,6 +99,6 @@ Result<GpuMemory> cuda_memory_info(int device);
 bool cuda_built();
 // Bumped whenever make_cuda_runner's types change, so a stale plugin is refused rather
 // than called with the wrong layout.
-inline constexpr int kCudaPluginAbi = 5;
+inline constexpr int kCudaPluginAbi = 6;
 
 }  // namespace pagoda

@@ -1,5 +1,6 @@
 // pagoda quantize: rewrite a GGUF model with its weight matrices in another type
 // (dequantize each row to f32, then quantize with our reference quantizers).
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -11,6 +12,7 @@
 #include "commands.h"
 #include "common.h"
 #include "model/gguf_writer.h"
+#include "model/imatrix.h"
 #include "model/quant_mix.h"
 #include "model/weight_types.h"
 
@@ -74,12 +76,40 @@ bool is_weight_matrix(const GgufTensorInfo& t) {
   return t.n_dims >= 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0;
 }
 
+// The tensor's rows dequantized and quantized again to `to`, each weight's rounding
+// error weighed by its input column's importance (cpu::quantize_row_weighted).
+Result<std::vector<uint8_t>> quantize_weighted(const GgufFile& f, const GgufTensorInfo& t, DType to,
+                                               const std::vector<float>& importance,
+                                               ThreadPool& pool) {
+  const int64_t cols = t.ne[0], rows = t.n_elements() / cols;
+  const size_t in_row = row_bytes(t.type, cols), out_row = row_bytes(to, cols);
+  std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));
+  std::vector<Status> errors(static_cast<size_t>(rows));
+  const uint8_t* src = f.tensor_data(t);
+  pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      Status& e = errors[static_cast<size_t>(r)];
+      e = cpu::dequantize_row(t.type, src + static_cast<size_t>(r) * in_row, row.data(), cols);
+      if (e)
+        e = cpu::quantize_row_weighted(
+            to, row.data(), out.data() + static_cast<size_t>(r) * out_row, cols, importance.data());
+    }
+  });
+  for (const Status& e : errors)
+    if (!e) return e;
+  return out;
+}
+
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
       {"--threads", "-t", true, "threads (default: all cores)"},
       {"--tensor-type", "", true, "per-tensor overrides: NAME_PART=TYPE[,NAME_PART=TYPE...]"},
+      {"--imatrix", "", true,
+       "importance matrix (pagoda imatrix, or llama-imatrix's GGUF): weigh each weight's "
+       "rounding error by its input's mean square (4-, 5-bit and K types)"},
       {"--help", "-h", false, "show this help"},
   };
   auto args = Args::parse(argc, argv, 1, specs);
@@ -130,10 +160,39 @@ int cmd_quantize(int argc, char** argv) {
   auto file = GgufFile::open(in);
   if (!file) return fail("quantize", file.status());
   const GgufFile& f = **file;
+  std::optional<Imatrix> imatrix;
+  if (args->has("--imatrix")) {
+    if (backend)
+      return fail("quantize", invalid_argument("--imatrix takes a target type, not CPU / CUDA"));
+    auto m = read_imatrix(*args->get("--imatrix"));
+    if (!m) return fail("quantize", m.status());
+    // Every entry must fit a matrix of this model: an importance matrix of another
+    // model is refused, not applied to whatever shares a name.
+    for (const auto& [name, v] : m->values) {
+      const GgufTensorInfo* t = f.find_tensor(name);
+      if (t == nullptr)
+        return fail("quantize", invalid_argument("the importance matrix has '" + name +
+                                                 "', which this model does not (another "
+                                                 "model's?)"));
+      if (t->ne[0] != static_cast<int64_t>(v.size()))
+        return fail("quantize", invalid_argument(str_format(
+                                    "the importance matrix has %zu columns for "
+                                    "'%s', whose rows have %lld (another model's?)",
+                                    v.size(), name.c_str(), static_cast<long long>(t->ne[0]))));
+    }
+    imatrix = std::move(m).value();
+  }
   GgufWriter w;
   w.set_alignment(f.alignment());
   for (const auto& [k, v] : f.metadata())
     if (k != "general.alignment") w.set_value(k, v);
+  if (imatrix) {  // llama.cpp's keys, so its tools see what the file was made with
+    w.set_string("quantize.imatrix.file", *args->get("--imatrix"));
+    if (!imatrix->datasets.empty())
+      w.set_string("quantize.imatrix.dataset", imatrix->datasets.front());
+    w.set_i32("quantize.imatrix.entries_count", static_cast<int32_t>(imatrix->values.size()));
+    w.set_i32("quantize.imatrix.chunks_count", static_cast<int32_t>(imatrix->chunks));
+  }
   std::map<std::string, DType> stored;  // backend: matrix name -> type
   if (backend) {
     std::vector<std::pair<std::string, DType>> matrices;
@@ -195,11 +254,19 @@ int cmd_quantize(int argc, char** argv) {
       w.add_tensor_ref(t.name, t.type, ne, f.tensor_data(t), t.size);
       continue;
     }
-    // Exact where the target holds the values (Q4_K -> Q4_1, Q3_K -> Q6_K, Q4_0 -> Q8_0),
-    // else dequantized and quantized again.
-    auto data = cpu::convert_matrix(t.type, f.tensor_data(t), t.n_elements() / t.ne[0], t.ne[0], to,
-                                    pool, &tally);
+    // With an importance matrix entry: the weighted quantizers. Otherwise exact where
+    // the target holds the values (Q4_K -> Q4_1, Q3_K -> Q6_K, Q4_0 -> Q8_0), else
+    // dequantized and quantized again.
+    const auto entry = imatrix ? imatrix->values.find(t.name) : decltype(imatrix->values.end()){};
+    const bool weighted = imatrix && entry != imatrix->values.end();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto data = weighted ? quantize_weighted(f, t, to, entry->second, pool)
+                         : cpu::convert_matrix(t.type, f.tensor_data(t), t.n_elements() / t.ne[0],
+                                               t.ne[0], to, pool, &tally);
     if (!data) return fail("quantize", data.status().with_context("converting '" + t.name + "'"));
+    if (weighted)
+      tally.add(t.type, to, t.size, data->size(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     w.add_tensor(t.name, to, ne, std::move(data).value());
     ++n_converted;
   }

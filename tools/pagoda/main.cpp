@@ -17,6 +17,8 @@ const Command kCommands[] = {
     {"run", pagoda::cli::cmd_run, "generate text from a prompt"},
     {"logits", pagoda::cli::cmd_logits, "print the top logits for a prompt"},
     {"bench", pagoda::cli::cmd_bench, "measure prefill and decode speed"},
+    {"imatrix", pagoda::cli::cmd_imatrix,
+     "importance matrix of a model over a text, for quantize --imatrix"},
     {"perplexity", pagoda::cli::cmd_perplexity,
      "perplexity over a text file, and KL divergence from a reference model"},
     {"tokenize", pagoda::cli::cmd_tokenize, "text to token ids (and vocabulary conformance tests)"},

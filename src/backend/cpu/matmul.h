@@ -73,6 +73,12 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, int64_t x_s
 // Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K; dequantize_row every type from dtype.h that
 // is a float or block type.
 Status quantize_row(DType type, const float* src, void* dst, int64_t n);
+// The same, each element's rounding error weighted by `importance` (n values: the mean
+// square of the input each weight multiplies, from an importance matrix; see `pagoda
+// imatrix`) for the types whose quantizers search (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K);
+// the other types, and a null `importance`, as quantize_row.
+Status quantize_row_weighted(DType type, const float* src, void* dst, int64_t n,
+                             const float* importance);
 Status dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 }  // namespace pagoda::cpu

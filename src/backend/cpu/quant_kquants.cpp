@@ -41,16 +41,19 @@ inline uint16_t f2h(float f) {
   return f32_to_fp16(f);
 }
 
-// How much each element's squared error counts: the block's rms plus its magnitude, so
-// large weights are kept closer without small ones being given up. Measured on SmolLM2's
-// K-typed matrices (KL divergence from F16 over 1,536 tokens of text, Q3_K to Q6_K
-// files): this weighting and plain squared error were within 5% of each other, squared
-// magnitude alone worst; the test holds the result to llama.cpp's own quantizer.
-void importance(const float* x, float* w) {
+// How much each of the n elements' squared error counts: the block's rms plus its
+// magnitude, so large weights are kept closer without small ones being given up. Measured
+// on SmolLM2's K-typed matrices (KL divergence from F16 over 1,536 tokens of text, Q3_K to
+// Q6_K files): this weighting and plain squared error were within 5% of each other,
+// squared magnitude alone worst; the test holds the result to llama.cpp's own quantizer.
+// With an importance matrix (qw: the mean square of the input each weight multiplies,
+// from `pagoda imatrix`), that weight is scaled by it: an error on a weight whose input
+// is large costs more in the product.
+void importance(const float* x, int n, const float* qw, float* w) {
   double ss = 0;
-  for (int i = 0; i < kQKK; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const auto rms = static_cast<float>(std::sqrt(ss / kQKK));
-  for (int i = 0; i < kQKK; ++i) w[i] = rms + std::fabs(x[i]);
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const auto rms = static_cast<float>(std::sqrt(ss / n));
+  for (int i = 0; i < n; ++i) w[i] = (rms + std::fabs(x[i])) * (qw ? qw[i] : 1.0f);
 }
 
 // value = s * q - m, q in [0, levels], s >= 0, m >= 0.
@@ -117,11 +120,11 @@ Affine fit_affine(const float* x, const float* w, int n, int levels) {
 // Sub-blocks of `sub` elements, affine: fills the block's d and dmin (fp16), each
 // sub-block's scale and min (0..scale_max) and each element's q.
 void quantize_affine(const float* x, int sub, int levels, int scale_max, uint16_t* d_out,
-                     uint16_t* dmin_out, uint8_t* sc, uint8_t* mn, uint8_t* q) {
+                     uint16_t* dmin_out, uint8_t* sc, uint8_t* mn, uint8_t* q, const float* qw) {
   const int subs = kQKK / sub;
   Affine fit[16];
   float w[kQKK];
-  importance(x, w);
+  importance(x, kQKK, qw, w);
   float max_s = 0.0f, max_m = 0.0f;
   for (int j = 0; j < subs; ++j) {
     fit[j] = fit_affine(x + sub * j, w + sub * j, sub, levels);
@@ -209,10 +212,10 @@ float fit_symmetric(const float* x, const float* w, int n, int qn) {
 // Sixteen sub-blocks of 16, symmetric: fills d (fp16), each sub-block's signed scale
 // (sc_min..sc_max, sc_min < 0 the larger end) and each element's q.
 void quantize_symmetric(const float* x, int qn, int sc_min, int sc_max, uint16_t* d_out, int* sc,
-                        int* q) {
+                        int* q, const float* qw) {
   constexpr int kSub = 16;
   float fit[16], big = 0.0f, w[kQKK];
-  importance(x, w);
+  importance(x, kQKK, qw, w);
   for (int j = 0; j < 16; ++j) {
     fit[j] = fit_symmetric(x + kSub * j, w + kSub * j, kSub, qn);
     if (std::fabs(fit[j]) > std::fabs(big)) big = fit[j];
@@ -250,16 +253,16 @@ void put_crumbs(const T* u, uint8_t* qs) {
 
 }  // namespace
 
-void quantize_q2_k(const float* x, BlockQ2_K* y) {
+void quantize_q2_k(const float* x, BlockQ2_K* y, const float* qw) {
   uint8_t sc[16], mn[16], q[kQKK];
-  quantize_affine(x, 16, 3, 15, &y->d, &y->dmin, sc, mn, q);
+  quantize_affine(x, 16, 3, 15, &y->d, &y->dmin, sc, mn, q, qw);
   for (int j = 0; j < 16; ++j) y->scales[j] = static_cast<uint8_t>(sc[j] | (mn[j] << 4));
   put_crumbs(q, y->qs);
 }
 
-void quantize_q3_k(const float* x, BlockQ3_K* y) {
+void quantize_q3_k(const float* x, BlockQ3_K* y, const float* qw) {
   int sc[16], q[kQKK];
-  quantize_symmetric(x, 4, -32, 31, &y->d, sc, q);
+  quantize_symmetric(x, 4, -32, 31, &y->d, sc, q, qw);
   std::memset(y->scales, 0, sizeof(y->scales));
   for (int j = 0; j < 16; ++j) {
     const int v = sc[j] + 32;  // stored 6 bits: low nibble, then 2 high bits
@@ -279,18 +282,18 @@ void quantize_q3_k(const float* x, BlockQ3_K* y) {
         y->hmask[l] |= static_cast<uint8_t>((u[128 * n + 32 * k + l] >> 2) << (4 * n + k));
 }
 
-void quantize_q4_k(const float* x, BlockQ4_K* y) {
+void quantize_q4_k(const float* x, BlockQ4_K* y, const float* qw) {
   uint8_t sc[8], mn[8], q[kQKK];
-  quantize_affine(x, 32, 15, 63, &y->d, &y->dmin, sc, mn, q);
+  quantize_affine(x, 32, 15, 63, &y->d, &y->dmin, sc, mn, q, qw);
   k4_pack_scale_min(sc, mn, y->scales);
   for (int c = 0; c < 4; ++c)
     for (int l = 0; l < 32; ++l)
       y->qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
 }
 
-void quantize_q5_k(const float* x, BlockQ5_K* y) {
+void quantize_q5_k(const float* x, BlockQ5_K* y, const float* qw) {
   uint8_t sc[8], mn[8], q[kQKK];
-  quantize_affine(x, 32, 31, 63, &y->d, &y->dmin, sc, mn, q);
+  quantize_affine(x, 32, 31, 63, &y->d, &y->dmin, sc, mn, q, qw);
   k4_pack_scale_min(sc, mn, y->scales);
   std::memset(y->qh, 0, sizeof(y->qh));
   for (int c = 0; c < 4; ++c) {
@@ -302,13 +305,91 @@ void quantize_q5_k(const float* x, BlockQ5_K* y) {
   }
 }
 
-void quantize_q6_k(const float* x, BlockQ6_K* y) {
+void quantize_q6_k(const float* x, BlockQ6_K* y, const float* qw) {
   int sc[16], q[kQKK];
-  quantize_symmetric(x, 32, -128, 127, &y->d, sc, q);
+  quantize_symmetric(x, 32, -128, 127, &y->d, sc, q, qw);
   for (int j = 0; j < 16; ++j) y->scales[j] = static_cast<int8_t>(sc[j]);
   uint8_t u[kQKK];
   for (int e = 0; e < kQKK; ++e) u[e] = static_cast<uint8_t>(q[e] + 32);
   pack_q6_k_quants(u, y);
+}
+
+namespace {
+
+// One 32-element block, symmetric, value = d (q - qn) with q in [0, 2 qn): the searched
+// scale rounded to fp16 and tried beside its fp16 neighbours, each element rounded again
+// against the scale as stored.
+uint16_t weighted_symmetric32(const float* x, const float* qw, int qn, uint8_t* q) {
+  float w[kQK];
+  importance(x, kQK, qw, w);
+  const uint16_t h = f2h(fit_symmetric(x, w, kQK, qn));
+  uint16_t best = h;
+  float best_err = -1.0f;
+  for (int dh = -1; dh <= 1; ++dh) {
+    const auto c = static_cast<uint16_t>(h + dh);
+    if ((c & 0x7c00) == 0x7c00 || (dh != 0 && (c & 0x7fff) == 0)) continue;
+    const float e = symmetric_error(x, w, kQK, h2f(c), qn);
+    if (best_err < 0.0f || e < best_err) {
+      best_err = e;
+      best = c;
+    }
+  }
+  const float d = h2f(best), is = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < kQK; ++i) q[i] = static_cast<uint8_t>(symmetric_q(x[i], is, qn) + qn);
+  return best;
+}
+
+// One 32-element block, affine, value = d q + m with q in [0, levels]: d and m rounded
+// to fp16, each element rounded again against them.
+void weighted_affine32(const float* x, const float* qw, int levels, uint16_t* d_out,
+                       uint16_t* m_out, uint8_t* q) {
+  float w[kQK];
+  importance(x, kQK, qw, w);
+  const Affine a = fit_affine(x, w, kQK, levels);
+  *d_out = f2h(a.s);
+  *m_out = f2h(-a.m);
+  const float d = h2f(*d_out), m = -h2f(*m_out), is = d > 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < kQK; ++i) q[i] = static_cast<uint8_t>(affine_q(x[i], is, m, levels));
+}
+
+// Element j < 16 in the low nibble of qs[j], j >= 16 in the high nibble of qs[j - 16].
+void put_nibbles(const uint8_t* q, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+}
+// Bit 4 of element j at bit j of qh (little-endian u32).
+void put_fifth_bits(const uint8_t* q, uint8_t* qh) {
+  uint32_t h = 0;
+  for (int j = 0; j < 32; ++j) h |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+  std::memcpy(qh, &h, 4);
+}
+
+}  // namespace
+
+void quantize_q4_0_weighted(const float* x, BlockQ4_0* y, const float* qw) {
+  uint8_t q[kQK];
+  y->d = weighted_symmetric32(x, qw, 8, q);
+  put_nibbles(q, y->qs);
+}
+
+void quantize_q5_0_weighted(const float* x, BlockQ5_0* y, const float* qw) {
+  uint8_t q[kQK];
+  y->d = weighted_symmetric32(x, qw, 16, q);
+  put_nibbles(q, y->qs);
+  put_fifth_bits(q, y->qh);
+}
+
+void quantize_q4_1_weighted(const float* x, BlockQ4_1* y, const float* qw) {
+  uint8_t q[kQK];
+  weighted_affine32(x, qw, 15, &y->d, &y->m, q);
+  put_nibbles(q, y->qs);
+}
+
+void quantize_q5_1_weighted(const float* x, BlockQ5_1* y, const float* qw) {
+  uint8_t q[kQK];
+  weighted_affine32(x, qw, 31, &y->d, &y->m, q);
+  put_nibbles(q, y->qs);
+  put_fifth_bits(q, y->qh);
 }
 
 }  // namespace pagoda::cpu

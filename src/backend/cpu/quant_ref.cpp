@@ -263,6 +263,16 @@ Status quantize_blocks(void (*quantize)(const float*, Block*), const float* src,
   return Status::ok();
 }
 
+// The same with a block quantizer that takes an importance per element (qw: n values,
+// or null).
+template <typename Block>
+Status quantize_weighted_blocks(void (*quantize)(const float*, Block*, const float*),
+                                const float* src, void* dst, int64_t nb, int be, const float* qw) {
+  Block* y = static_cast<Block*>(dst);
+  for (int64_t i = 0; i < nb; ++i) quantize(src + i * be, y + i, qw ? qw + i * be : nullptr);
+  return Status::ok();
+}
+
 }  // namespace
 
 void quantize_block_q8_0(const float* x, BlockQ8_0* y) {
@@ -351,20 +361,52 @@ Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
     case DType::kQ8_1:
       return quantize_blocks<BlockQ8_1>(quantize_block_q8_1, src, dst, nb, be);
     case DType::kQ2_K:
-      return quantize_blocks<BlockQ2_K>(quantize_q2_k, src, dst, nb, be);
+      return quantize_weighted_blocks<BlockQ2_K>(quantize_q2_k, src, dst, nb, be, nullptr);
     case DType::kQ3_K:
-      return quantize_blocks<BlockQ3_K>(quantize_q3_k, src, dst, nb, be);
+      return quantize_weighted_blocks<BlockQ3_K>(quantize_q3_k, src, dst, nb, be, nullptr);
     case DType::kQ4_K:
-      return quantize_blocks<BlockQ4_K>(quantize_q4_k, src, dst, nb, be);
+      return quantize_weighted_blocks<BlockQ4_K>(quantize_q4_k, src, dst, nb, be, nullptr);
     case DType::kQ5_K:
-      return quantize_blocks<BlockQ5_K>(quantize_q5_k, src, dst, nb, be);
+      return quantize_weighted_blocks<BlockQ5_K>(quantize_q5_k, src, dst, nb, be, nullptr);
     case DType::kQ6_K:
-      return quantize_blocks<BlockQ6_K>(quantize_q6_k, src, dst, nb, be);
+      return quantize_weighted_blocks<BlockQ6_K>(quantize_q6_k, src, dst, nb, be, nullptr);
     case DType::kQ8_K:
       return quantize_blocks<BlockQ8_K>(quantize_block_q8_k, src, dst, nb, be);
     default:
       return unsupported(
           str_format("quantize_row: no quantizer for %s", std::string(info->name).c_str()));
+  }
+}
+
+Status quantize_row_weighted(DType type, const float* src, void* dst, int64_t n,
+                             const float* importance) {
+  const DTypeInfo* info = dtype_info(static_cast<uint32_t>(type));
+  if (importance == nullptr || info == nullptr || n < 0 || n % info->block_elems != 0)
+    return quantize_row(type, src, dst, n);  // which refuses what it must
+  const int64_t nb = n / info->block_elems;
+  const int be = static_cast<int>(info->block_elems);
+  const float* qw = importance;
+  switch (type) {
+    case DType::kQ4_0:
+      return quantize_weighted_blocks<BlockQ4_0>(quantize_q4_0_weighted, src, dst, nb, be, qw);
+    case DType::kQ4_1:
+      return quantize_weighted_blocks<BlockQ4_1>(quantize_q4_1_weighted, src, dst, nb, be, qw);
+    case DType::kQ5_0:
+      return quantize_weighted_blocks<BlockQ5_0>(quantize_q5_0_weighted, src, dst, nb, be, qw);
+    case DType::kQ5_1:
+      return quantize_weighted_blocks<BlockQ5_1>(quantize_q5_1_weighted, src, dst, nb, be, qw);
+    case DType::kQ2_K:
+      return quantize_weighted_blocks<BlockQ2_K>(quantize_q2_k, src, dst, nb, be, qw);
+    case DType::kQ3_K:
+      return quantize_weighted_blocks<BlockQ3_K>(quantize_q3_k, src, dst, nb, be, qw);
+    case DType::kQ4_K:
+      return quantize_weighted_blocks<BlockQ4_K>(quantize_q4_k, src, dst, nb, be, qw);
+    case DType::kQ5_K:
+      return quantize_weighted_blocks<BlockQ5_K>(quantize_q5_k, src, dst, nb, be, qw);
+    case DType::kQ6_K:
+      return quantize_weighted_blocks<BlockQ6_K>(quantize_q6_k, src, dst, nb, be, qw);
+    default:
+      return quantize_row(type, src, dst, n);  // 8-bit and float types: nothing to weigh
   }
 }
 

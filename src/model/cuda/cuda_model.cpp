@@ -425,6 +425,10 @@ namespace cuda {
 
 Result<std::unique_ptr<ModelRunner>> make_runner(const GgufFile& file,
                                                  const RunnerOptions& options) {
+  if (options.observer != nullptr)
+    return unsupported(
+        "the CUDA backend does not report its products' inputs (importance "
+        "matrices are collected on the CPU)");
   PAGODA_ASSIGN_OR_RETURN(auto m, CudaModel::load(file, options));
   return std::unique_ptr<ModelRunner>(std::move(m));
 }
