@@ -114,6 +114,9 @@ Result<PerplexityResult> evaluate_perplexity(
   const int V = model.config().n_vocab;
   if (o.n_ctx < 4) return invalid_argument("the context of a chunk must be at least 4 tokens");
   if (o.n_batch < 1) return invalid_argument("the batch size must be at least 1");
+  if (o.n_ctx > model.config().context_length)
+    return out_of_range(str_format("a chunk of %d tokens exceeds the model's context of %d",
+                                   o.n_ctx, model.config().context_length));
   if (base && base->config().n_vocab != V)
     return invalid_argument(
         str_format("the base model's vocabulary (%d tokens) is not the "

@@ -33,34 +33,24 @@ int cmd_imatrix(int argc, char** argv) {
   }
   if (!args->has("--model")) return fail("imatrix", invalid_argument("missing -m MODEL"));
   if (!args->has("--file")) return fail("imatrix", invalid_argument("missing -f TEXT"));
-  FlagReader flags(*args);
-  PerplexityOptions po;
-  po.n_ctx = static_cast<int>(flags.integer("--ctx-size", 512, 4, 1 << 20));
-  po.n_chunks = static_cast<int>(flags.integer("--chunks", -1, -1, 1 << 30));
-  po.n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
-  const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
-  if (!flags.status()) return fail("imatrix", flags.status());
+  const Result<ChunkFlags> cf = parse_chunk_flags(*args);
+  if (!cf) return fail("imatrix", cf.status());
+  PerplexityOptions po = cf->chunks;
   const std::string out = args->get_or("--output", "imatrix.gguf");
   const std::string text_path = *args->get("--file");
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return fail("imatrix", io_error("cannot read '" + text_path + "'"));
-  std::ostringstream text;
-  text << in.rdbuf();
+  const Result<std::string> text = read_text_file(text_path);
+  if (!text) return fail("imatrix", text.status());
 
   auto loaded = load(*args->get("--model"), true, true);
   if (!loaded) return fail("imatrix", loaded.status());
   const ModelConfig& c = loaded->model->config();
-  if (po.n_ctx > c.context_length)
-    return fail("imatrix", out_of_range(str_format("a chunk of %d tokens exceeds the model's "
-                                                   "context of %d",
-                                                   po.n_ctx, c.context_length)));
-  ThreadPool pool(threads);
+  ThreadPool pool(cf->threads);
   ImatrixCollector collector(c.n_layers);
   RunnerOptions o = perplexity_runner_options(po);
   o.observer = &collector;
   auto runner = make_cpu_runner(*loaded->model, pool, o);
   const Tokenizer& tok = *loaded->tokenizer;
-  const std::vector<int32_t> tokens = tok.encode(text.str(), true, false);
+  const std::vector<int32_t> tokens = tok.encode(*text, true, false);
   po.bos = tok.add_bos() ? tok.bos() : -1;
   std::fprintf(stderr, "imatrix: %zu tokens; chunks of %d\n", tokens.size(), po.n_ctx);
   const double t0 = now_seconds();

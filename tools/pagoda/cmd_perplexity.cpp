@@ -69,12 +69,10 @@ int cmd_perplexity(int argc, char** argv) {
   }
   if (!args->has("--model")) return fail("perplexity", invalid_argument("missing -m MODEL"));
   if (!args->has("--file")) return fail("perplexity", invalid_argument("missing -f TEXT"));
+  const Result<ChunkFlags> cf = parse_chunk_flags(*args);
+  if (!cf) return fail("perplexity", cf.status());
+  PerplexityOptions po = cf->chunks;
   FlagReader flags(*args);
-  PerplexityOptions po;
-  po.n_ctx = static_cast<int>(flags.integer("--ctx-size", 512, 4, 1 << 20));
-  po.n_chunks = static_cast<int>(flags.integer("--chunks", -1, -1, 1 << 30));
-  po.n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
-  const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
   const int gpu = static_cast<int>(flags.integer("--gpu", 0, 0, 64));
   if (!flags.status()) return fail("perplexity", flags.status());
   DeviceKind device = DeviceKind::kCpu;
@@ -88,13 +86,10 @@ int cmd_perplexity(int argc, char** argv) {
   const Result<bool> fp8 = fp8_weights(ef, device != DeviceKind::kCpu);
   if (!fp8) return fail("perplexity", fp8.status());
 
-  const std::string text_path = *args->get("--file");
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return fail("perplexity", io_error("cannot read '" + text_path + "'"));
-  std::ostringstream text;
-  text << in.rdbuf();
+  const Result<std::string> text = read_text_file(*args->get("--file"));
+  if (!text) return fail("perplexity", text.status());
 
-  ThreadPool pool(threads);
+  ThreadPool pool(cf->threads);
   RunnerOptions base_opts = perplexity_runner_options(po);
   base_opts.device = gpu;
   RunnerOptions opts = base_opts;
@@ -103,11 +98,6 @@ int cmd_perplexity(int argc, char** argv) {
   const double t0 = now_seconds();
   auto model = open_runner(*args->get("--model"), device, true, opts, pool);
   if (!model) return fail("perplexity", model.status());
-  const ModelConfig& c = model->runner->config();
-  if (po.n_ctx > c.context_length)
-    return fail("perplexity", out_of_range(str_format("a chunk of %d tokens exceeds the model's "
-                                                      "context of %d",
-                                                      po.n_ctx, c.context_length)));
   Result<Evaluated> base = invalid_argument("no base");
   if (args->has("--kl-base")) {
     base = open_runner(*args->get("--kl-base"), device, false, base_opts, pool);
@@ -115,7 +105,7 @@ int cmd_perplexity(int argc, char** argv) {
   }
   const Tokenizer& tok = *model->loaded.tokenizer;
   // As llama.cpp tokenizes the file (special tokens added, none parsed from the text).
-  const std::vector<int32_t> tokens = tok.encode(text.str(), true, false);
+  const std::vector<int32_t> tokens = tok.encode(*text, true, false);
   po.bos = tok.add_bos() ? tok.bos() : -1;
   const bool json = args->has("--json");
   if (!json)

@@ -3,6 +3,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "args.h"
 
 namespace pagoda::cli {
 
@@ -26,6 +30,26 @@ Result<Loaded> load(const std::string& path, bool want_model, bool want_tokenize
   }
   l.load_seconds = now_seconds() - t0;
   return l;
+}
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error("cannot read '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return io_error("error reading '" + path + "'");
+  return text.str();
+}
+
+Result<ChunkFlags> parse_chunk_flags(const Args& args) {
+  FlagReader flags(args);
+  ChunkFlags c;
+  c.chunks.n_ctx = static_cast<int>(flags.integer("--ctx-size", 512, 4, 1 << 20));
+  c.chunks.n_chunks = static_cast<int>(flags.integer("--chunks", -1, -1, 1 << 30));
+  c.chunks.n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
+  c.threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
+  if (!flags.status()) return flags.status();
+  return c;
 }
 
 Result<std::vector<int32_t>> parse_token_list(const std::string& s) {

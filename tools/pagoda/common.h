@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "engine/detokenizer.h"
+#include "engine/perplexity.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -22,6 +23,18 @@ struct Loaded {
 };
 
 Result<Loaded> load(const std::string& path, bool want_model, bool want_tokenizer);
+
+// A text file's bytes (a corpus for perplexity or an importance matrix).
+Result<std::string> read_text_file(const std::string& path);
+
+// The flags of the commands that run a text in chunks (perplexity, imatrix): -c,
+// --chunks, -b and -t.
+struct ChunkFlags {
+  PerplexityOptions chunks;
+  int threads = 0;
+};
+class Args;
+Result<ChunkFlags> parse_chunk_flags(const Args& args);
 
 // "1 2 3" or "1,2,3" to ids.
 Result<std::vector<int32_t>> parse_token_list(const std::string& s);

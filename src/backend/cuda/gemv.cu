@@ -15,23 +15,6 @@ constexpr int kRowsPerBlock = 4;  // one warp each
 constexpr int kUnroll = 4;        // column steps in flight per lane (8 measured slower on H200)
 int g_split_override = 0;
 
-// Weights are read once per product: stream them past L1.
-__device__ __forceinline__ uint4 load_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint2 load_stream8(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ void unpack_h2(uint32_t u, float* f) {
   const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&u));
   f[0] = v.x;

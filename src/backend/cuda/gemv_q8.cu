@@ -34,28 +34,6 @@ __global__ void quantize_act_kernel(const __half* __restrict__ x, int64_t x_stri
   store_q8_block(__half2float(x[t * x_stride + blk * 32 + lane]), out, t, blk, lane);
 }
 
-__device__ __forceinline__ uint4 load_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t load_stream4(const void* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint2 load_stream8(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p));
-  return v;
-}
-
 struct WBlock {
   uint4 a, b;  // quants (b: second half of Q8_0; the K types' high bits in b.x, b.y)
   float d, m;  // the K types: kq::Block's factors
