@@ -46,10 +46,11 @@ std::vector<uint8_t> gguf_rows(DType t, int64_t n, bool random_bytes, std::mt199
 }
 
 // The device arrays of one matrix, filled as the repack kernel (weights.cu) fills them:
-// one call of kq::repack per 32-element sub-block, kq::supers per 256-block.
+// kq::repack_sub for each 32-element sub-block, in any order.
 struct DeviceLayout {
   std::vector<uint8_t> quants, high;
   std::vector<uint16_t> scales, supers;
+  kq::Arrays arrays() { return {quants.data(), high.data(), scales.data(), supers.data()}; }
   kq::Block block(kq::KType t, int64_t b) const {
     kq::Block k;
     for (int i = 0; i < 4; ++i)
@@ -75,12 +76,8 @@ DeviceLayout repack_all(kq::KType t, const std::vector<uint8_t>& raw, int64_t n)
   d.high.assign(static_cast<size_t>(subs * kq::high_bytes(t)), 0xAA);
   d.scales.assign(static_cast<size_t>(subs), 0xAAAA);
   d.supers.assign(static_cast<size_t>(n / 256 * 2), 0xAAAA);
-  for (int64_t s = 0; s < subs; ++s) {
-    const uint8_t* src = raw.data() + s / 8 * kq::gguf_block_bytes(t);
-    kq::repack(t, src, static_cast<int>(s % 8), d.quants.data() + s * 16,
-               d.high.data() + s * kq::high_bytes(t), d.scales.data() + s);
-    if (s % 8 == 0) kq::supers(t, src, &d.supers[s / 8 * 2], &d.supers[s / 8 * 2 + 1]);
-  }
+  // Backwards, as threads may run: each writes only its own sub-block's bytes.
+  for (int64_t s = subs - 1; s >= 0; --s) kq::repack_sub(t, raw.data(), s, 0, d.arrays());
   return d;
 }
 
@@ -95,11 +92,13 @@ TEST(CudaKQuantLayout, ElementsAreTheCpusDequantizationBitForBit) {
       const std::vector<uint8_t> raw = gguf_rows(t, n, random_bytes, rng);
       std::vector<float> want(static_cast<size_t>(n));
       ASSERT_TRUE(cpu::dequantize_row(t, raw.data(), want.data(), n));
-      const DeviceLayout d = repack_all(kt, raw, n);
+      DeviceLayout d = repack_all(kt, raw, n);
       for (int64_t b = 0; b < n / 32; ++b) {
         const kq::Block k = d.block(kt, b);
         for (int e = 0; e < 32; ++e) {
           const float got = kq::element(kt, k, e);
+          // The dequantization kernel's own read of the arrays gives the same value.
+          ASSERT_EQ(bits_from_f32(kq::element_at(kt, d.arrays(), b, e)), bits_from_f32(got));
           ASSERT_EQ(bits_from_f32(got), bits_from_f32(want[static_cast<size_t>(b * 32 + e)]))
               << dtype_name(t) << (random_bytes ? " random bytes" : " quantized") << " element "
               << b * 32 + e << ": " << got << " against " << want[static_cast<size_t>(b * 32 + e)];

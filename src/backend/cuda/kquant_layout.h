@@ -235,4 +235,35 @@ PAGODA_HD int gguf_block_bytes(KType t) {
   return t == KType::kQ4K ? 144 : t == KType::kQ5K ? 176 : 210;
 }
 
+// A matrix's four device arrays (DeviceMatrix's data, high, scales and mins).
+struct Arrays {
+  uint8_t* quants;
+  uint8_t* high;
+  uint16_t* scales;
+  uint16_t* supers;
+};
+
+// Sub-block s (0, 1, ... in order) of GGUF blocks at `raw` into sub-block first_sub + s
+// of the arrays: one thread's work in the repack kernel (weights.cu).
+PAGODA_HD void repack_sub(KType t, const uint8_t* raw, int64_t s, int64_t first_sub,
+                          const Arrays& a) {
+  const uint8_t* src = raw + s / 8 * gguf_block_bytes(t);
+  const int64_t o = first_sub + s;
+  repack(t, src, static_cast<int>(s % 8), a.quants + o * 16, a.high + o * high_bytes(t),
+         a.scales + o);
+  if (s % 8 == 0) supers(t, src, &a.supers[o / 8 * 2], &a.supers[o / 8 * 2 + 1]);
+}
+
+// Element e of sub-block b, read from the arrays (the dequantization for embeddings and
+// the fp16 copies the large-batch products multiply).
+PAGODA_HD float element_at(KType t, const Arrays& a, int64_t b, int e) {
+  const uint32_t byte = a.quants[b * 16 + (e & 15)];
+  uint32_t high = 0;
+  if (t == KType::kQ5K) high = reinterpret_cast<const uint32_t*>(a.high)[b];
+  if (t == KType::kQ6K) high = reinterpret_cast<const uint32_t*>(a.high)[b * 2 + e / 16];
+  Block f;
+  set_factors(t, a.scales[b], a.supers[b / 8 * 2], a.supers[b / 8 * 2 + 1], &f);
+  return value_of(t, quant_of(t, byte, high, e), f.d, f.m, e);
+}
+
 }  // namespace pagoda::kq

@@ -42,35 +42,23 @@ __global__ void repack_q_kernel(const uint8_t* __restrict__ raw, DType type, int
   }
 }
 
+// A K-type matrix's arrays as kquant_layout.h names them.
+__host__ __device__ __forceinline__ kq::Arrays k_arrays(const DeviceMatrix& m) {
+  return {static_cast<uint8_t*>(m.data), m.high, m.scales, m.mins};
+}
+
 // One thread per 32-element sub-block of n_subs, from GGUF K blocks at `raw` (the first
 // sub-block of a GGUF block first) into sub-blocks first_sub... of the device layout.
 __global__ void repack_k_kernel(const uint8_t* __restrict__ raw, kq::KType t, int64_t n_subs,
                                 int64_t first_sub, DeviceMatrix m) {
   const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (s >= n_subs) return;
-  const uint8_t* src = raw + s / 8 * kq::gguf_block_bytes(t);
-  const int64_t o = first_sub + s;
-  const int hb = kq::high_bytes(t);
-  kq::repack(t, src, static_cast<int>(s % 8), static_cast<uint8_t*>(m.data) + o * 16,
-             m.high + o * hb, m.scales + o);
-  if (s % 8 == 0) kq::supers(t, src, &m.mins[o / 8 * 2], &m.mins[o / 8 * 2 + 1]);
-}
-
-// Element e (0..31) of a K type's sub-block `b` as f32.
-__device__ __forceinline__ float dequant_k(const DeviceMatrix& w, kq::KType t, int64_t b, int e) {
-  const uint32_t byte = static_cast<const uint8_t*>(w.data)[b * 16 + (e & 15)];
-  uint32_t high = 0;
-  if (t == kq::KType::kQ5K) high = reinterpret_cast<const uint32_t*>(w.high)[b];
-  if (t == kq::KType::kQ6K) high = reinterpret_cast<const uint32_t*>(w.high)[b * 2 + e / 16];
-  kq::Block f;
-  kq::set_factors(t, w.scales[b], w.mins[b / 8 * 2], w.mins[b / 8 * 2 + 1], &f);
-  return kq::value_of(t, kq::quant_of(t, byte, high, e), f.d, f.m, e);
+  if (s < n_subs) kq::repack_sub(t, raw, s, first_sub, k_arrays(m));
 }
 
 // Element e (0..31) of quantized block `b` as f32.
 __device__ __forceinline__ float dequant(const DeviceMatrix& w, int64_t b, int e) {
   const kq::KType kt = kq::ktype_of(w.type);
-  if (kt != kq::KType::kNone) return dequant_k(w, kt, b, e);
+  if (kt != kq::KType::kNone) return kq::element_at(kt, k_arrays(w), b, e);
   const float d = half_bits_to_float(w.scales[b]);
   if (w.type == DType::kQ8_0) return d * static_cast<const int8_t*>(w.data)[b * 32 + e];
   const uint8_t byte = static_cast<const uint8_t*>(w.data)[b * 16 + (e & 15)];
