@@ -4,10 +4,11 @@
 
 namespace pagoda {
 
-CpuExecutor::CpuExecutor(const Model& model, ThreadPool& pool, int n_blocks, int block_size)
+CpuExecutor::CpuExecutor(const Model& model, ThreadPool& pool, int n_blocks, int block_size,
+                         bool q8_kv)
     : model_(model),
       pool_(pool),
-      kv_(model.config(), n_blocks, block_size),
+      kv_(model.config(), n_blocks, block_size, q8_kv),
       ws_(model.make_workspace()) {}
 
 Status CpuExecutor::execute(const Batch& batch, float* logits) {

@@ -156,7 +156,7 @@ class EngineImpl : public Engine {
   }
 
   Result<KvBudget> load_cpu() {
-    PAGODA_RETURN_IF_ERROR(kv_cache_type(config_, /*gpu=*/false).status());
+    PAGODA_ASSIGN_OR_RETURN(const KvCacheType kv, kv_cache_type(config_, /*gpu=*/false));
     PAGODA_RETURN_IF_ERROR(fp8_weights(config_, /*gpu=*/false).status());
     pool_ = std::make_unique<ThreadPool>(config_.threads);
     auto m = Model::load(*file_, pool_.get());
@@ -164,8 +164,10 @@ class EngineImpl : public Engine {
     model_ = std::move(m).value();
     model_config_ = model_->config();
     PAGODA_RETURN_IF_ERROR(set_max_model_len(model_config_));
+    const bool q8 = kv == KvCacheType::kQ8_0;
+    if (q8) PAGODA_RETURN_IF_ERROR(KvStorage::supports_q8(model_config_));
     PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, plan_kv_pool(model_config_, config_));
-    exec_ = std::make_unique<CpuExecutor>(*model_, *pool_, budget.n_blocks, config_.block_size);
+    exec_ = std::make_unique<CpuExecutor>(*model_, *pool_, budget.n_blocks, config_.block_size, q8);
     return budget;
   }
 

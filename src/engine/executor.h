@@ -59,7 +59,9 @@ class Executor {
 // The CPU model over a KV pool of n_blocks blocks.
 class CpuExecutor : public Executor {
  public:
-  CpuExecutor(const Model& model, ThreadPool& pool, int n_blocks, int block_size);
+  // q8_kv: the 8-bit KV pool (KvStorage).
+  CpuExecutor(const Model& model, ThreadPool& pool, int n_blocks, int block_size,
+              bool q8_kv = false);
   int32_t n_vocab() const override { return model_.config().n_vocab; }
   Status execute(const Batch& batch, float* logits) override;
   // The argmax of the logits, as the host sampler takes it (first on ties): lets greedy

@@ -28,13 +28,22 @@ Result<KvCacheType> kv_cache_type(const EngineConfig& config, bool gpu) {
   if (n == "fp8" || n == "fp8_e4m3") {
     if (!gpu)
       return unsupported("--kv-cache-dtype " + n +
-                         ": the CPU backend keeps the KV cache in fp16; FP8 needs --device cuda");
+                         ": the CPU backend keeps the KV cache in fp16 or q8_0; FP8 needs "
+                         "--device cuda");
     return KvCacheType::kFp8;
+  }
+  if (n == "q8_0" || n == "int8") {
+    if (gpu)
+      return unsupported("--kv-cache-dtype " + n +
+                         ": the CUDA backend keeps the KV cache in fp16 or fp8; q8_0 is the "
+                         "CPU's");
+    return KvCacheType::kQ8_0;
   }
   if (ledger::parse_kv_dtype(n))
     return unsupported("--kv-cache-dtype " + n +
-                       " is not built: the KV cache is auto (16-bit), fp16 or fp8 (E4M3)");
-  return invalid_argument("unknown --kv-cache-dtype '" + n + "' (auto, fp16 or fp8)");
+                       " is not built: the KV cache is auto (16-bit), fp16, fp8 (E4M3, GPU) or "
+                       "q8_0 (CPU)");
+  return invalid_argument("unknown --kv-cache-dtype '" + n + "' (auto, fp16, fp8 or q8_0)");
 }
 
 Result<bool> fp8_weights(const EngineConfig& config, bool gpu) {
@@ -49,7 +58,10 @@ Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& conf
   KvBudget b;
   // The ledger's arithmetic, so `pagoda plan` states exactly what is allocated here.
   const ledger::ModelShape shape = ledger::shape_from_config(model);
-  b.bytes_per_token = ledger::kv_bytes_per_token(shape, ledger::KvDtype::kFp16);
+  PAGODA_ASSIGN_OR_RETURN(const KvCacheType kv, kv_cache_type(config, /*gpu=*/false));
+  const ledger::KvDtype dtype =
+      kv == KvCacheType::kQ8_0 ? ledger::KvDtype::kInt8 : ledger::KvDtype::kFp16;
+  b.bytes_per_token = ledger::kv_bytes_per_token(shape, dtype);
   const int64_t block_bytes = b.bytes_per_token * config.block_size;
   const int64_t max_len = config.max_model_len > 0 ? config.max_model_len : model.context_length;
   int64_t budget = config.kv_cache_memory;
@@ -64,8 +76,7 @@ Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& conf
     const int64_t blocks_per_seq = (max_len + config.block_size - 1) / config.block_size;
     budget = std::min(budget, blocks_per_seq * config.max_num_seqs * block_bytes);
   }
-  const int64_t n =
-      ledger::kv_pool_blocks(shape, ledger::KvDtype::kFp16, budget, config.block_size);
+  const int64_t n = ledger::kv_pool_blocks(shape, dtype, budget, config.block_size);
   const int64_t one_seq = (max_len + config.block_size - 1) / config.block_size;
   if (n < one_seq)
     return Status(

@@ -147,9 +147,13 @@ std::vector<WeightType> smaller_weights(const PlanInput& in) {
 
 std::vector<KvDtype> smaller_kv(const PlanInput& in) {
   std::vector<KvDtype> out;
-  // The CPU backend keeps its KV cache in fp16 only (engine kv_cache_type refuses fp8, int8
-  // and int4 there): nothing smaller can be offered.
-  if (!in.device.gpu) return out;
+  // The CPU backend keeps its KV cache in fp16 or int8 (q8_0; engine kv_cache_type refuses
+  // fp8 and int4 there).
+  if (!in.device.gpu) {
+    if (kv_vector_bytes(KvDtype::kInt8, 128) < kv_vector_bytes(in.kv_dtype, 128))
+      out.push_back(KvDtype::kInt8);
+    return out;
+  }
   for (KvDtype t : {KvDtype::kFp8, KvDtype::kInt4})
     if (kv_vector_bytes(t, 128) < kv_vector_bytes(in.kv_dtype, 128)) out.push_back(t);
   return out;

@@ -10,7 +10,7 @@ class CpuRunner : public ModelRunner {
   CpuRunner(const Model& model, ThreadPool& pool, const RunnerOptions& o)
       : model_(model),
         pool_(pool),
-        kv_(model.config(), o.n_kv_blocks, o.kv_block_size),
+        kv_(model.config(), o.n_kv_blocks, o.kv_block_size, o.kv_cache_type == KvCacheType::kQ8_0),
         ws_(model.make_workspace()),
         observer_(o.observer) {}
 

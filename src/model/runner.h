@@ -20,9 +20,10 @@ enum class DeviceKind { kCpu, kCuda };
 // "cpu" / "cuda"; false when unknown.
 bool parse_device_kind(std::string_view s, DeviceKind* out);
 
-// How the runner stores the KV cache: 16-bit floats (the CPU's fp16, the GPU's fp16), or
-// FP8 E4M3 with a scale per tensor (CUDA only).
-enum class KvCacheType : uint8_t { k16Bit, kFp8 };
+// How the runner stores the KV cache: 16-bit floats (the CPU's fp16, the GPU's fp16),
+// FP8 E4M3 with a scale per tensor (CUDA only), or 8-bit integers with an fp16 scale per 32
+// values (llama.cpp's q8_0 cache; CPU only, cpu::KvLayer).
+enum class KvCacheType : uint8_t { k16Bit, kFp8, kQ8_0 };
 
 struct RunnerOptions {
   int n_kv_blocks = 0;         // KV pool size in blocks

@@ -89,8 +89,16 @@ TEST(KvBudget, KvCacheTypesByBackend) {
     ASSERT_FALSE(cpu.is_ok()) << name;
     EXPECT_EQ(cpu.status().code(), StatusCode::kUnsupported) << name;
   }
+  // The CPU's 8-bit pool; the GPU keeps fp16 or fp8.
+  for (const char* name : {"q8_0", "int8"}) {
+    c.kv_cache_dtype = name;
+    EXPECT_EQ(*kv_cache_type(c, false), KvCacheType::kQ8_0) << name;
+    const auto gpu = kv_cache_type(c, true);
+    ASSERT_FALSE(gpu.is_ok()) << name;
+    EXPECT_EQ(gpu.status().code(), StatusCode::kUnsupported) << name;
+  }
   // Known to the ledger (`pagoda plan` sizes them) but not stored by any backend yet.
-  for (const char* name : {"bf16", "fp8_e5m2", "int8", "int4"}) {
+  for (const char* name : {"bf16", "fp8_e5m2", "int4"}) {
     c.kv_cache_dtype = name;
     const auto r = kv_cache_type(c, true);
     ASSERT_FALSE(r.is_ok()) << name;

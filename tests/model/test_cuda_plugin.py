@@ -62,8 +62,9 @@ def test_unknown_device_is_rejected(tmp_path):
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--kv-cache-dtype", "fp8",
-     "--kv-cache-dtype fp8: the CPU backend keeps the KV cache in fp16; FP8 needs --device cuda"),
-    ("--kv-cache-dtype", "int8", "--kv-cache-dtype int8 is not built"),
+     "--kv-cache-dtype fp8: the CPU backend keeps the KV cache in fp16 or q8_0; FP8 needs "
+     "--device cuda"),
+    ("--kv-cache-dtype", "int4", "--kv-cache-dtype int4 is not built"),
     ("--kv-cache-dtype", "fp4", "unknown --kv-cache-dtype 'fp4'"),
     ("--quantization", "fp8", "--quantization fp8 needs --device cuda"),
     ("--quantization", "awq", "unknown --quantization 'awq'"),

@@ -158,7 +158,8 @@ def test_suggestions_fit_when_applied(args):
 
 def test_fp8_kv_is_suggested_only_where_it_runs():
     # 8 sequences of 32K tokens of Llama-3.1-8B: bf16 KV does not fit in 48 GiB, FP8 KV
-    # would; the CPU backend keeps its KV cache in fp16 only, so a CPU plan must not offer it.
+    # would; the CPU backend keeps its KV cache in fp16 or int8 (q8_0), so a CPU plan offers
+    # int8 and never fp8 or int4.
     args = ["plan", "llama-3.1-8b", "--context", "32768", "--concurrency", "8",
             "--device-memory", "48GiB", "--json"]
     gpu = pagoda_json(*args)
@@ -168,15 +169,16 @@ def test_fp8_kv_is_suggested_only_where_it_runs():
     assert not cpu["fits"]
     assert cpu["kv_cache_dtype"] == "fp16"
     assert cpu["suggestions"], cpu["notes"]
+    assert "--kv-cache-dtype int8" in [s["flags"] for s in cpu["suggestions"]]
     for s in cpu["suggestions"]:
-        assert "--kv-cache-dtype" not in s["flags"], s
+        assert not any(f"--kv-cache-dtype {t}" in s["flags"] for t in ("fp8", "int4")), s
     # A GGUF model the CPU engine runs.
     small = pagoda_json("plan", model_path(SMOLLM2), "--device", "cpu", "--device-memory",
                         "1GiB", "--context", "8192", "--concurrency", "4", "--json")
     assert not small["fits"]
     assert small["suggestions"], small["notes"]
     for s in small["suggestions"]:
-        assert "--kv-cache-dtype" not in s["flags"], s
+        assert not any(f"--kv-cache-dtype {t}" in s["flags"] for t in ("fp8", "int4")), s
 
 
 def test_config_json_and_checkpoint_folder(tmp_path):

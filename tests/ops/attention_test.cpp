@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "model/kv_storage.h"
 #include "op_test_util.h"
 
 namespace pagoda::cpu {
@@ -28,10 +30,26 @@ struct Shape {
   int n_heads, n_kv_heads, head_dim, block_size;
 };
 
-// Plain causal attention in double over the fp16-rounded keys and values.
+// The values as a pool holds them: fp16-rounded, or (q8) through llama.cpp's Q8_0 rule
+// per 32 values of each token's head vector (quantize_row / dequantize_row).
+std::vector<float> as_stored(const Shape& sh, std::vector<float> x, bool q8) {
+  if (!q8) {
+    for (float& e : x) e = fp16_to_f32(f32_to_fp16(e));
+    return x;
+  }
+  std::vector<uint8_t> blocks(row_bytes(DType::kQ8_0, static_cast<int64_t>(x.size())));
+  EXPECT_TRUE(quantize_row(DType::kQ8_0, x.data(), blocks.data(), static_cast<int64_t>(x.size())));
+  EXPECT_TRUE(
+      dequantize_row(DType::kQ8_0, blocks.data(), x.data(), static_cast<int64_t>(x.size())));
+  (void)sh;  // rows are whole head vectors (head_dim a multiple of 32): blocks never straddle
+  return x;
+}
+
+// Plain causal attention in double over the keys and values as stored.
 std::vector<double> reference(const Shape& sh, const std::vector<float>& q,
-                              const std::vector<float>& k, const std::vector<float>& v, int n_past,
-                              int n_new, float scale) {
+                              const std::vector<float>& k_in, const std::vector<float>& v_in,
+                              int n_past, int n_new, float scale, bool q8) {
+  const std::vector<float> k = as_stored(sh, k_in, q8), v = as_stored(sh, v_in, q8);
   const int hd = sh.head_dim, group = sh.n_heads / sh.n_kv_heads, kvd = sh.n_kv_heads * hd;
   std::vector<double> out(static_cast<size_t>(n_new) * sh.n_heads * hd);
   for (int t = 0; t < n_new; ++t) {
@@ -44,7 +62,7 @@ std::vector<double> reference(const Shape& sh, const std::vector<float>& q,
         double d = 0;
         for (int e = 0; e < hd; ++e)
           d += static_cast<double>(q[(static_cast<size_t>(t) * sh.n_heads + h) * hd + e]) *
-               fp16_to_f32(f32_to_fp16(k[static_cast<size_t>(j) * kvd + g * hd + e]));
+               k[static_cast<size_t>(j) * kvd + g * hd + e];
         s[static_cast<size_t>(j)] = d * scale;
         mx = std::max(mx, s[static_cast<size_t>(j)]);
       }
@@ -53,8 +71,7 @@ std::vector<double> reference(const Shape& sh, const std::vector<float>& q,
       for (int e = 0; e < hd; ++e) {
         double acc = 0;
         for (int j = 0; j <= pos; ++j)
-          acc += s[static_cast<size_t>(j)] / z *
-                 fp16_to_f32(f32_to_fp16(v[static_cast<size_t>(j) * kvd + g * hd + e]));
+          acc += s[static_cast<size_t>(j)] / z * v[static_cast<size_t>(j) * kvd + g * hd + e];
         out[(static_cast<size_t>(t) * sh.n_heads + h) * hd + e] = acc;
       }
     }
@@ -62,10 +79,8 @@ std::vector<double> reference(const Shape& sh, const std::vector<float>& q,
   return out;
 }
 
-class AttentionTest : public ::testing::TestWithParam<Shape> {};
-
-TEST_P(AttentionTest, MatchesPlainAttentionOnEveryIsa) {
-  const Shape sh = GetParam();
+// Two sequences over one pool (16-bit, or 8-bit when q8) against the plain reference.
+void check_attention(const Shape& sh, bool q8) {
   std::mt19937 rng(1234 + sh.head_dim + sh.block_size);
   const int hd = sh.head_dim, kvd = sh.n_kv_heads * hd, qd = sh.n_heads * hd;
   const int n_blocks = 64;
@@ -86,9 +101,14 @@ TEST_P(AttentionTest, MatchesPlainAttentionOnEveryIsa) {
   }
   for (Isa isa : available_isas()) {
     IsaScope scope(isa);
-    std::vector<uint16_t> kc(static_cast<size_t>(n_blocks) * sh.block_size * kvd, 0x7e00);  // NaN
-    std::vector<uint16_t> vc(kc.size(), 0x7e00);
+    const size_t elems = static_cast<size_t>(n_blocks) * sh.block_size * kvd;
+    std::vector<uint16_t> kc(elems, 0x7e00), vc(elems, 0x7e00);  // NaN
+    std::vector<int8_t> k8(elems, -128), v8(elems, -128);
+    std::vector<uint16_t> ks(elems / 32, 0x7e00), vs(elems / 32, 0x7e00);
     KvLayer kv{kc.data(), vc.data(), sh.block_size, sh.n_kv_heads, hd};
+    if (q8)
+      kv = KvLayer{nullptr,   nullptr,   sh.block_size, sh.n_kv_heads, hd,
+                   k8.data(), v8.data(), ks.data(),     vs.data()};
     std::vector<std::vector<float>> keys(2), vals(2), qs(2);
     std::vector<AttentionSeq> batch;
     int row = 0;
@@ -116,14 +136,59 @@ TEST_P(AttentionTest, MatchesPlainAttentionOnEveryIsa) {
     attention(kv, batch.data(), 2, p, q.data(), qd, out.data(), qd, pool);
     for (int i = 0; i < 2; ++i) {
       const auto ref =
-          reference(sh, qs[i], keys[i], vals[i], seqs[i].n_past, seqs[i].n_new, p.scale);
+          reference(sh, qs[i], keys[i], vals[i], seqs[i].n_past, seqs[i].n_new, p.scale, q8);
       const float* got = out.data() + static_cast<size_t>(batch[static_cast<size_t>(i)].q_row) * qd;
       // The kernel rounds q and the softmax weights to fp16 (as llama.cpp does), a
       // relative error of up to 2^-11 per operand: nmse ~1e-7. A wrong key, block or
       // mask shows as 1e-2 or worse.
       EXPECT_LT(nmse(got, ref.data(), ref.size()), 2e-6)
-          << "isa " << isa_name(isa) << " seq " << i << " hd " << hd << " bs " << sh.block_size;
+          << "isa " << isa_name(isa) << " seq " << i << " hd " << hd << " bs " << sh.block_size
+          << (q8 ? " (8-bit pool)" : "");
     }
+  }
+}
+
+class AttentionTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(AttentionTest, MatchesPlainAttentionOnEveryIsa) {
+  check_attention(GetParam(), false);
+}
+
+// The 8-bit pool (llama.cpp's q8_0 cache) against attention over the values it holds:
+// the same bound, so its keys, values and scales are all where the kernel reads them;
+// a block of 512 tokens crosses the kernel's 256-slot scale chunks.
+TEST(AttentionQ8, MatchesPlainAttentionOverItsValuesOnEveryIsa) {
+  for (const Shape& sh : {Shape{9, 3, 64, 16}, Shape{8, 2, 128, 32}, Shape{4, 2, 64, 512}})
+    check_attention(sh, true);
+}
+
+// Copy-on-write of an 8-bit pool's block carries its values and scales: the copy, read
+// through another block table, attends exactly as the original.
+TEST(AttentionQ8, CopiedBlocksAttendAsTheOriginal) {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 64;
+  c.dim = 256;
+  KvStorage kv(c, 8, 16, true);
+  std::mt19937 rng(5);
+  const int kvd = c.n_kv_heads * c.head_dim, qd = c.n_heads * c.head_dim;
+  const std::vector<int32_t> table = {2, 5}, copied = {7, 5};
+  const auto k = random_floats(rng, 20 * static_cast<size_t>(kvd));
+  const auto v = random_floats(rng, 20 * static_cast<size_t>(kvd));
+  const auto q = random_floats(rng, static_cast<size_t>(qd));
+  ThreadPool pool(2);
+  const AttentionParams p{c.n_heads, 0.125f};
+  for (int l = 0; l < c.n_layers; ++l)
+    kv_write(kv.layer(l), {0, 20, 0, table.data()}, k.data(), v.data(), kvd);
+  kv.copy_block(2, 7);
+  for (int l = 0; l < c.n_layers; ++l) {
+    std::vector<float> a(static_cast<size_t>(qd)), b(a.size());
+    const AttentionSeq sa{0, 1, 19, table.data()}, sb{0, 1, 19, copied.data()};
+    attention(kv.layer(l), &sa, 1, p, q.data(), qd, a.data(), qd, pool);
+    attention(kv.layer(l), &sb, 1, p, q.data(), qd, b.data(), qd, pool);
+    EXPECT_EQ(a, b) << "layer " << l;
   }
 }
 

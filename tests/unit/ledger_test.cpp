@@ -374,6 +374,15 @@ TEST(LedgerKv, KvStorageMatchesTheLedger) {
     EXPECT_EQ(static_cast<int64_t>(kv.bytes()), blocks * 16 * per_token);
     EXPECT_LE(static_cast<int64_t>(kv.bytes()), budget);
     EXPECT_GT(static_cast<int64_t>(kv.bytes()) + 16 * per_token, budget);
+    // The 8-bit pool is the ledger's int8 (q8_0) KV type.
+    if (!KvStorage::supports_q8(c)) continue;
+    const int64_t per_token8 = kv_bytes_per_token(s, KvDtype::kInt8);
+    EXPECT_EQ(static_cast<int64_t>(KvStorage::bytes_per_token(c, true)), per_token8);
+    const int64_t blocks8 = kv_pool_blocks(s, KvDtype::kInt8, budget, 16);
+    KvStorage kv8(c, static_cast<int>(blocks8), 16, true);
+    EXPECT_EQ(static_cast<int64_t>(kv8.bytes()), blocks8 * 16 * per_token8);
+    EXPECT_LE(static_cast<int64_t>(kv8.bytes()), budget);
+    EXPECT_GT(blocks8, blocks * 17 / 10);  // 64 bytes per 32 values against 34
   }
 }
 
@@ -742,8 +751,12 @@ TEST(LedgerPlan, NoSmallerKvTypeIsSuggestedForTheCpu) {
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
   ASSERT_FALSE(cpu->fits);
   EXPECT_FALSE(cpu->suggestions.empty());  // a shorter context, fewer sequences
-  for (const Suggestion& s : cpu->suggestions)
-    EXPECT_EQ(s.flags.find("--kv-cache-dtype"), std::string::npos) << s.flags;
+  // The CPU's KV types are fp16 and int8 (q8_0): int8 may be offered, fp8 and int4 never.
+  const auto cpu_kv_ok = [](const std::string& f) {
+    return f.find("--kv-cache-dtype fp8") == std::string::npos &&
+           f.find("--kv-cache-dtype int4") == std::string::npos;
+  };
+  for (const Suggestion& s : cpu->suggestions) EXPECT_TRUE(cpu_kv_ok(s.flags)) << s.flags;
 
   // Nothing fits alone on a small machine: the combined search leaves the KV type alone too
   // (it offered int4-g128 weights with fp8 KV here).
@@ -751,8 +764,7 @@ TEST(LedgerPlan, NoSmallerKvTypeIsSuggestedForTheCpu) {
   in.concurrency = 2;
   auto small = make_plan(in);
   ASSERT_TRUE(small.is_ok()) << small.status().message();
-  for (const Suggestion& s : small->suggestions)
-    EXPECT_EQ(s.flags.find("--kv-cache-dtype"), std::string::npos) << s.flags;
+  for (const Suggestion& s : small->suggestions) EXPECT_TRUE(cpu_kv_ok(s.flags)) << s.flags;
 }
 
 TEST(LedgerPlan, CpuWeightSuggestionsAreGgufTypes) {

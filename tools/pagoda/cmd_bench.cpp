@@ -88,6 +88,8 @@ int cmd_bench(int argc, char** argv) {
                          args->has("--async-scheduling")};
     return bench_runner(*args->get("--model"), bc);
   }
+  if (*kv_type != KvCacheType::k16Bit)
+    return fail("bench", unsupported("the CPU bench measures the 16-bit KV cache"));
   if (depth != 0 || parallel != 1 || args->has("--async-scheduling"))
     return fail(
         "bench",

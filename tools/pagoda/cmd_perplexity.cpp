@@ -29,6 +29,8 @@ Result<Evaluated> open_runner(const std::string& path, DeviceKind device, bool t
   Evaluated e;
   PAGODA_ASSIGN_OR_RETURN(e.loaded, load(path, device == DeviceKind::kCpu, tokenizer));
   if (device == DeviceKind::kCpu) {
+    if (o.kv_cache_type == KvCacheType::kQ8_0)
+      PAGODA_RETURN_IF_ERROR(KvStorage::supports_q8(e.loaded.model->config()));
     e.runner = make_cpu_runner(*e.loaded.model, pool, o);
   } else {
     auto r = make_cuda_runner(*e.loaded.file, o);

@@ -30,7 +30,8 @@ std::vector<FlagSpec> engine_flag_specs() {
        "share of the GPU's memory for the engine; the KV pool gets what the memory ledger "
        "leaves (default 0.9)"},
       {"--kv-cache-dtype", "", true,
-       "auto (16-bit) or fp8 (E4M3, half the KV bytes; --device cuda) (default auto)"},
+       "auto (16-bit), fp8 (E4M3, half the KV bytes; --device cuda) or q8_0 (int8 with an "
+       "fp16 scale per 32 values, 0.53x the bytes; CPU) (default auto)"},
       {"--quantization", "", true,
        "fp8: the layers' float weights to FP8 E4M3 at load (--device cuda) (default none)"},
   };

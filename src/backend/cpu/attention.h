@@ -17,12 +17,25 @@ namespace pagoda::cpu {
 // ([block_size][head_dim]). block_size must be a multiple of kKvBlockQuantum.
 constexpr int kKvBlockQuantum = 16;
 
+// An 8-bit pool (llama.cpp's --cache-type-k/v q8_0 rule: each 32 values of a head's
+// vector share one fp16 scale, q = round(x / d), d = max|x| / 127) keeps int8 values where
+// the 16-bit one keeps fp16 ones, in the same places, and the scales of each (block, KV
+// head) apart: K's as [head_dim / 32][block_size] (a row per 32 dimensions, so a block
+// converts a dimension at a time), V's as [block_size][head_dim / 32]. 34 bytes per 32
+// values against 64: the pool holds 1.88x the tokens. head_dim must be a multiple of 32.
 struct KvLayer {
-  uint16_t* k = nullptr;  // fp16
+  uint16_t* k = nullptr;  // fp16 (null in an 8-bit pool)
   uint16_t* v = nullptr;  // fp16
   int block_size = 16;
   int n_kv_heads = 0;
   int head_dim = 0;
+  int8_t* k8 = nullptr;  // an 8-bit pool's values, and their scales (fp16)
+  int8_t* v8 = nullptr;
+  uint16_t* k_scale = nullptr;
+  uint16_t* v_scale = nullptr;
+  bool q8() const { return k8 != nullptr; }
+  // Start of a KV head's scales in an 8-bit pool.
+  size_t scale_offset(int32_t block, int kv_head) const { return head_offset(block, kv_head) / 32; }
   size_t head_elems() const { return static_cast<size_t>(block_size) * head_dim; }
   size_t block_elems() const { return static_cast<size_t>(n_kv_heads) * head_elems(); }
   // Start of a KV head's keys ([d][slot]) or values ([slot][d]) in a block.

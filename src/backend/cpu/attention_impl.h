@@ -22,6 +22,8 @@
 #endif
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_ref.h"
 #include "core/dtype.h"
 
 namespace pagoda::cpu::PAGODA_ATTN_NS {
@@ -68,6 +70,42 @@ inline void round_to_f16(float* x, int n) {
     f32_to_f16(x + i, h, m);
     f16_to_f32(h, x + i, m);
   }
+}
+
+// A block's keys of KV head g as f32, transposed ([d][slot]), from either pool.
+inline void keys_to_f32(const KvLayer& kv, int32_t block, int g, float* kt) {
+  const int hd = kv.head_dim, bs = kv.block_size;
+  if (!kv.q8()) {
+    f16_to_f32(kv.k + kv.head_offset(block, g), kt, hd * bs);
+    return;
+  }
+  const int8_t* q = kv.k8 + kv.head_offset(block, g);
+  const uint16_t* sc = kv.k_scale + kv.scale_offset(block, g);
+  float d[256];
+  for (int d0 = 0; d0 < hd; d0 += 32)
+    for (int j0 = 0; j0 < bs; j0 += 256) {
+      const int m = std::min(256, bs - j0);
+      f16_to_f32(sc + (d0 / 32) * bs + j0, d, m);  // these dimensions' scale of each key
+      for (int i = d0; i < d0 + 32; ++i)
+        for (int j = 0; j < m; ++j)
+          kt[i * bs + j0 + j] = d[j] * static_cast<float>(q[i * bs + j0 + j]);
+    }
+}
+
+// The first n values ([slot][d]) of a block's V for KV head g as f32, from either pool.
+inline void values_to_f32(const KvLayer& kv, int32_t block, int g, int n, float* vb) {
+  const int hd = kv.head_dim;
+  if (!kv.q8()) {
+    f16_to_f32(kv.v + kv.head_offset(block, g), vb, n * hd);
+    return;
+  }
+  const int8_t* q = kv.v8 + kv.head_offset(block, g);
+  const uint16_t* sc = kv.v_scale + kv.scale_offset(block, g);
+  for (int j = 0; j < n; ++j)
+    for (int d0 = 0; d0 < hd; d0 += 32) {
+      const float d = fp16_to_f32(sc[j * (hd / 32) + d0 / 32]);
+      for (int i = d0; i < d0 + 32; ++i) vb[j * hd + i] = d * static_cast<float>(q[j * hd + i]);
+    }
 }
 
 // Scratch for one tile, reused across calls on the same thread.
@@ -155,7 +193,7 @@ void attend_tile(const KvLayer& kv, const AttentionSeq& s, const AttentionParams
   for (int b = 0; b < n_blocks; ++b) {
     const int base = b * bs;
     const int n_valid = std::min(bs, n_keys - base);
-    f16_to_f32(kv.k + kv.head_offset(s.blocks[b], g), ts.kt.data(), hd * bs);  // [d][slot]
+    keys_to_f32(kv, s.blocks[b], g, ts.kt.data());  // [d][slot]
     for (int sub = 0; sub < n_valid; sub += kQ) {
       // Transposed keys of this 16-key quantum: kt[d][sub .. sub+16).
       alignas(64) float kq[256 * kQ];
@@ -215,7 +253,7 @@ void attend_tile(const KvLayer& kv, const AttentionSeq& s, const AttentionParams
   for (int b = 0; b < n_blocks; ++b) {
     const int base = b * bs;
     const int n_valid = std::min(bs, n_keys - base);
-    f16_to_f32(kv.v + kv.head_offset(s.blocks[b], g), ts.vb.data(), n_valid * hd);
+    values_to_f32(kv, s.blocks[b], g, n_valid, ts.vb.data());
     // Rows whose position precedes this block see none of it (their weights are 0 here);
     // rows are position-major, so they form a prefix to skip.
     int r = std::max(0, (base - s.pos0 - t0) * group);
@@ -245,6 +283,23 @@ void kv_write(const KvLayer& kv, const AttentionSeq& s, const float* k, const fl
     const int slot = pos % bs;
     for (int g = 0; g < kv.n_kv_heads; ++g) {
       const size_t off = kv.head_offset(block, g);
+      if (kv.q8()) {
+        const size_t so = kv.scale_offset(block, g);
+        const float* kr = k + t * stride + g * hd;
+        const float* vr = v + t * stride + g * hd;
+        for (int d0 = 0; d0 < hd; d0 += 32) {
+          BlockQ8_0 qk, qv;
+          quantize_block_q8_0(kr + d0, &qk);
+          quantize_block_q8_0(vr + d0, &qv);
+          kv.k_scale[so + static_cast<size_t>(d0 / 32) * bs + slot] = qk.d;
+          kv.v_scale[so + static_cast<size_t>(slot) * (hd / 32) + d0 / 32] = qv.d;
+          for (int i = 0; i < 32; ++i) {
+            kv.k8[off + static_cast<size_t>(d0 + i) * bs + slot] = qk.qs[i];
+            kv.v8[off + static_cast<size_t>(slot) * hd + d0 + i] = qv.qs[i];
+          }
+        }
+        continue;
+      }
       uint16_t kh[256];
       f32_to_f16(k + t * stride + g * hd, kh, hd);
       for (int d = 0; d < hd; ++d) kv.k[off + static_cast<size_t>(d) * bs + slot] = kh[d];

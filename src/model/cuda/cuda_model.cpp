@@ -425,6 +425,8 @@ namespace cuda {
 
 Result<std::unique_ptr<ModelRunner>> make_runner(const GgufFile& file,
                                                  const RunnerOptions& options) {
+  if (options.kv_cache_type == KvCacheType::kQ8_0)
+    return unsupported("the CUDA backend keeps the KV cache in fp16 or fp8, not q8_0");
   if (options.observer != nullptr)
     return unsupported(
         "the CUDA backend does not report its products' inputs (importance "
