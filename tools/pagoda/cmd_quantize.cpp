@@ -257,10 +257,13 @@ int cmd_quantize(int argc, char** argv) {
     // With an importance matrix entry: the weighted quantizers. Otherwise exact where
     // the target holds the values (Q4_K -> Q4_1, Q3_K -> Q6_K, Q4_0 -> Q8_0), else
     // dequantized and quantized again.
-    const auto entry = imatrix ? imatrix->values.find(t.name) : decltype(imatrix->values.end()){};
-    const bool weighted = imatrix && entry != imatrix->values.end();
+    const std::vector<float>* importance = nullptr;
+    if (imatrix)
+      if (auto it = imatrix->values.find(t.name); it != imatrix->values.end())
+        importance = &it->second;
+    const bool weighted = importance != nullptr;
     const auto t0 = std::chrono::steady_clock::now();
-    auto data = weighted ? quantize_weighted(f, t, to, entry->second, pool)
+    auto data = weighted ? quantize_weighted(f, t, to, *importance, pool)
                          : cpu::convert_matrix(t.type, f.tensor_data(t), t.n_elements() / t.ne[0],
                                                t.ne[0], to, pool, &tally);
     if (!data) return fail("quantize", data.status().with_context("converting '" + t.name + "'"));
