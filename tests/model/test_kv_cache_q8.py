@@ -14,6 +14,7 @@ from pagoda_util import SHARED, model_path, pagoda_json, run_pagoda
 
 llama_cpp = pytest.importorskip("llama_cpp")
 np = pytest.importorskip("numpy")
+from llama_ref import chunk_log_probs, kld  # noqa: E402
 
 TEXT = os.path.join(SHARED, "testdata", "text", "tinyshakespeare.txt")
 SMOL = "models/SmolLM2-135M-Instruct.Q8_0.gguf"
@@ -31,22 +32,13 @@ def text(tmp_path_factory):
 def llama_kld(path, text, **quantized):
     """Mean KL divergence of llama.cpp with the given cache types from its f16 cache."""
     fa = getattr(llama_cpp, "LLAMA_FLASH_ATTN_TYPE_ENABLED", True)
-
-    def log_probs(**kw):
-        m = llama_cpp.Llama(str(path), n_ctx=N_CTX, n_batch=N_CTX, logits_all=True, verbose=False,
-                            n_threads=2, flash_attn=fa, **kw)
-        toks = m.tokenize(text.read_bytes(), add_bos=True, special=False)
-        out = []
-        for c in range(CHUNKS):
-            m.reset()
-            m.eval(toks[c * N_CTX:(c + 1) * N_CTX])
-            z = np.array(m.scores[:N_CTX], dtype=np.float64)[N_CTX // 2:N_CTX - 1]
-            z -= z.max(axis=1, keepdims=True)
-            out.append(z - np.log(np.exp(z).sum(axis=1, keepdims=True)))
-        m.close()
-        return np.concatenate(out)
-    base, q = log_probs(), log_probs(**quantized)
-    return float((np.exp(base) * (base - q)).sum(axis=1).mean())
+    m = llama_cpp.Llama(str(path), n_ctx=N_CTX, vocab_only=True, verbose=False)
+    toks = m.tokenize(text.read_bytes(), add_bos=True, special=False)
+    m.close()
+    chunks = [toks[c * N_CTX:(c + 1) * N_CTX] for c in range(CHUNKS)]
+    base = chunk_log_probs(path, chunks, N_CTX // 2, flash_attn=fa)
+    q = chunk_log_probs(path, chunks, N_CTX // 2, flash_attn=fa, **quantized)
+    return float(kld(base, q).mean())
 
 
 def test_q8_cache_costs_what_llama_cpps_does(text):

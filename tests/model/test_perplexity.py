@@ -11,6 +11,7 @@ from pagoda_util import SHARED, model_path, pagoda_json, run_pagoda
 
 llama_cpp = pytest.importorskip("llama_cpp")
 np = pytest.importorskip("numpy")
+from llama_ref import chunk_log_probs, kld  # noqa: E402
 
 TEXT = os.path.join(SHARED, "testdata", "text", "tinyshakespeare.txt")
 STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
@@ -24,44 +25,29 @@ def text(tmp_path_factory):
     return path
 
 
-def log_softmax(z):
-    z = z - z.max(axis=1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-
-
 def reference(path, text, n_ctx, chunks, base=None):
     """llama-perplexity's procedure over llama.cpp's logits: tokens, -ln p of each scored
     token, and with a base model KL(base || model) and same-top flags per position."""
-    def open_model(p):
-        return llama_cpp.Llama(str(p), n_ctx=n_ctx, n_batch=n_ctx, logits_all=True, verbose=False,
-                               n_threads=2)
-    m = open_model(path)
+    m = llama_cpp.Llama(str(path), n_ctx=n_ctx, vocab_only=True, verbose=False)
     with open(text, "rb") as f:
         toks = m.tokenize(f.read(), add_bos=True, special=False)
     add_bos = m.metadata.get("tokenizer.ggml.add_bos_token", "true") == "true"
-    b = open_model(base) if base else None
+    bos = m.token_bos()
+    m.close()
     first = n_ctx // 2
-    nll, kld, same = [], [], []
+    batch = []
     for c in range(min(chunks, len(toks) // n_ctx)):
         chunk = list(toks[c * n_ctx:(c + 1) * n_ctx])
         if add_bos:
-            chunk[0] = m.token_bos()
-
-        def scored(model):
-            model.reset()
-            model.eval(chunk)
-            return log_softmax(np.array(model.scores[:n_ctx], dtype=np.float64))[first:n_ctx - 1]
-        lm = scored(m)
-        nxt = toks[c * n_ctx + first + 1:(c + 1) * n_ctx]
-        nll.extend(-lm[np.arange(len(nxt)), nxt])
-        if b:
-            lb = scored(b)
-            kld.extend((np.exp(lb) * (lb - lm)).sum(axis=1))
-            same.extend(lb.argmax(axis=1) == lm.argmax(axis=1))
-    m.close()
-    if b:
-        b.close()
-    return len(toks), np.array(nll), np.array(kld), np.array(same)
+            chunk[0] = bos
+        batch.append(chunk)
+    lm = chunk_log_probs(path, batch, first)
+    nxt = np.concatenate([toks[c * n_ctx + first + 1:(c + 1) * n_ctx] for c in range(len(batch))])
+    nll = -lm[np.arange(len(nxt)), nxt]
+    if not base:
+        return len(toks), nll, np.array([]), np.array([])
+    lb = chunk_log_probs(base, batch, first)
+    return len(toks), nll, kld(lb, lm), lb.argmax(axis=1) == lm.argmax(axis=1)
 
 
 @pytest.mark.parametrize("rel,n_ctx,chunks,rtol", [
