@@ -8,6 +8,7 @@
 // as 16-byte loads; the integer dot products keep the arithmetic well under the
 // memory time even at 4 bits per weight.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
@@ -446,33 +447,43 @@ Status quantize_q8(const void* x, int64_t x_stride, int n, const Q8Act& out, cud
   return launch_status("quantize_act");
 }
 
+// Calls f with std::integral_constant<DType, T> for the block types the kernels here
+// multiply; false for any other type. One list, so the unfused and fused launches agree.
+template <typename F>
+bool visit_q8_type(DType type, F&& f) {
+  switch (type) {
+    case DType::kQ8_0:
+      f(std::integral_constant<DType, DType::kQ8_0>{});
+      return true;
+    case DType::kQ4_0:
+      f(std::integral_constant<DType, DType::kQ4_0>{});
+      return true;
+    case DType::kQ4_1:
+      f(std::integral_constant<DType, DType::kQ4_1>{});
+      return true;
+    case DType::kQ4_K:
+      f(std::integral_constant<DType, DType::kQ4_K>{});
+      return true;
+    case DType::kQ5_K:
+      f(std::integral_constant<DType, DType::kQ5_K>{});
+      return true;
+    case DType::kQ6_K:
+      f(std::integral_constant<DType, DType::kQ6_K>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
 Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
                          bool accumulate, cudaStream_t stream) {
   if (w.cols % 32 != 0) return invalid_argument("quantized rows must be whole blocks");
   if (x.cols != w.cols) return invalid_argument("gemv_q8: activation width is not the matrix's");
   if (n < 1 || n > kGemvMaxTokens) return invalid_argument("gemv_q8: 1 to 8 tokens");
-  switch (w.type) {
-    case DType::kQ8_0:
-      launch<DType::kQ8_0>(w, x, n, y, y_stride, accumulate, stream);
-      break;
-    case DType::kQ4_0:
-      launch<DType::kQ4_0>(w, x, n, y, y_stride, accumulate, stream);
-      break;
-    case DType::kQ4_1:
-      launch<DType::kQ4_1>(w, x, n, y, y_stride, accumulate, stream);
-      break;
-    case DType::kQ4_K:
-      launch<DType::kQ4_K>(w, x, n, y, y_stride, accumulate, stream);
-      break;
-    case DType::kQ5_K:
-      launch<DType::kQ5_K>(w, x, n, y, y_stride, accumulate, stream);
-      break;
-    case DType::kQ6_K:
-      launch<DType::kQ6_K>(w, x, n, y, y_stride, accumulate, stream);
-      break;
-    default:
-      return unsupported("gemv_q8: weight type " + std::string(dtype_name(w.type)));
-  }
+  const bool known = visit_q8_type(w.type, [&](auto t) {
+    launch<decltype(t)::value>(w, x, n, y, y_stride, accumulate, stream);
+  });
+  if (!known) return unsupported("gemv_q8: weight type " + std::string(dtype_name(w.type)));
   return launch_status("gemv_q8");
 }
 
@@ -489,22 +500,12 @@ Status gemv_q8_fused(const DeviceMatrix& w, const void* x, float* y, bool accumu
                      const GemvFusion& f, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
     return invalid_argument("gemv_q8_fused: activations must be 16-byte aligned");
-  switch (w.type) {
-    case DType::kQ8_0:
-      return launch_fused<DType::kQ8_0>(w, x, y, accumulate, f, stream);
-    case DType::kQ4_0:
-      return launch_fused<DType::kQ4_0>(w, x, y, accumulate, f, stream);
-    case DType::kQ4_1:
-      return launch_fused<DType::kQ4_1>(w, x, y, accumulate, f, stream);
-    case DType::kQ4_K:
-      return launch_fused<DType::kQ4_K>(w, x, y, accumulate, f, stream);
-    case DType::kQ5_K:
-      return launch_fused<DType::kQ5_K>(w, x, y, accumulate, f, stream);
-    case DType::kQ6_K:
-      return launch_fused<DType::kQ6_K>(w, x, y, accumulate, f, stream);
-    default:
-      return unsupported("gemv_q8_fused: weight type " + std::string(dtype_name(w.type)));
-  }
+  Status status = unsupported("gemv_q8_fused: weight type " + std::string(dtype_name(w.type)));
+  visit_q8_type(w.type, [&](auto t) {
+    // The cast: nvcc takes the assignment's Status& for a discarded [[nodiscard]] value.
+    (void)(status = launch_fused<decltype(t)::value>(w, x, y, accumulate, f, stream));
+  });
+  return status;
 }
 
 Status gemv_q8(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float* y,
