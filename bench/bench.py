@@ -4,13 +4,17 @@ thread count, interleaved round by round in one run, reported as ratios.
 
   .venv/bin/python bench/bench.py [--models Q4_1,Q8_0,F16] [--threads 2] [--rounds 5]
   .venv/bin/python bench/bench.py --models Q4_K_M,Q3_K_M   # llama.cpp's own quantizations
+  .venv/bin/python bench/bench.py --models Q8_0 --depth 2048 --kv-cache-dtype q8_0
 
 Each round runs `pagoda bench` (one warm-up and one timed pass of each test) and the
 same tests on llama.cpp through llama-cpp-python's low-level API (llama_decode on a
 batch; no sampling, no per-token Python work beyond the call), with flash attention
 both on ("auto", llama.cpp's default) and off; llama.cpp is credited with the faster of
 the two. Tests as llama-bench defines them: pp = one prompt of P tokens into an empty
-context; tg = G single-token decode steps from an empty context. Medians over rounds.
+context; tg = G single-token decode steps from an empty context; with --depth D both
+start from D tokens of context, evaluated untimed (llama-bench -d). --kv-cache-dtype
+q8_0 gives both an 8-bit KV cache (llama.cpp's type_k = type_v = Q8_0, which needs its
+flash attention, so only "auto" runs). Medians over rounds.
 llama-cpp-python is installed into .venv on first use (it builds llama.cpp: minutes).
 """
 import argparse, ctypes, json, os, statistics, subprocess, sys, time
@@ -64,7 +68,7 @@ def silence_llama_cpp(L):
 
 
 class LlamaCpp:
-    def __init__(self, path, threads, n_ctx, flash):
+    def __init__(self, path, threads, n_ctx, flash, kv_q8=False):
         import llama_cpp as L
         self.L = L
         silence_llama_cpp(L)
@@ -79,6 +83,8 @@ class LlamaCpp:
         cp.n_threads_batch = threads
         cp.flash_attn_type = -1 if flash else 0
         cp.no_perf = True
+        if kv_q8:
+            cp.type_k = cp.type_v = 8  # GGML_TYPE_Q8_0
         self.ctx = L.llama_init_from_model(self.model, cp)
         self.batch = L.llama_batch_init(512, 0, 1)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
@@ -100,23 +106,30 @@ class LlamaCpp:
             if self.L.llama_decode(self.ctx, b) != 0:
                 raise RuntimeError("llama_decode failed")
 
-    def pp(self, tokens):
+    def fill(self, context):
         self.clear()
+        if context:
+            self.decode(context, 0)
+        return len(context)
+
+    def pp(self, tokens, context=()):
+        d = self.fill(context)
         t = time.perf_counter()
-        self.decode(tokens, 0)
+        self.decode(tokens, d)
         return len(tokens) / (time.perf_counter() - t)
 
-    def tg(self, tokens):
-        self.clear()
+    def tg(self, tokens, context=()):
+        d = self.fill(context)
         t = time.perf_counter()
         for i, tok in enumerate(tokens):
-            self.decode([tok], i)
+            self.decode([tok], d + i)
         return len(tokens) / (time.perf_counter() - t)
 
 
-def pagoda_bench(path, p, g, threads):
+def pagoda_bench(path, p, g, threads, depth=0, kv="auto"):
     out = subprocess.run([PAGODA, "bench", "-m", path, "--prompt-len", str(p), "--gen-len", str(g),
-                          "--threads", str(threads), "--repeats", "1", "--json"],
+                          "--threads", str(threads), "--repeats", "1", "--depth", str(depth),
+                          "--kv-cache-dtype", kv, "--json"],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -129,6 +142,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--gen-len", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--depth", type=int, default=0, help="tokens of context before each test")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "q8_0"])
     ap.add_argument("--bandwidth-gbs", type=float, default=74.0,
                     help="memory bandwidth for the floor column (measured: ~74 GB/s, 2 threads)")
     args = ap.parse_args()
@@ -140,9 +155,12 @@ def main():
     for name in args.models.split(","):
         path = model_file(name, tmp.name)
         rng = random.Random(1234)
-        peers = {fa: LlamaCpp(path, args.threads, max(args.prompt_len, args.gen_len) + 16, fa)
-                 for fa in (True, False)}
+        q8 = args.kv_cache_dtype == "q8_0"
+        n_ctx = args.depth + max(args.prompt_len, args.gen_len) + 16
+        peers = {fa: LlamaCpp(path, args.threads, n_ctx, fa, q8)
+                 for fa in ((True,) if q8 else (True, False))}
         vocab = peers[True].n_vocab
+        context = [rng.randrange(vocab) for _ in range(args.depth)]
         prompt = [rng.randrange(vocab) for _ in range(args.prompt_len)]
         gen = [rng.randrange(vocab) for _ in range(args.gen_len)]
         for peer in peers.values():  # warm-up
@@ -150,13 +168,14 @@ def main():
         ours_pp, ours_tg, theirs = [], [], {fa: ([], []) for fa in peers}
         bytes_per_tok = None
         for r in range(args.rounds):
-            res = pagoda_bench(path, args.prompt_len, args.gen_len, args.threads)
+            res = pagoda_bench(path, args.prompt_len, args.gen_len, args.threads, args.depth,
+                               args.kv_cache_dtype)
             ours_pp.append(res["prefill_tok_s"])
             ours_tg.append(res["decode_tok_s"])
             bytes_per_tok = res["decode_bytes_per_token"]
             for fa, peer in peers.items():
-                theirs[fa][0].append(peer.pp(prompt))
-                theirs[fa][1].append(peer.tg(gen))
+                theirs[fa][0].append(peer.pp(prompt, context))
+                theirs[fa][1].append(peer.tg(gen, context))
             print(f"  {name} round {r + 1}: pagoda pp {ours_pp[-1]:.1f} tg {ours_tg[-1]:.1f} | "
                   + " | ".join(f"llama.cpp fa={'auto' if fa else 'off'} pp {theirs[fa][0][-1]:.1f} "
                                f"tg {theirs[fa][1][-1]:.1f}" for fa in peers), file=sys.stderr)
@@ -165,8 +184,10 @@ def main():
         l_tg = max(med(theirs[fa][1]) for fa in peers)
         floor = args.bandwidth_gbs * 1e9 / bytes_per_tok
         rows.append((name, med(ours_pp), l_pp, med(ours_tg), l_tg, bytes_per_tok, floor))
-    print(f"\nthreads {args.threads}, pp{args.prompt_len}, tg{args.gen_len}, {args.rounds} rounds "
-          f"(medians); llama-cpp-python {LLAMA_CPP_VERSION}, best of flash-attn auto/off\n")
+    print(f"\nthreads {args.threads}, pp{args.prompt_len}, tg{args.gen_len}, depth {args.depth}, "
+          f"{args.kv_cache_dtype} KV cache, {args.rounds} rounds (medians); llama-cpp-python "
+          f"{LLAMA_CPP_VERSION}, " + ("flash-attn auto" if args.kv_cache_dtype == "q8_0"
+                                      else "best of flash-attn auto/off") + "\n")
     print("| model | pagoda pp tok/s | llama.cpp pp tok/s | pp ratio | pagoda tg tok/s | "
           "llama.cpp tg tok/s | tg ratio | MB read/token | tg floor tok/s | pagoda tg % of floor |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -18,8 +18,11 @@ namespace pagoda {
 
 class Session {
  public:
-  // Room for n_ctx tokens; prompts are run in chunks of at most n_batch tokens.
-  Session(const Model& model, ThreadPool& pool, int n_ctx, int n_batch = 512);
+  // Room for n_ctx tokens; prompts are run in chunks of at most n_batch tokens. kv: the
+  // cache's element type (16-bit or the CPU's 8-bit kQ8_0; KvStorage::supports_q8 says
+  // which models take the latter).
+  Session(const Model& model, ThreadPool& pool, int n_ctx, int n_batch = 512,
+          KvCacheType kv = KvCacheType::k16Bit);
 
   // Appends `tokens` to the sequence. Fills `logits` with the logits after the last
   // token (n_vocab floats), or after every token when all_logits (n x n_vocab).

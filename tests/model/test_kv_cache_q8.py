@@ -93,3 +93,28 @@ def test_a_head_size_the_q8_cache_cannot_take_is_refused(text):
                       check=False)
     assert proc.returncode != 0
     assert "multiple of 32" in proc.stderr, proc.stderr
+
+
+def test_bench_runs_at_depth_on_either_cache():
+    # `pagoda bench --depth` (llama-bench -d): each test starts from that much context,
+    # so a decode step reads the cache at depth + G/2 on average; the two caches' reads
+    # differ by the plan's bytes per token at that depth.
+    path = model_path(SMOL)
+    depth, gen = 96, 16
+    runs = {kv: pagoda_json("bench", "-m", path, "-p", 32, "-n", gen, "--depth", depth, "-r", 1, "-t", 2,
+                            "--kv-cache-dtype", kv, "--json")
+            for kv in ("auto", "q8_0")}
+    assert runs["auto"]["kv_cache"] == "f16" and runs["q8_0"]["kv_cache"] == "q8_0"
+    for r in runs.values():
+        assert r["depth"] == depth and r["decode_tok_s"] > 0 and r["prefill_tok_s"] > 0
+    plans = {kv: pagoda_json("plan", path, "--device", "cpu", "--kv-cache-dtype", kv,
+                             "--kv-cache-memory", "64MiB", "--json")["kv_bytes_per_token"]
+             for kv in ("fp16", "int8")}
+    read = runs["auto"]["decode_bytes_per_token"] - runs["q8_0"]["decode_bytes_per_token"]
+    assert read == pytest.approx((depth + gen / 2) * (plans["fp16"] - plans["int8"]), rel=1e-6)
+    stories = os.path.join(SHARED, "models", "stories260K.gguf")
+    proc = run_pagoda("bench", "-m", stories, "--kv-cache-dtype", "q8_0", "-p", 8, "-n", 8,
+                      check=False)
+    assert proc.returncode != 0 and "multiple of 32" in proc.stderr, proc.stderr
+    proc = run_pagoda("bench", "-m", path, "--depth", 8190, "-p", 8, "-n", 8, check=False)
+    assert proc.returncode != 0 and "exceed the model's context" in proc.stderr, proc.stderr

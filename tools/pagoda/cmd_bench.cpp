@@ -36,9 +36,10 @@ int cmd_bench(int argc, char** argv) {
       {"--device", "", true, "cpu or cuda (default cpu)"},
       {"--gpu", "", true, "GPU index for --device cuda (default 0)"},
       {"--depth", "", true,
-       "--device cuda: tokens already in context for the decode test (default 0)"},
+       "tokens already in context before each test, as llama-bench's -d (default 0)"},
       {"--parallel", "", true, "--device cuda: sequences decoded together (default 1)"},
-      {"--kv-cache-dtype", "", true, "auto (16-bit) or fp8 (--device cuda) (default auto)"},
+      {"--kv-cache-dtype", "", true,
+       "auto (16-bit), fp8 (--device cuda) or q8_0 (--device cpu) (default auto)"},
       {"--quantization", "", true, "fp8: layers' float weights to FP8 at load (--device cuda)"},
       {"--async-scheduling", "", false,
        "--device cuda: decode steps pipelined as the engine's --async-scheduling runs them"},
@@ -88,41 +89,49 @@ int cmd_bench(int argc, char** argv) {
                          args->has("--async-scheduling")};
     return bench_runner(*args->get("--model"), bc);
   }
-  if (*kv_type != KvCacheType::k16Bit)
-    return fail("bench", unsupported("the CPU bench measures the 16-bit KV cache"));
-  if (depth != 0 || parallel != 1 || args->has("--async-scheduling"))
-    return fail(
-        "bench",
-        unsupported("--depth, --parallel and --async-scheduling need --device cuda for now"));
+  if (parallel != 1 || args->has("--async-scheduling"))
+    return fail("bench",
+                unsupported("--parallel and --async-scheduling need --device cuda for now"));
 
   auto loaded = load(*args->get("--model"), true, false);
   if (!loaded) return fail("bench", loaded.status());
   const Model& model = *loaded->model;
   const ModelConfig& c = model.config();
-  if (std::max(P, G) > c.context_length)
+  const bool q8 = *kv_type == KvCacheType::kQ8_0;
+  if (q8)
+    if (Status s = KvStorage::supports_q8(c); !s) return fail("bench", s);
+  const int n_ctx = depth + std::max({P, G, 1});
+  if (n_ctx > c.context_length)
     return fail("bench", out_of_range(str_format("%d tokens exceed the model's context of %d",
-                                                 std::max(P, G), c.context_length)));
+                                                 n_ctx, c.context_length)));
 
   ThreadPool pool(threads);
-  Session session(model, pool, std::max({P, G, 1}), n_batch);
+  Session session(model, pool, n_ctx, n_batch, *kv_type);
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> dist(0, c.n_vocab - 1);
+  std::vector<int32_t> context(static_cast<size_t>(depth));
+  for (int32_t& t : context) t = dist(rng);
   std::vector<int32_t> prompt(static_cast<size_t>(std::max(P, G)));
   for (int32_t& t : prompt) t = dist(rng);
   std::vector<float> logits;
+  // Each test starts from `depth` tokens of context, evaluated untimed (llama-bench -d).
+  auto fill = [&]() -> Status {
+    session.reset();
+    return depth > 0 ? session.eval(context, false, &logits) : Status::ok();
+  };
 
   // One untimed warm-up of each test so page faults and first-touch costs are excluded.
   std::vector<double> pp, tg;
   for (int64_t r = 0; r <= reps; ++r) {
     if (P > 0) {
-      session.reset();
+      if (Status s = fill(); !s) return fail("bench", s);
       const double t0 = now_seconds();
       std::vector<int32_t> p(prompt.begin(), prompt.begin() + P);
       if (Status s = session.eval(p, false, &logits); !s) return fail("bench", s);
       if (r > 0) pp.push_back(P / (now_seconds() - t0));
     }
     if (G > 0) {
-      session.reset();
+      if (Status s = fill(); !s) return fail("bench", s);
       const double t0 = now_seconds();
       for (int i = 0; i < G; ++i)
         if (Status s = session.eval({prompt[static_cast<size_t>(i)]}, false, &logits); !s)
@@ -130,22 +139,23 @@ int cmd_bench(int argc, char** argv) {
       if (r > 0) tg.push_back(G / (now_seconds() - t0));
     }
   }
-  // Bytes one decode step reads: the weights, plus on average half the generated
-  // context's KV (the mean depth over the run is G/2).
-  const double kv_read = static_cast<double>(KvStorage::bytes_per_token(c)) * G / 2.0;
+  // Bytes one decode step reads: the weights, plus the KV of the context at the run's
+  // mean depth (depth + G/2).
+  const double kv_read = static_cast<double>(KvStorage::bytes_per_token(c, q8)) * (depth + G / 2.0);
   const double bytes_per_token = static_cast<double>(model.decode_weight_bytes()) + kv_read;
   const double pp_tps = pp.empty() ? 0 : median(pp), tg_tps = tg.empty() ? 0 : median(tg);
   if (args->has("--json")) {
     std::printf(
-        "{\"model\":%s,\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"repeats\":%lld,"
+        "{\"model\":%s,\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"depth\":%d,"
+        "\"kv_cache\":\"%s\",\"repeats\":%lld,"
         "\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prefill_runs\":%s,\"decode_runs\":%s,"
         "\"weight_bytes\":%zu,\"decode_bytes_per_token\":%.0f,\"load_s\":%.3f}\n",
-        json_string(*args->get("--model")).c_str(), pool.size(), P, G, static_cast<long long>(reps),
-        pp_tps, tg_tps, json_array(pp).c_str(), json_array(tg).c_str(), model.weight_bytes(),
-        bytes_per_token, loaded->load_seconds);
+        json_string(*args->get("--model")).c_str(), pool.size(), P, G, depth, q8 ? "q8_0" : "f16",
+        static_cast<long long>(reps), pp_tps, tg_tps, json_array(pp).c_str(),
+        json_array(tg).c_str(), model.weight_bytes(), bytes_per_token, loaded->load_seconds);
   } else {
-    std::printf("model %s (%s), %d threads\n", args->get("--model")->c_str(), c.name.c_str(),
-                pool.size());
+    std::printf("model %s (%s), %d threads, %s KV cache, depth %d\n", args->get("--model")->c_str(),
+                c.name.c_str(), pool.size(), q8 ? "q8_0" : "f16", depth);
     if (P > 0) std::printf("prefill pp%d: %.1f tok/s (median of %zu)\n", P, pp_tps, pp.size());
     if (G > 0) std::printf("decode  tg%d: %.1f tok/s (median of %zu)\n", G, tg_tps, tg.size());
     std::printf("bytes read per decoded token: %.1f MB\n", bytes_per_token / 1e6);

@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -72,7 +72,29 @@ inline void round_to_f16(float* x, int n) {
   }
 }
 
-// A block's keys of KV head g as f32, transposed ([d][slot]), from either pool.
+// 16 signed bytes as 16 floats. Intrinsics because GCC turns __builtin_convertvector
+// from int8 lanes into scalar code; the generic build converts a lane at a time.
+inline V16 i8x16_to_f32(const int8_t* p) {
+  V16 r;
+#if defined(__AVX512F__)
+  const __m512 f = _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  std::memcpy(&r, &f, sizeof(r));
+#elif defined(__AVX2__)
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+  std::memcpy(&r, &lo, sizeof(lo));
+  std::memcpy(reinterpret_cast<char*>(&r) + sizeof(lo), &hi, sizeof(hi));
+#else
+  for (int i = 0; i < 16; ++i) r[i] = static_cast<float>(p[i]);
+#endif
+  return r;
+}
+
+// A block's keys of KV head g as f32, transposed ([d][slot]), from either pool. In the
+// 8-bit pool each key has one scale per 32 dimensions, so a row of slots takes a vector
+// of scales (the block size is a multiple of 16).
 inline void keys_to_f32(const KvLayer& kv, int32_t block, int g, float* kt) {
   const int hd = kv.head_dim, bs = kv.block_size;
   if (!kv.q8()) {
@@ -81,14 +103,16 @@ inline void keys_to_f32(const KvLayer& kv, int32_t block, int g, float* kt) {
   }
   const int8_t* q = kv.k8 + kv.head_offset(block, g);
   const uint16_t* sc = kv.k_scale + kv.scale_offset(block, g);
-  float d[256];
+  alignas(64) float d[256];
   for (int d0 = 0; d0 < hd; d0 += 32)
     for (int j0 = 0; j0 < bs; j0 += 256) {
       const int m = std::min(256, bs - j0);
       f16_to_f32(sc + (d0 / 32) * bs + j0, d, m);  // these dimensions' scale of each key
-      for (int i = d0; i < d0 + 32; ++i)
-        for (int j = 0; j < m; ++j)
-          kt[i * bs + j0 + j] = d[j] * static_cast<float>(q[i * bs + j0 + j]);
+      for (int i = d0; i < d0 + 32; ++i) {
+        const int8_t* qi = q + i * bs + j0;
+        float* ki = kt + i * bs + j0;
+        for (int j = 0; j < m; j += 16) store16(ki + j, load16(d + j) * i8x16_to_f32(qi + j));
+      }
     }
 }
 
@@ -103,8 +127,11 @@ inline void values_to_f32(const KvLayer& kv, int32_t block, int g, int n, float*
   const uint16_t* sc = kv.v_scale + kv.scale_offset(block, g);
   for (int j = 0; j < n; ++j)
     for (int d0 = 0; d0 < hd; d0 += 32) {
-      const float d = fp16_to_f32(sc[j * (hd / 32) + d0 / 32]);
-      for (int i = d0; i < d0 + 32; ++i) vb[j * hd + i] = d * static_cast<float>(q[j * hd + i]);
+      const V16 d = splat(fp16_to_f32(sc[j * (hd / 32) + d0 / 32]));
+      const int8_t* qj = q + j * hd + d0;
+      float* vj = vb + j * hd + d0;
+      store16(vj, d * i8x16_to_f32(qj));
+      store16(vj + 16, d * i8x16_to_f32(qj + 16));
     }
 }
 
