@@ -188,23 +188,6 @@ CUDA_TEST(decode_split_keys_match_cpu) {
   }
 }
 
-// Decode steps prefetching the next product's weights into L2 (PAGODA_CUDA_PREFETCH_MB:
-// 1 MiB, a head of every matrix, from the norms; 1,024, all of each, and wo and down too
-// from prefetch kernels in the chain): the logits must stay the CPU's, eager and through
-// graphs.
-CUDA_TEST(decode_l2_prefetch_matches_cpu) {
-  std::mt19937 rng(24);
-  for (const char* mb : {"1", "1024"}) {
-    setenv("PAGODA_CUDA_PREFETCH_MB", mb, 1);
-    setenv("PAGODA_CUDA_PREFETCH_KERNELS", std::string(mb) == "1" ? "0" : "1", 1);
-    std::printf("PAGODA_CUDA_PREFETCH_MB=%s\n", mb);
-    compare_backends({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, 1e-5, rng, 6);
-    compare_backends({"llama", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, true, false}, 1e-3, rng, 6);
-    unsetenv("PAGODA_CUDA_PREFETCH_MB");
-    unsetenv("PAGODA_CUDA_PREFETCH_KERNELS");
-  }
-}
-
 // Pipelined steps (launch / collect): each decode step is queued before the previous
 // step's picks are collected, its inputs given as placeholders for those picks. The
 // tokens must be a plain runner's, step for step, greedy and sampled (the same uniforms),

@@ -155,47 +155,6 @@ CUDA_TEST(q8_outputs_match_separate_quantization) {
          "rms_norm_q8 refuses a width that is not whole blocks");
 }
 
-// The norms' L2 prefetch blocks (decode steps, PAGODA_CUDA_PREFETCH_MB) only prefetch:
-// the outputs are the bytes without them, for whole and partial matrix heads.
-CUDA_TEST(rms_norm_prefetch_leaves_the_outputs_alone) {
-  std::mt19937 rng(31);
-  const int dim = 4096;
-  for (DType type : {DType::kF16, DType::kQ4_0}) {
-    const TestMatrix m = make_matrix(rng, type, 8192, dim);
-    const size_t total = device_matrix_bytes(type, 8192, dim);
-    for (size_t want : {size_t{1000003}, size_t{1} << 30}) {
-      const L2Prefetch pf = l2_prefetch_head(m.m, want);
-      const size_t got = size_t{pf.bytes[0]} + pf.bytes[1];
-      expect(
-          pf.bytes[0] % 16 == 0 && pf.bytes[1] % 16 == 0 && got <= std::min(want, total) &&
-              got + 32 >= std::min(want, total - 512),
-          str_format("l2_prefetch_head(%s, %zu): %u + %u bytes of %zu",
-                     std::string(dtype_name(type)).c_str(), want, pf.bytes[0], pf.bytes[1], total));
-      for (int n : {1, 5}) {
-        const auto x = random_floats(rng, static_cast<size_t>(n) * dim, 3.0f);
-        const auto w = random_floats(rng, static_cast<size_t>(dim));
-        DeviceBuffer dx = to_device(x), dw = to_device(w);
-        DeviceBuffer plain = poisoned(static_cast<size_t>(n) * dim * 2),
-                     with = poisoned(plain.bytes());
-        EXPECT_OK(rms_norm(dx.as<float>(), dim, nullptr, dw.as<float>(), plain.get(), ActType::kF16,
-                           n, dim, 1e-5f, nullptr));
-        EXPECT_OK(rms_norm(dx.as<float>(), dim, nullptr, dw.as<float>(), with.get(), ActType::kF16,
-                           n, dim, 1e-5f, nullptr, nullptr, pf));
-        const size_t qb = gemv_q8_scratch_bytes(dim, n);
-        DeviceBuffer qplain = poisoned(qb), qwith = poisoned(qb);
-        EXPECT_OK(rms_norm_q8(dx.as<float>(), dim, nullptr, dw.as<float>(),
-                              q8_act_view(qplain.get(), dim, n), n, dim, 1e-5f, nullptr));
-        EXPECT_OK(rms_norm_q8(dx.as<float>(), dim, nullptr, dw.as<float>(),
-                              q8_act_view(qwith.get(), dim, n), n, dim, 1e-5f, nullptr, pf));
-        expect(to_host<uint8_t>(plain, plain.bytes()) == to_host<uint8_t>(with, with.bytes()) &&
-                   q8_bytes(qplain, dim, n) == q8_bytes(qwith, dim, n),
-               str_format("rms_norm %s n=%d prefetching %u + %u bytes: the same outputs",
-                          std::string(dtype_name(type)).c_str(), n, pf.bytes[0], pf.bytes[1]));
-      }
-    }
-  }
-}
-
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
                                   DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};

@@ -104,9 +104,7 @@ def test_bench_refuses_pipelined_decode_on_the_cpu():
 @pytest.mark.parametrize("name,value", [("PAGODA_CUDA_FUSE", "x"), ("PAGODA_CUDA_FUSE", "8"),
                                         ("PAGODA_CUDA_SPLIT_KEYS", "256k"),
                                         ("PAGODA_CUDA_GRAPHS", "off"), ("PAGODA_CUDA_PDL", "no"),
-                                        ("PAGODA_CUDA_PROFILE", "2"),
-                                        ("PAGODA_CUDA_PREFETCH_MB", "16MB"),
-                                        ("PAGODA_CUDA_PREFETCH_KERNELS", "yes")])
+                                        ("PAGODA_CUDA_PROFILE", "2")])
 def test_mistyped_cuda_switches_are_refused_before_the_load(monkeypatch, name, value):
     # These were read with atoi / a first-character test, so a typo ran (and timed) another
     # configuration; the runner checks them before it opens the device, so no GPU is needed.

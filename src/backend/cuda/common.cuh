@@ -132,31 +132,6 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-// Extra block `block` of a kernel's L2Prefetch blocks: its threads issue 8 KiB bulk
-// prefetches of the ranges, spread over all the prefetch blocks' threads.
-constexpr uint32_t kL2PrefetchChunk = 8192;
-__device__ __forceinline__ void issue_l2_prefetch(const L2Prefetch& pf, int block) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t stride = static_cast<uint32_t>(pf.blocks) * blockDim.x;
-  const uint32_t first = static_cast<uint32_t>(block) * blockDim.x + threadIdx.x;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const uint32_t chunks = (pf.bytes[r] + kL2PrefetchChunk - 1) / kL2PrefetchChunk;
-    for (uint32_t c = first; c < chunks; c += stride) {
-      const uint32_t off = c * kL2PrefetchChunk;
-      const uint32_t size = min(kL2PrefetchChunk, pf.bytes[r] - off);
-      const size_t a = __cvta_generic_to_global(static_cast<const char*>(pf.p[r]) + off);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(size) : "memory");
-    }
-  }
-#endif
-}
-// The prefetch blocks a kernel of `threads` threads a block needs for `pf`.
-inline int l2_prefetch_blocks(const L2Prefetch& pf, int threads) {
-  const uint64_t chunks = (uint64_t{pf.bytes[0]} + kL2PrefetchChunk - 1) / kL2PrefetchChunk +
-                          (uint64_t{pf.bytes[1]} + kL2PrefetchChunk - 1) / kL2PrefetchChunk;
-  return static_cast<int>((chunks + threads - 1) / threads);
-}
 
 // Whether the kernels of a step launch as programmatic dependents (Hopper and later;
 // PAGODA_CUDA_PDL=0 turns it off).

@@ -54,21 +54,6 @@ constexpr float kFp8Max = 448.0f;
 bool is_supported_device_type(DType t);
 // The activation type a product with weights of type `t` consumes.
 ActType act_type_for(DType t);
-// Weights to pull into L2 while a small kernel runs, ahead of the product that reads them
-// next: a decode step's norms and merges leave the memory idle for microseconds each.
-// The kernel's `blocks` extra blocks issue the bulk prefetches (sm_90; elsewhere nothing)
-// and exit; a hint, nothing waits for it.
-struct L2Prefetch {
-  const void* p[2] = {nullptr, nullptr};  // 16-byte aligned
-  uint32_t bytes[2] = {0, 0};             // multiples of 16
-  int blocks = 0;                         // set by the launching function
-};
-// The first `bytes` of `w` as its product reads them: its first rows (quantized types:
-// their quants and scales, in proportion; Q4_1's offsets are left to the product).
-L2Prefetch l2_prefetch_head(const DeviceMatrix& w, size_t bytes);
-// The prefetch as a kernel of its own in a step's chain, for products that no norm
-// precedes (wo after the attention, down after SiLU).
-Status l2_prefetch(L2Prefetch pf, cudaStream_t stream);
 // Device bytes of a rows x cols matrix of `t` in the layout above.
 size_t device_matrix_bytes(DType t, int64_t rows, int64_t cols);
 // Points m.data/scales/mins into `base` (device_matrix_bytes bytes).
@@ -91,7 +76,7 @@ Status embed_rows(const DeviceMatrix& table, const int32_t* tokens, int n, float
 // pass over it (Gemm::fp8_amax_slot).
 Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const float* w, void* out,
                 ActType out_type, int n, int dim, float eps, cudaStream_t stream,
-                uint32_t* amax_out = nullptr, L2Prefetch prefetch = {});
+                uint32_t* amax_out = nullptr);
 
 // out[i][j] = silu(gu[i][j]) * gu[i][ff + j], converted to out_type ([n][ff]).
 Status silu_mul(const float* gu, int n, int ff, void* out, ActType out_type, cudaStream_t stream);
@@ -113,8 +98,7 @@ struct Q8Act {
 // kernel before the product, with the same bytes as rms_norm / silu_mul to f16 followed
 // by it.
 Status rms_norm_q8(const float* x, int64_t x_stride, const int32_t* rows, const float* w,
-                   const Q8Act& out, int n, int dim, float eps, cudaStream_t stream,
-                   L2Prefetch prefetch = {});
+                   const Q8Act& out, int n, int dim, float eps, cudaStream_t stream);
 Status silu_mul_q8(const float* gu, int n, int ff, const Q8Act& out, cudaStream_t stream);
 
 // How the KV pool stores K and V: fp16, or FP8 E4M3 with one scale per tensor (the

@@ -49,14 +49,8 @@ constexpr int kHeld = 16;
 template <typename Out>
 __global__ void rms_norm_kernel(const float* __restrict__ x, int64_t x_stride,
                                 const int32_t* __restrict__ rows, const float* __restrict__ w,
-                                Out out, int dim, float eps, L2Prefetch pf) {
+                                Out out, int dim, float eps) {
   pdl_trigger();
-  // The blocks past the rows only prefetch (they need nothing the kernels before write).
-  const int n_rows = static_cast<int>(gridDim.x) - pf.blocks;
-  if (static_cast<int>(blockIdx.x) >= n_rows) {
-    issue_l2_prefetch(pf, static_cast<int>(blockIdx.x) - n_rows);
-    return;
-  }
   const int nt = static_cast<int>(blockDim.x);
   const bool held = dim <= kHeld * nt;
   float wv[kHeld], xv[kHeld];
@@ -189,26 +183,22 @@ __global__ void fill_nan_kernel(uint32_t* p, size_t n) {
 
 Status rms_norm(const float* x, int64_t x_stride, const int32_t* rows, const float* w, void* out,
                 ActType out_type, int n, int dim, float eps, cudaStream_t stream,
-                uint32_t* amax_out, L2Prefetch prefetch) {
+                uint32_t* amax_out) {
   if (n <= 0) return Status::ok();
   // A decode step normalises one row or a few: a whole SM's worth of threads each.
   const int threads = n < 64 ? 1024 : 256;
-  prefetch.blocks = l2_prefetch_blocks(prefetch, threads);
-  launch_dependent(rms_norm_kernel<ActOut>, n + prefetch.blocks, threads, stream, x, x_stride, rows,
-                   w, ActOut{out, out_type, amax_out}, dim, eps, prefetch);
+  launch_dependent(rms_norm_kernel<ActOut>, n, threads, stream, x, x_stride, rows, w,
+                   ActOut{out, out_type, amax_out}, dim, eps);
   return launch_status("rms_norm");
 }
 
 Status rms_norm_q8(const float* x, int64_t x_stride, const int32_t* rows, const float* w,
-                   const Q8Act& out, int n, int dim, float eps, cudaStream_t stream,
-                   L2Prefetch prefetch) {
+                   const Q8Act& out, int n, int dim, float eps, cudaStream_t stream) {
   if (dim % 32 != 0 || out.cols != dim)
     return invalid_argument("rms_norm_q8: rows must be whole 32-element blocks of out's width");
   if (n <= 0) return Status::ok();
   const int threads = n < 64 ? 1024 : 256;  // multiples of 32: warps hold whole blocks
-  prefetch.blocks = l2_prefetch_blocks(prefetch, threads);
-  launch_dependent(rms_norm_kernel<Q8Act>, n + prefetch.blocks, threads, stream, x, x_stride, rows,
-                   w, out, dim, eps, prefetch);
+  launch_dependent(rms_norm_kernel<Q8Act>, n, threads, stream, x, x_stride, rows, w, out, dim, eps);
   return launch_status("rms_norm_q8");
 }
 

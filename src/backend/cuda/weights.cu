@@ -2,8 +2,6 @@
 // layout (quantized blocks split into aligned quant and scale arrays; the K types as
 // kquant_layout.h says), the repacking from GGUF rows, embedding lookups, and
 // dequantization to fp16 for the GEMM path.
-#include <algorithm>
-
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kquant_layout.h"
@@ -98,14 +96,6 @@ __global__ void dequant_f16_kernel(DeviceMatrix w, __half* __restrict__ out) {
     out[i] = __float2half_rn(dequant(w, i / kQBlock, static_cast<int>(i % kQBlock)));
 }
 
-// Issues the prefetch, then waits for the kernels before: its completion implies theirs,
-// as every kernel of a step's must (launch_dependent).
-__global__ void l2_prefetch_kernel(L2Prefetch pf) {
-  pdl_trigger();
-  issue_l2_prefetch(pf, static_cast<int>(blockIdx.x));
-  pdl_wait();
-}
-
 bool is_quant(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 ||
          kq::ktype_of(t) != kq::KType::kNone;
@@ -147,43 +137,6 @@ size_t device_matrix_bytes(DType t, int64_t rows, int64_t cols) {
     default:
       return 0;
   }
-}
-
-L2Prefetch l2_prefetch_head(const DeviceMatrix& w, size_t bytes) {
-  L2Prefetch pf;
-  if (w.data == nullptr || bytes == 0) return pf;
-  const size_t n = static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols);
-  const auto floor16 = [](double b) {
-    return static_cast<uint32_t>(std::min(b, 1073741824.0)) / 16u * 16u;
-  };
-  if (is_quant(w.type) && !w.fp8) {
-    // The quants and the scales (K types: the high bits, where they have them), in
-    // proportion.
-    const kq::KType kt = kq::ktype_of(w.type);
-    const double q = static_cast<double>(w.type == DType::kQ8_0 ? n : n / 2);
-    const double s = static_cast<double>(kt == kq::KType::kNone || kt == kq::KType::kQ4K
-                                             ? n / kQBlock * 2
-                                             : n / kQBlock * kq::high_bytes(kt));
-    const double f = std::min(1.0, static_cast<double>(bytes) / (q + s));
-    pf.p[0] = w.data;
-    pf.bytes[0] = floor16(f * q);
-    pf.p[1] = kt == kq::KType::kNone || kt == kq::KType::kQ4K ? static_cast<const void*>(w.scales)
-                                                              : static_cast<const void*>(w.high);
-    pf.bytes[1] = floor16(f * s);
-  } else {
-    const size_t eb = w.fp8 ? 1 : w.type == DType::kF32 ? 4 : 2;
-    pf.p[0] = w.data;
-    pf.bytes[0] = floor16(static_cast<double>(std::min(bytes, n * eb)));
-  }
-  return pf;
-}
-
-Status l2_prefetch(L2Prefetch pf, cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  pf.blocks = l2_prefetch_blocks(pf, kThreads);
-  if (pf.blocks == 0) return Status::ok();
-  launch_dependent(l2_prefetch_kernel, pf.blocks, kThreads, stream, pf);
-  return launch_status("l2_prefetch");
 }
 
 void assign_matrix_storage(DeviceMatrix* m, void* base) {

@@ -218,13 +218,6 @@ Status CudaModel::enqueue(const Step& s) {
   };
   // Kinds of op left out of every step (PAGODA_CUDA_OMIT, timing experiments only).
   const auto kept = [this](unsigned kind) { return (omit_ & kind) == 0; };
-  // Decode steps: each norm pulls the head of the product after it into L2 while it runs
-  // (PAGODA_CUDA_PREFETCH_MB; off by default until measured).
-  const auto head = [&](const cuda::DeviceMatrix& w) {
-    return prefetch_bytes_ > 0 && n <= cuda::kGemvMaxTokens
-               ? cuda::l2_prefetch_head(w, prefetch_bytes_)
-               : cuda::L2Prefetch{};
-  };
 
   float* x = x_.as<float>();
   // Decode steps over GGUF block weights: the norm (and SiLU) write the product's 8-bit
@@ -241,7 +234,7 @@ Status CudaModel::enqueue(const Step& s) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act a, gemm.q8_input(dim, n, st));
       if (norm)
         PAGODA_RETURN_IF_ERROR(
-            cuda::rms_norm_q8(x, dim, nullptr, norm_w, a, n, c.dim, c.rms_eps, st, head(w)));
+            cuda::rms_norm_q8(x, dim, nullptr, norm_w, a, n, c.dim, c.rms_eps, st));
       mark("rms_norm");
       if (product) PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(w, a, n, y, y_stride, false, st));
     } else if (w.fp8 && n > cuda::kGemvMaxTokens) {
@@ -258,8 +251,7 @@ Status CudaModel::enqueue(const Step& s) {
     } else {
       if (norm)
         PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
-                                              cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st,
-                                              nullptr, head(w)));
+                                              cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st));
       mark("rms_norm");
       if (product)
         PAGODA_RETURN_IF_ERROR(gemm.matmul(w, xn_.get(), dim, n, y, y_stride, false, st));
@@ -306,7 +298,7 @@ Status CudaModel::enqueue(const Step& s) {
       if (kept(kOmitNorm))
         PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
                                               cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps,
-                                              st, nullptr, head(L.qkv)));
+                                              st));
       mark("rms_norm");
       if (kept(kOmitQkv))
         PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.qkv, xn_.get(), nullptr, false, fq, st));
@@ -320,7 +312,6 @@ Status CudaModel::enqueue(const Step& s) {
                                                     kv, st));
       mark("rope+kv");
     }
-    if (prefetch_kernels_) PAGODA_RETURN_IF_ERROR(cuda::l2_prefetch(head(L.wo), st));
     if (kept(kOmitAttention))
       PAGODA_RETURN_IF_ERROR(cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads,
                                              scale, attn_.get(), cuda::act_type_for(L.wo.type),
@@ -329,7 +320,6 @@ Status CudaModel::enqueue(const Step& s) {
     PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo", kOmitWo));
     PAGODA_RETURN_IF_ERROR(
         norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up", kOmitGateUp));
-    if (prefetch_kernels_) PAGODA_RETURN_IF_ERROR(cuda::l2_prefetch(head(L.down), st));
     if (q8_input(L.down) && !quantizes_input(L.down)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
       if (kept(kOmitSilu))
@@ -348,7 +338,7 @@ Status CudaModel::enqueue(const Step& s) {
   if (s.n_out == 0) return Status::ok();
   PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, s.logit_rows, output_norm_, xn_.get(),
                                         cuda::act_type_for(output_.type), s.n_out, c.dim, c.rms_eps,
-                                        st, nullptr, head(output_)));
+                                        st));
   if (kept(kOmitOutput))
     PAGODA_RETURN_IF_ERROR(
         gemm.matmul(output_, xn_.get(), dim, s.n_out, logits_.as<float>(), c.n_vocab, false, st));

@@ -253,10 +253,6 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
                                                           0, kFuseQkv | kFuseQuant));
   PAGODA_ASSIGN_OR_RETURN(const int64_t split_keys,
                           env_integer("PAGODA_CUDA_SPLIT_KEYS", 0, 0, 1 << 20));
-  PAGODA_ASSIGN_OR_RETURN(const int64_t prefetch_mb,
-                          env_integer("PAGODA_CUDA_PREFETCH_MB", 0, 0, 1024));
-  PAGODA_ASSIGN_OR_RETURN(const int64_t prefetch_kernels,
-                          env_integer("PAGODA_CUDA_PREFETCH_KERNELS", 0, 0, 1));
   PAGODA_ASSIGN_OR_RETURN(const unsigned omit, parse_omit(std::getenv("PAGODA_CUDA_OMIT")));
   if (omit) log_warn("PAGODA_CUDA_OMIT: ops left out of every step; the outputs are wrong");
   // Read where the kernels are launched (pdl_enabled); only checked here.
@@ -272,8 +268,6 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   m->fuse_ = static_cast<unsigned>(fuse);
   m->split_keys_ = static_cast<int>(split_keys);
   m->omit_ = omit;
-  m->prefetch_bytes_ = static_cast<size_t>(prefetch_mb) << 20;
-  m->prefetch_kernels_ = prefetch_kernels != 0;
   return m;
 }
 

@@ -141,13 +141,6 @@ class CudaModel : public ModelRunner {
                             kOmitWo = 16, kOmitGateUp = 32, kOmitSilu = 64, kOmitDown = 128,
                             kOmitOutput = 256;
   unsigned omit_ = 0;
-  // Bytes of the next product's weights each decode-step norm prefetches into L2
-  // (cuda::L2Prefetch): the norms leave the memory idle; 0 (the default) prefetches
-  // nothing. PAGODA_CUDA_PREFETCH_MB sets it. Not yet measured on a GPU.
-  size_t prefetch_bytes_ = 0;
-  // With it, wo and down (which no norm precedes) are prefetched the same way by a kernel
-  // of their own before the attention and SiLU. PAGODA_CUDA_PREFETCH_KERNELS=1.
-  bool prefetch_kernels_ = false;
   static Result<unsigned> parse_omit(const char* text);
   // Keys a decode KV split aims at (cuda::decode_splits_for_context), so short contexts
   // run few splits and skip the merge; 0 (the default): splits depend on the batch size
