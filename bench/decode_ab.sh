@@ -10,7 +10,7 @@
 # --quantization fp8; a llama.cpp mix name such as "Q4_K_M": an F16 file quantized by
 # `pagoda quantize` with that mix), VARIANTS (';'-separated environment
 # settings and `pagoda bench` flags, "-" for none; default "-;PAGODA_CUDA_FUSE=0"; for
-# example "-;--async-scheduling;PAGODA_CUDA_SPLIT_KEYS=256 --async-scheduling"; "omit":
+# example "-;--async-scheduling;PAGODA_CUDA_SPLIT_KEYS=0 --async-scheduling"; "omit":
 # each kind of op left out in turn), REPS (bench -r; default 3),
 # PAGODA_DATA (default ../shared), OUT_DIR (default build-gpu/ab), MODEL_DIR (default
 # /dev/shm), BUILD_DIR (default build-gpu).

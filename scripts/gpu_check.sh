@@ -197,13 +197,13 @@ for m in "F16 16 $SMOL" "fp8-weights 16 $SMOL --quantization fp8" "Q4_0 4 $SMOL_
   row "greedy 64 SmolLM2-shape $name, $par together" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_par_$name.log" | sed 's/cuda-check[^:]*: //')"
   [ $rc = 0 ] || FAILED=1
 done
-# Decode KV splits picked from the context (PAGODA_CUDA_SPLIT_KEYS): one sequence at a
-# time, so short contexts run one split and no merge, graphs keyed by the split count.
-PAGODA_CUDA_SPLIT_KEYS=256 $BIN/pagoda cuda-check -m "$SMOL" --tokens-file "$OUT_DIR/SmolLM2-F16.tokens" \
-  -n 64 > "$OUT_DIR/e2e_splitkeys.log" 2>&1
+# Decode KV splits from the batch size alone (PAGODA_CUDA_SPLIT_KEYS=0; the default picks
+# them from the context, so the runs above take one split and no merge at short contexts).
+PAGODA_CUDA_SPLIT_KEYS=0 $BIN/pagoda cuda-check -m "$SMOL" --tokens-file "$OUT_DIR/SmolLM2-F16.tokens" \
+  -n 64 > "$OUT_DIR/e2e_batchsplits.log" 2>&1
 rc=$?
-tail -n 1 "$OUT_DIR/e2e_splitkeys.log"
-row "greedy 64 SmolLM2-shape F16, split keys 256" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_splitkeys.log" | sed 's/cuda-check[^:]*: //')"
+tail -n 1 "$OUT_DIR/e2e_batchsplits.log"
+row "greedy 64 SmolLM2-shape F16, batch-only splits" "$([ $rc = 0 ] && echo pass || echo FAIL): $(tail -n 1 "$OUT_DIR/e2e_batchsplits.log" | sed 's/cuda-check[^:]*: //')"
 [ $rc = 0 ] || FAILED=1
 
 echo "== the engine on CUDA: pagoda generate --device cuda against --device cpu =="
@@ -278,15 +278,15 @@ if [ $SKIP_BENCH = 0 ]; then
     fi
     PAGODA_CUDA_PDL=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nopdl.json" 2>&1
     PAGODA_CUDA_FUSE=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nofuse.json" 2>&1
-    # Decode KV splits from the context (off by default until these rows say otherwise).
-    PAGODA_CUDA_SPLIT_KEYS=256 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_splitkeys.json" 2>&1
-    PAGODA_CUDA_SPLIT_KEYS=256 $B -p 0 -n 64 --depth 4096 -r 3 --kv-cache-dtype fp8 \
-      > "$OUT_DIR/bench_${TYPE}_tg64_d4096_fp8_splitkeys.json" 2>&1
+    # Decode KV splits from the batch size alone (the default picks them from the context).
+    PAGODA_CUDA_SPLIT_KEYS=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_batchsplits.json" 2>&1
+    PAGODA_CUDA_SPLIT_KEYS=0 $B -p 0 -n 64 --depth 4096 -r 3 --kv-cache-dtype fp8 \
+      > "$OUT_DIR/bench_${TYPE}_tg64_d4096_fp8_batchsplits.json" 2>&1
     # Pipelined decode steps (the engine's --async-scheduling): the host's time per step
     # hidden behind the queued step.
     $B -p 0 -n 128 -r 3 --async-scheduling > "$OUT_DIR/bench_${TYPE}_tg128_async.json" 2>&1
-    PAGODA_CUDA_SPLIT_KEYS=256 $B -p 0 -n 128 -r 3 --async-scheduling \
-      > "$OUT_DIR/bench_${TYPE}_tg128_async_splitkeys.json" 2>&1
+    PAGODA_CUDA_SPLIT_KEYS=0 $B -p 0 -n 128 -r 3 --async-scheduling \
+      > "$OUT_DIR/bench_${TYPE}_tg128_async_batchsplits.json" 2>&1
     $B -p 0 -n 32 --depth 512 --parallel 128 -r 3 -b 4096 --async-scheduling \
       > "$OUT_DIR/bench_${TYPE}_b128_async.json" 2>&1
     }
@@ -317,10 +317,10 @@ rows = [("pp512_tg128", "prefill 512", "prefill_tok_s"), ("pp512_tg128", "decode
         ("b128_fp8w", "decode 128 seqs, fp8 weights + KV", "decode_tok_s"),
         ("tg128_nopdl", "decode tg128 batch 1, no PDL", "decode_tok_s"),
         ("tg128_nofuse", "decode tg128 batch 1, no fused products", "decode_tok_s"),
-        ("tg128_splitkeys", "decode tg128 batch 1, split keys 256", "decode_tok_s"),
-        ("tg64_d4096_fp8_splitkeys", "decode @ 4096, fp8 KV, split keys 256", "decode_tok_s"),
+        ("tg128_batchsplits", "decode tg128 batch 1, batch-only splits", "decode_tok_s"),
+        ("tg64_d4096_fp8_batchsplits", "decode @ 4096, fp8 KV, batch-only splits", "decode_tok_s"),
         ("tg128_async", "decode tg128 batch 1, pipelined", "decode_tok_s"),
-        ("tg128_async_splitkeys", "decode tg128 batch 1, pipelined, split keys 256", "decode_tok_s"),
+        ("tg128_async_batchsplits", "decode tg128 batch 1, pipelined, batch-only splits", "decode_tok_s"),
         ("b128_async", "decode 128 seqs @ 512, pipelined", "decode_tok_s")]
 for name, label, key in rows:
     if name.endswith("_fp8w") and t != "BF16":

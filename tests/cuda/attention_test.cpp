@@ -306,7 +306,7 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
 }
 
 // One Llama-3.1-8B row (32 query, 8 KV heads) at the splits its context gets under
-// PAGODA_CUDA_SPLIT_KEYS=256.
+// the default PAGODA_CUDA_SPLIT_KEYS=256.
 void run_context_splits(int hd, bool fp8, std::mt19937& rng, ThreadPool& pool) {
   for (int ctx : {1, 100, 700, 4000}) {
     const int splits = decode_splits_for_context(1, 8, ctx, 256);

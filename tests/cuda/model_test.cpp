@@ -173,13 +173,14 @@ CUDA_TEST(model_forward_matches_cpu) {
   compare_backends({"llama", DType::kQ6_K, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
 }
 
-// Decode KV splits from the context (PAGODA_CUDA_SPLIT_KEYS, read when the runner loads):
-// with 10 keys a split, A's decode rows (context 151 on) run 16 splits until context 161,
-// then 32, each count eager once, then captured, then replayed from its graph; B's (4 on)
-// run 1. Every step's logits must still be the CPU's.
+// Decode KV splits from the context (PAGODA_CUDA_SPLIT_KEYS, read when the runner loads;
+// 0 is the batch-only rule, 256 the default that the other tests run): with 10 keys a split, A's
+// decode rows (context 151 on) run 16 splits until context 161, then 32, each count eager once,
+// then captured, then replayed from its graph; B's (4 on) run 1. Every step's logits must still be
+// the CPU's.
 CUDA_TEST(decode_split_keys_match_cpu) {
   std::mt19937 rng(23);
-  for (const char* keys : {"10", "64"}) {
+  for (const char* keys : {"0", "10", "64"}) {
     setenv("PAGODA_CUDA_SPLIT_KEYS", keys, 1);
     std::printf("PAGODA_CUDA_SPLIT_KEYS=%s\n", keys);
     compare_backends({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, 1e-5, rng, 14);

@@ -252,7 +252,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   PAGODA_ASSIGN_OR_RETURN(const int64_t fuse, env_integer("PAGODA_CUDA_FUSE", kFuseQkv | kFuseQuant,
                                                           0, kFuseQkv | kFuseQuant));
   PAGODA_ASSIGN_OR_RETURN(const int64_t split_keys,
-                          env_integer("PAGODA_CUDA_SPLIT_KEYS", 0, 0, 1 << 20));
+                          env_integer("PAGODA_CUDA_SPLIT_KEYS", 256, 0, 1 << 20));
   PAGODA_ASSIGN_OR_RETURN(const unsigned omit, parse_omit(std::getenv("PAGODA_CUDA_OMIT")));
   if (omit) log_warn("PAGODA_CUDA_OMIT: ops left out of every step; the outputs are wrong");
   // Read where the kernels are launched (pdl_enabled); only checked here.

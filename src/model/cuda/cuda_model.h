@@ -143,10 +143,10 @@ class CudaModel : public ModelRunner {
   unsigned omit_ = 0;
   static Result<unsigned> parse_omit(const char* text);
   // Keys a decode KV split aims at (cuda::decode_splits_for_context), so short contexts
-  // run few splits and skip the merge; 0 (the default): splits depend on the batch size
-  // alone (cuda::decode_splits). PAGODA_CUDA_SPLIT_KEYS sets it. Not yet measured on the
-  // H200: off until it is.
-  int split_keys_ = 0;
+  // run few splits and skip the merge; 0: splits depend on the batch size alone
+  // (cuda::decode_splits). PAGODA_CUDA_SPLIT_KEYS sets it; 256 by default (an H100's
+  // batch-1 tg128: BF16 +0.8%, Q4_0 +2.2% against 0, bench/RESULTS.md).
+  int split_keys_ = 256;
   std::unique_ptr<OpProfiler> profiler_;  // PAGODA_CUDA_PROFILE=1: time per op kind
 };
 
