@@ -98,6 +98,7 @@ int cmd_bench(int argc, char** argv) {
   const Model& model = *loaded->model;
   const ModelConfig& c = model.config();
   const bool q8 = *kv_type == KvCacheType::kQ8_0;
+  const char* kv_name = q8 ? "q8_0" : "f16";
   if (q8)
     if (Status s = KvStorage::supports_q8(c); !s) return fail("bench", s);
   const int n_ctx = depth + std::max({P, G, 1});
@@ -150,12 +151,12 @@ int cmd_bench(int argc, char** argv) {
         "\"kv_cache\":\"%s\",\"repeats\":%lld,"
         "\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prefill_runs\":%s,\"decode_runs\":%s,"
         "\"weight_bytes\":%zu,\"decode_bytes_per_token\":%.0f,\"load_s\":%.3f}\n",
-        json_string(*args->get("--model")).c_str(), pool.size(), P, G, depth, q8 ? "q8_0" : "f16",
+        json_string(*args->get("--model")).c_str(), pool.size(), P, G, depth, kv_name,
         static_cast<long long>(reps), pp_tps, tg_tps, json_array(pp).c_str(),
         json_array(tg).c_str(), model.weight_bytes(), bytes_per_token, loaded->load_seconds);
   } else {
     std::printf("model %s (%s), %d threads, %s KV cache, depth %d\n", args->get("--model")->c_str(),
-                c.name.c_str(), pool.size(), q8 ? "q8_0" : "f16", depth);
+                c.name.c_str(), pool.size(), kv_name, depth);
     if (P > 0) std::printf("prefill pp%d: %.1f tok/s (median of %zu)\n", P, pp_tps, pp.size());
     if (G > 0) std::printf("decode  tg%d: %.1f tok/s (median of %zu)\n", G, tg_tps, tg.size());
     std::printf("bytes read per decoded token: %.1f MB\n", bytes_per_token / 1e6);

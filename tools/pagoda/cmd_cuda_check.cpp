@@ -251,11 +251,10 @@ int cmd_cuda_check(int argc, char** argv) {
   int converted = 0;
   if (auto src = ledger::source_from_gguf(*loaded->file))
     converted = ledger::restate_for_cuda(&*src);
-  const bool k_quants = std::any_of(
-      loaded->file->tensors().begin(), loaded->file->tensors().end(), [](const GgufTensorInfo& t) {
-        return t.type == DType::kQ2_K || t.type == DType::kQ3_K || t.type == DType::kQ4_K ||
-               t.type == DType::kQ5_K || t.type == DType::kQ6_K;
-      });
+  // K types: the block types of 256-element super-blocks.
+  const bool k_quants =
+      std::any_of(loaded->file->tensors().begin(), loaded->file->tensors().end(),
+                  [](const GgufTensorInfo& t) { return dtype_info(t.type).block_elems == 256; });
   if (o.kv_cache_type == KvCacheType::kFp8 || o.fp8_weights || converted > 0 || k_quants) {
     int top1 = 0, outside = 0, total = 0;
     double worst = 0;

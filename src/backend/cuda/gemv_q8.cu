@@ -8,7 +8,6 @@
 // as 16-byte loads; the integer dot products keep the arithmetic well under the
 // memory time even at 4 bits per weight.
 #include <algorithm>
-#include <type_traits>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
@@ -445,34 +444,6 @@ Status quantize_q8(const void* x, int64_t x_stride, int n, const Q8Act& out, cud
   launch_dependent(quantize_act_kernel, grid, 256, stream, static_cast<const __half*>(x), x_stride,
                    nb, out);
   return launch_status("quantize_act");
-}
-
-// Calls f with std::integral_constant<DType, T> for the block types the kernels here
-// multiply; false for any other type. One list, so the unfused and fused launches agree.
-template <typename F>
-bool visit_q8_type(DType type, F&& f) {
-  switch (type) {
-    case DType::kQ8_0:
-      f(std::integral_constant<DType, DType::kQ8_0>{});
-      return true;
-    case DType::kQ4_0:
-      f(std::integral_constant<DType, DType::kQ4_0>{});
-      return true;
-    case DType::kQ4_1:
-      f(std::integral_constant<DType, DType::kQ4_1>{});
-      return true;
-    case DType::kQ4_K:
-      f(std::integral_constant<DType, DType::kQ4_K>{});
-      return true;
-    case DType::kQ5_K:
-      f(std::integral_constant<DType, DType::kQ5_K>{});
-      return true;
-    case DType::kQ6_K:
-      f(std::integral_constant<DType, DType::kQ6_K>{});
-      return true;
-    default:
-      return false;
-  }
 }
 
 Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,

@@ -1,6 +1,8 @@
 // Quantized-weight matrix-vector products on 8-bit activations (gemv_q8.cu).
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/kernels.h"
 
 namespace pagoda::cuda {
@@ -18,10 +20,36 @@ Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y,
                          bool accumulate, cudaStream_t stream);
 // Tests and benchmarks: force 1, 2 or 4 warps per row (0: the size heuristic).
 void set_gemv_q8_split_override(int split);
-// The GGUF block types these kernels take (the K types in kquant_layout.h's layout).
+// Calls f with std::integral_constant<DType, T> for each GGUF block type these kernels
+// take (the K types in kquant_layout.h's layout); false for any other type. The one list
+// of them: the launches (gemv_q8.cu) and is_q8_block_type go by it.
+template <typename F>
+bool visit_q8_type(DType type, F&& f) {
+  switch (type) {
+    case DType::kQ8_0:
+      f(std::integral_constant<DType, DType::kQ8_0>{});
+      return true;
+    case DType::kQ4_0:
+      f(std::integral_constant<DType, DType::kQ4_0>{});
+      return true;
+    case DType::kQ4_1:
+      f(std::integral_constant<DType, DType::kQ4_1>{});
+      return true;
+    case DType::kQ4_K:
+      f(std::integral_constant<DType, DType::kQ4_K>{});
+      return true;
+    case DType::kQ5_K:
+      f(std::integral_constant<DType, DType::kQ5_K>{});
+      return true;
+    case DType::kQ6_K:
+      f(std::integral_constant<DType, DType::kQ6_K>{});
+      return true;
+    default:
+      return false;
+  }
+}
 inline bool is_q8_block_type(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ4_K ||
-         t == DType::kQ5_K || t == DType::kQ6_K;
+  return visit_q8_type(t, [](auto) {});
 }
 // gemv_takes / gemv_fused (kernels.h) for those types (gemv_takes checks the epilogue).
 bool gemv_q8_takes(const DeviceMatrix& w);
