@@ -282,18 +282,25 @@ CUDA_TEST(quantized_gemv_long_rows_match_cpu) {
         std::vector<float> ref(static_cast<size_t>(n * rows));
         cpu::MatmulScratch scratch;
         cpu::matmul(*wm, x.data(), n, cols, ref.data(), rows, pool, scratch);
-        for (int split : {0, 1, 2, 4}) {  // 0: the size heuristic
-          set_gemv_q8_split_override(split);
-          DeviceBuffer dy = poisoned(static_cast<size_t>(n * rows) * 4);
-          EXPECT_OK((*gemm)->matmul(tm.m, dx.get(), cols, n, dy.as<float>(), rows, false, nullptr));
-          const auto got = to_host<float>(dy, static_cast<size_t>(n * rows));
-          expect_nmse(
-              str_format("gemv %s %lldx%lld n=%d split %d vs CPU matmul",
-                         std::string(dtype_name(type)).c_str(), static_cast<long long>(rows),
-                         static_cast<long long>(cols), n, split),
-              got.data(), ref.data(), ref.size(), cpu_bound(type));
+        // Both group sizes: 2 blocks a lane (the default) and 4 (PAGODA_CUDA_Q8_UNROLL=4).
+        for (int unroll : {2, 4}) {
+          set_gemv_q8_unroll_override(unroll);
+          for (int split : {0, 1, 2, 4}) {  // 0: the size heuristic
+            set_gemv_q8_split_override(split);
+            DeviceBuffer dy = poisoned(static_cast<size_t>(n * rows) * 4);
+            EXPECT_OK(
+                (*gemm)->matmul(tm.m, dx.get(), cols, n, dy.as<float>(), rows, false, nullptr));
+            const auto got = to_host<float>(dy, static_cast<size_t>(n * rows));
+            expect_nmse(
+                str_format("gemv %s %lldx%lld n=%d split %d, %d blocks a group vs CPU "
+                           "matmul",
+                           std::string(dtype_name(type)).c_str(), static_cast<long long>(rows),
+                           static_cast<long long>(cols), n, split, unroll),
+                got.data(), ref.data(), ref.size(), cpu_bound(type));
+          }
         }
         set_gemv_q8_split_override(0);
+        set_gemv_q8_unroll_override(0);
       }
     }
   }

@@ -14,13 +14,14 @@
 #include "backend/cuda/gemv_fusion.cuh"
 #include "backend/cuda/gemv_q8.h"
 #include "backend/cuda/kquant_layout.h"
+#include "core/env.h"
 
 namespace pagoda::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 4;
-constexpr int kUnroll = 4;
 int g_q8_split_override = 0;
+int g_q8_unroll_override = 0;
 
 // One warp per 32-element block of x: x rows [n][cols] in f16.
 __global__ void quantize_act_kernel(const __half* __restrict__ x, int64_t x_stride, int64_t nb,
@@ -215,16 +216,22 @@ __device__ __forceinline__ Q8Act q8_prologue(const __half* __restrict__ xin, int
 }
 
 // SPLIT warps share a row (as in gemv.cu) so long rows of few-row matrices still fill
-// the GPU. One token's 4-bit kernels are held to 64 registers so that 32 warps fit on an
-// SM; the compiler's own choice (72-80 registers) fitted 24. The K types, whose blocks
-// carry more state, are left the compiler's choice until measured. R: warps per block
-// (the fused kernels take 16, so that more rows share one prologue). EPI as in gemv.cu.
+// the GPU. R: warps per block (the fused kernels take 16, so that more rows share one
+// prologue). EPI as in gemv.cu. U: weight blocks a lane requests per group (two groups
+// in flight). One token's kernels are held to 64 registers, so that 32 warps fit on an
+// SM. At U = 4 only Q4_0 fitted that without spilling; Q8_0 (two 16-byte loads a block)
+// and the K types (two factors a block) took the compiler's 90-117 registers, 16-20
+// warps an SM, the fused 16-warp blocks one an SM. At U = 2 every type fits 64. Measured
+// on an H100 (bench/RESULTS.md, stop 25), batch-1 decode of the 8B shapes at U = 2
+// against 4: Q4_K_M 351 tok/s against 307, Q8_0 281 against 267, Q4_0 413 against 407.
+// PAGODA_CUDA_Q8_UNROLL=4 restores U = 4 (the 4-bit 32-element types still held to 64).
 template <DType T>
-constexpr int min_blocks(int nt, int r) {
-  return (nt == 1 && (T == DType::kQ4_0 || T == DType::kQ4_1) ? 8 : 4) * kRowsPerBlock / r;
+constexpr int min_blocks(int nt, int r, int u) {
+  return (nt == 1 && (T == DType::kQ4_0 || T == DType::kQ4_1 || u == 2) ? 8 : 4) * kRowsPerBlock /
+         r;
 }
-template <DType T, int NT, int R, int SPLIT, Pro PRO, GemvFusion::Kind EPI>
-__global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R))
+template <DType T, int NT, int R, int SPLIT, Pro PRO, GemvFusion::Kind EPI, int U>
+__global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R, U))
     gemv_q8_kernel(DeviceMatrix w, Q8Act xg, const void* __restrict__ xin, int n,
                    float* __restrict__ y, int64_t y_stride, bool accumulate, int64_t n_groups,
                    GemvFusion f) {
@@ -239,6 +246,7 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R))
   const int64_t nb = w.cols / 32;
   Q8Act x = xg;
   constexpr int kStride = kWarp * SPLIT;
+  constexpr int kUnroll = U;
   constexpr int kGroup = kUnroll * kStride;
   const int64_t b0 = lane + kWarp * part;
   // A lane's blocks go in groups of kUnroll, each requested (predicated at the row's
@@ -339,8 +347,8 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R))
   }
 }
 
-template <DType T, int NT, int R, Pro PRO, GemvFusion::Kind EPI>
-void launch_k(const DeviceMatrix& w, const Q8Act& x, const void* xin, int n, float* y,
+template <DType T, int NT, int R, Pro PRO, GemvFusion::Kind EPI, int U>
+void launch_u(const DeviceMatrix& w, const Q8Act& x, const void* xin, int n, float* y,
               int64_t y_stride, bool accumulate, int split, const GemvFusion& f,
               cudaStream_t stream) {
   const unsigned threads = R * kWarp;
@@ -354,15 +362,35 @@ void launch_k(const DeviceMatrix& w, const Q8Act& x, const void* xin, int n, flo
   };
   if (PRO != Pro::kNone && split == 0) {
     // The fused kernels: as many warps a row as balance the groups over the one wave.
-    split = fused_split(w.rows, R,
-                        resident_blocks(gemv_q8_kernel<T, NT, R, 1, PRO, EPI>, threads, smem), 4);
+    split = fused_split(
+        w.rows, R, resident_blocks(gemv_q8_kernel<T, NT, R, 1, PRO, EPI, U>, threads, smem), 4);
   }
   if (split == 1)
-    go(gemv_q8_kernel<T, NT, R, 1, PRO, EPI>, 1);
+    go(gemv_q8_kernel<T, NT, R, 1, PRO, EPI, U>, 1);
   else if (split == 2)
-    go(gemv_q8_kernel<T, NT, R, 2, PRO, EPI>, 2);
+    go(gemv_q8_kernel<T, NT, R, 2, PRO, EPI, U>, 2);
   else
-    go(gemv_q8_kernel<T, NT, R, 4, PRO, EPI>, 4);
+    go(gemv_q8_kernel<T, NT, R, 4, PRO, EPI, U>, 4);
+}
+
+// U of every block type: 2, or 4 with PAGODA_CUDA_Q8_UNROLL=4 (kept for A/B runs; the
+// runner checks the value at load), or the tests' override.
+int q8_unroll() {
+  static const int u = [] {
+    const Result<int64_t> e = env_integer("PAGODA_CUDA_Q8_UNROLL", 2, 2, 4);
+    return e.is_ok() && *e == 4 ? 4 : 2;
+  }();
+  return g_q8_unroll_override > 0 ? g_q8_unroll_override : u;
+}
+
+template <DType T, int NT, int R, Pro PRO, GemvFusion::Kind EPI>
+void launch_k(const DeviceMatrix& w, const Q8Act& x, const void* xin, int n, float* y,
+              int64_t y_stride, bool accumulate, int split, const GemvFusion& f,
+              cudaStream_t stream) {
+  if (q8_unroll() == 4)
+    launch_u<T, NT, R, PRO, EPI, 4>(w, x, xin, n, y, y_stride, accumulate, split, f, stream);
+  else
+    launch_u<T, NT, R, PRO, EPI, 2>(w, x, xin, n, y, y_stride, accumulate, split, f, stream);
 }
 
 // One warp per row, each lane with 4 or more blocks in flight, unless a row is long
@@ -422,6 +450,10 @@ size_t gemv_q8_scratch_bytes(int64_t cols, int n) {
 
 void set_gemv_q8_split_override(int split) {
   g_q8_split_override = split == 1 || split == 2 || split == 4 ? split : 0;
+}
+
+void set_gemv_q8_unroll_override(int unroll) {
+  g_q8_unroll_override = unroll == 2 || unroll == 4 ? unroll : 0;
 }
 
 Q8Act q8_act_view(void* scratch, int64_t cols, int n) {

@@ -20,6 +20,8 @@ Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y,
                          bool accumulate, cudaStream_t stream);
 // Tests and benchmarks: force 1, 2 or 4 warps per row (0: the size heuristic).
 void set_gemv_q8_split_override(int split);
+// Tests: force 2 or 4 weight blocks a lane per group (0: PAGODA_CUDA_Q8_UNROLL, else 2).
+void set_gemv_q8_unroll_override(int unroll);
 // Calls f with std::integral_constant<DType, T> for each GGUF block type these kernels
 // take (the K types in kquant_layout.h's layout); false for any other type. The one list
 // of them: the launches (gemv_q8.cu) and is_q8_block_type go by it.

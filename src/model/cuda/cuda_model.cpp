@@ -255,8 +255,11 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
                           env_integer("PAGODA_CUDA_SPLIT_KEYS", 256, 0, 1 << 20));
   PAGODA_ASSIGN_OR_RETURN(const unsigned omit, parse_omit(std::getenv("PAGODA_CUDA_OMIT")));
   if (omit) log_warn("PAGODA_CUDA_OMIT: ops left out of every step; the outputs are wrong");
-  // Read where the kernels are launched (pdl_enabled); only checked here.
+  // Read where the kernels are launched (pdl_enabled, gemv_q8's q8_unroll); only checked
+  // here.
   PAGODA_RETURN_IF_ERROR(env_integer("PAGODA_CUDA_PDL", 1, 0, 1).status());
+  PAGODA_ASSIGN_OR_RETURN(const int64_t q8_unroll, env_integer("PAGODA_CUDA_Q8_UNROLL", 2, 2, 4));
+  if (q8_unroll == 3) return invalid_argument("PAGODA_CUDA_Q8_UNROLL must be 2 or 4");
   std::unique_ptr<CudaModel> m(new CudaModel());
   m->options_ = options;
   PAGODA_ASSIGN_OR_RETURN(m->dev_, cuda::DeviceContext::open(options.device));
