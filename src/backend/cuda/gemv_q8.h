@@ -2,6 +2,7 @@
 #pragma once
 
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/kernels.h"
 
@@ -25,30 +26,14 @@ void set_gemv_q8_unroll_override(int unroll);
 // Calls f with std::integral_constant<DType, T> for each GGUF block type these kernels
 // take (the K types in kquant_layout.h's layout); false for any other type. The one list
 // of them: the launches (gemv_q8.cu) and is_q8_block_type go by it.
+template <DType... Ts, typename F>
+bool visit_dtype_among(DType type, F&& f) {
+  return ((type == Ts && (f(std::integral_constant<DType, Ts>{}), true)) || ...);
+}
 template <typename F>
 bool visit_q8_type(DType type, F&& f) {
-  switch (type) {
-    case DType::kQ8_0:
-      f(std::integral_constant<DType, DType::kQ8_0>{});
-      return true;
-    case DType::kQ4_0:
-      f(std::integral_constant<DType, DType::kQ4_0>{});
-      return true;
-    case DType::kQ4_1:
-      f(std::integral_constant<DType, DType::kQ4_1>{});
-      return true;
-    case DType::kQ4_K:
-      f(std::integral_constant<DType, DType::kQ4_K>{});
-      return true;
-    case DType::kQ5_K:
-      f(std::integral_constant<DType, DType::kQ5_K>{});
-      return true;
-    case DType::kQ6_K:
-      f(std::integral_constant<DType, DType::kQ6_K>{});
-      return true;
-    default:
-      return false;
-  }
+  return visit_dtype_among<DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
+                           DType::kQ6_K>(type, std::forward<F>(f));
 }
 inline bool is_q8_block_type(DType t) {
   return visit_q8_type(t, [](auto) {});
