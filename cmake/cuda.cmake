@@ -2,8 +2,9 @@
 # nvcc's flags) that pagoda_lib links; the host code using them is ordinary C++ in
 # src/backend/cuda/*.cpp and src/model/cuda/*.cpp. Hopper (sm_90) by default: CI compiles
 # every .cu on every run on 2 cores, so more architectures are opt-in
-# (-DCMAKE_CUDA_ARCHITECTURES="80;89;90": every kernel compiles for sm_80 and sm_89 too;
-# there programmatic dependent launch is off, and nothing has run on such a GPU yet).
+# (-DCMAKE_CUDA_ARCHITECTURES="80;89;90": every kernel compiles for sm_80 and sm_89 too,
+# which scripts/test.sh checks in a tree of its own; there programmatic dependent launch
+# is off, and nothing has run on such a GPU yet).
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES 90)
 endif()

@@ -118,6 +118,17 @@ __device__ __forceinline__ void fp8x4_to_half2x2(uint32_t w, __half2* lo, __half
   *hi = __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3));
 }
 
+// Warps an SM holds on the architecture being compiled: 48 on sm_86-sm_89 and sm_120
+// (1,536 threads), 64 on sm_80, Hopper and sm_100. Launch bounds that ask for more
+// resident blocks than that are an error there (ptxas), so kernels tuned for Hopper's 64
+// cap their minimum blocks by it.
+#if defined(__CUDA_ARCH__) && \
+    ((__CUDA_ARCH__ >= 860 && __CUDA_ARCH__ < 900) || __CUDA_ARCH__ >= 1200)
+constexpr int kMaxWarpsPerSm = 48;
+#else
+constexpr int kMaxWarpsPerSm = 64;
+#endif
+
 // Programmatic dependent launch (Hopper): each kernel of a step lets the next one launch
 // early (pdl_trigger at its start), and the next waits (pdl_wait) before it reads what
 // the earlier ones wrote; a weight product streams its first weights before waiting. The

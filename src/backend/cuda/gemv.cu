@@ -111,9 +111,10 @@ __device__ __forceinline__ float load_w1(const DeviceMatrix& w, int64_t r, int64
 }
 
 // One token's kernels over 1- and 2-byte weights are held to 32 registers, so all 64
-// warps an SM holds fit (16 blocks of 4 warps); with 34-38 registers only 12 blocks of 4
-// did, and matrices of 4,096 rows took 1.3 waves. (F32 weights would spill.)
-constexpr int kNt1BlocksPerSm = 16;
+// warps a Hopper SM holds fit (16 blocks of 4 warps); with 34-38 registers only 12 blocks
+// of 4 did, and matrices of 4,096 rows took 1.3 waves. (F32 weights would spill.) An SM
+// of 48 warps (sm_89) takes 12.
+constexpr int kNt1BlocksPerSm = kMaxWarpsPerSm / kRowsPerBlock;
 template <DType T, bool F8, int NT>
 constexpr int min_blocks() {
   return NT == 1 && (F8 || T != DType::kF32) ? kNt1BlocksPerSm : 1;
