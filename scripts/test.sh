@@ -17,7 +17,7 @@ cmake --build build -j"$JOBS"
 
 if grep -q "^PAGODA_CUDA:BOOL=ON" build/CMakeCache.txt; then
   # The main build compiles the kernels for Hopper only; sm_80 and sm_89 are opt-in
-  # (cmake/cuda.cmake). Compiling them here too (about 80 s on 2 cores) keeps that option
+  # (cmake/cuda.cmake). Compiling them here too (about 95 s on 2 cores) keeps that option
   # building: launch bounds tuned for Hopper's 64 warps an SM are an error on sm_89's 48.
   echo "== CUDA kernels for sm_80 and sm_89 =="
   cmake -S . -B build-arch -DCMAKE_BUILD_TYPE=Release -DPAGODA_CUDA=ON -DPAGODA_TESTS=OFF \
