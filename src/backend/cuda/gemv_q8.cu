@@ -446,10 +446,12 @@ Status launch_fused(const DeviceMatrix& w, const void* xin, float* y, bool accum
   return launch_status("gemv_q8_fused");
 }
 
-// The kernels index weight blocks in 32 bits (a 128256 x 16384 output matrix has 2^26).
+// The kernels index weight blocks in 32 bits, and load_block's byte offsets (up to 32
+// bytes a block, Q8_0) are 32-bit products too, so a matrix holds fewer than 2^27 blocks
+// (a 128256 x 16384 output matrix has 2^26).
 bool indices_fit(const DeviceMatrix& w) {
   return w.rows < (int64_t{1} << 31) && w.cols < (int64_t{1} << 24) &&
-         w.rows * (w.cols / 32) < (int64_t{1} << 32);
+         w.rows * (w.cols / 32) < (int64_t{1} << 27);
 }
 
 size_t round256(size_t n) {
@@ -497,7 +499,7 @@ Status quantize_q8(const void* x, int64_t x_stride, int n, const Q8Act& out, cud
 Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
                          bool accumulate, cudaStream_t stream) {
   if (w.cols % 32 != 0) return invalid_argument("quantized rows must be whole blocks");
-  if (!indices_fit(w)) return unsupported("gemv_q8: more than 2^32 blocks in one matrix");
+  if (!indices_fit(w)) return unsupported("gemv_q8: 2^27 or more blocks in one matrix");
   if (x.cols != w.cols) return invalid_argument("gemv_q8: activation width is not the matrix's");
   if (n < 1 || n > kGemvMaxTokens) return invalid_argument("gemv_q8: 1 to 8 tokens");
   const bool known = visit_q8_type(w.type, [&](auto t) {
@@ -521,7 +523,7 @@ Status gemv_q8_fused(const DeviceMatrix& w, const void* x, float* y, bool accumu
                      const GemvFusion& f, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
     return invalid_argument("gemv_q8_fused: activations must be 16-byte aligned");
-  if (!indices_fit(w)) return unsupported("gemv_q8_fused: more than 2^32 blocks in one matrix");
+  if (!indices_fit(w)) return unsupported("gemv_q8_fused: 2^27 or more blocks in one matrix");
   Status status = unsupported("gemv_q8_fused: weight type " + std::string(dtype_name(w.type)));
   visit_q8_type(w.type, [&](auto t) {
     // The cast: nvcc takes the assignment's Status& for a discarded [[nodiscard]] value.
