@@ -16,7 +16,8 @@
 # (skip the `pagoda bench` runs), THROUGHPUT_KV (KV cache types of the offline runs;
 # default "fp8 auto"), THROUGHPUT_REQUESTS (offline throughput run; default
 # 1000, 0 skips), THROUGHPUT_SEQS / THROUGHPUT_TOKENS (its --max-num-seqs and
-# --max-num-batched-tokens), THROUGHPUT_TIMEOUT (seconds; default 400), PEERS=0 (skip
+# --max-num-batched-tokens), THROUGHPUT_BLOCK_SIZE (its --block-size: tokens a KV
+# block; default 16), THROUGHPUT_TIMEOUT (seconds; default 400), PEERS=0 (skip
 # bench/peer_transformers.py, run when torch and transformers import, and the llama.cpp
 # peer, run when LLAMACPP_SRC holds bench/fetch_llamacpp.sh's tree; default
 # build-peers/llama.cpp), LLAMACPP_TIMEOUT (seconds for its build and runs; default 900).
@@ -355,12 +356,13 @@ PY
           --kv-cache-dtype ${kv%-async} $([ $kv = fp8-async ] && echo --async-scheduling) \
           --input "$MODEL_DIR/tp_in.jsonl" --output "$MODEL_DIR/tp_out.jsonl" \
           --stats-json "$OUT_DIR/throughput_${TYPE}_$kv.json" --quiet --max-num-seqs $seqs \
-          --max-num-batched-tokens ${THROUGHPUT_TOKENS:-8192} > "$OUT_DIR/throughput_${TYPE}_$kv.log" 2>&1
+          --max-num-batched-tokens ${THROUGHPUT_TOKENS:-8192} --block-size ${THROUGHPUT_BLOCK_SIZE:-16} \
+          > "$OUT_DIR/throughput_${TYPE}_$kv.log" 2>&1
         rc=$?
         grep -h "plan .* GiB" "$OUT_DIR/throughput_${TYPE}_$kv.log" | tail -n 1
-        python3 - "$OUT_DIR/throughput_${TYPE}_$kv.json" "$N" "$rc" "$kv" "$seqs" <<'PY' | tee -a "$SUMMARY"
+        python3 - "$OUT_DIR/throughput_${TYPE}_$kv.json" "$N" "$rc" "$kv" "$seqs" "${THROUGHPUT_BLOCK_SIZE:-16}" <<'PY' | tee -a "$SUMMARY"
 import json, sys
-label = f"8B BF16 offline {sys.argv[2]}x1000/1000, {sys.argv[4]} KV, {sys.argv[5]} seqs"
+label = f"8B BF16 offline {sys.argv[2]}x1000/1000, {sys.argv[4]} KV, {sys.argv[5]} seqs, bs {sys.argv[6]}"
 try:
     d = json.load(open(sys.argv[1]))
     print(f"{label:44s} {d['output_tokens_per_s']:10.1f} out tok/s "

@@ -207,10 +207,11 @@ struct AttnCase {
   int splits;           // 0: auto
   ActType out;
   bool fp8 = false;  // FP8 E4M3 pool with kFp8KScale / kFp8VScale
+  int bs = 16;       // tokens a KV block (--block-size)
 };
 
 void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool) {
-  const int bs = 16, hd = ac.hd;
+  const int bs = ac.bs, hd = ac.hd;
   int total_blocks = 0;
   for (const SeqSpec& s : ac.seqs) total_blocks += (s.pos0 + s.n_q + bs - 1) / bs;
   total_blocks += 7;
@@ -299,9 +300,9 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
   // fp16 operands on both sides; the CPU rounds normalised softmax weights to fp16, the
   // tensor-core kernel unnormalised ones, the decode kernel none: differences ~1e-7.
   const double bound = ac.out == ActType::kBF16 ? 5e-5 : 1e-5;
-  expect_nmse(str_format("attention h%d/kv%d d%d %s splits %d %s%s:%s", ac.n_heads, ac.n_kv, hd,
-                         ac.prefill_kernel ? "tc" : "rows", ac.splits, act_name(ac.out),
-                         ac.fp8 ? " fp8 kv" : "", seqs.c_str()),
+  expect_nmse(str_format("attention h%d/kv%d d%d %s splits %d %s%s bs %d:%s", ac.n_heads, ac.n_kv,
+                         hd, ac.prefill_kernel ? "tc" : "rows", ac.splits, act_name(ac.out),
+                         ac.fp8 ? " fp8 kv" : "", bs, seqs.c_str()),
               got.data(), ref.data(), ref.size(), bound);
 }
 
@@ -384,6 +385,27 @@ CUDA_TEST(attention_fp8_kv_matches_cpu) {
   set_decode_tensor_cores(true);
   g_decode_mma = true;
   set_decode_fp8_unroll(8);
+}
+
+// KV blocks of 32, 64 and 256 tokens (--block-size): a sequence's keys then run longer
+// between block-table lookups, and a key tile may sit inside one block or cross several.
+CUDA_TEST(attention_other_block_sizes_match_cpu) {
+  std::mt19937 rng(13);
+  ThreadPool pool(4);
+  const std::vector<SeqSpec> mixed = {{0, 1}, {37, 1}, {300, 1}, {1000, 2}, {37, 29}, {0, 130}};
+  for (bool mma : {true, false}) {
+    set_decode_tensor_cores(mma);
+    g_decode_mma = mma;
+    for (int bs : {32, 64, 256}) {
+      for (bool fp8 : {false, true}) {
+        run_attention_case({32, 8, 128, mixed, true, 0, ActType::kF32, fp8, bs}, rng, pool);
+        run_attention_case({8, 2, 64, mixed, false, 7, ActType::kBF16, fp8, bs}, rng, pool);
+        run_attention_case({32, 8, 128, {{4000, 1}}, false, 0, ActType::kF32, fp8, bs}, rng, pool);
+      }
+    }
+  }
+  set_decode_tensor_cores(true);
+  g_decode_mma = true;
 }
 
 }  // namespace
