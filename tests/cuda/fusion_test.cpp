@@ -140,7 +140,42 @@ RopeParams rope_params(const Shape& s) {
 }
 
 // qkv + RoPE + KV store after the norm: fused against matmul, rope_qkv_store.
-void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv_type, bool bias) {
+// The norm's input as a folded norm hands it to the product after it (GemvFusion's
+// norm_out and norm_ss), made on the host: x * w in the activation type, and the sum of
+// squares in fixed point, all in the first slot (the kernels sum the slots).
+struct FoldedInput {
+  DeviceBuffer act, ss;
+};
+FoldedInput fold_on_host(const std::vector<float>& x, const std::vector<float>& norm_w,
+                         ActType at) {
+  std::vector<float> xw(x.size());
+  unsigned long long sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    xw[i] = x[i] * norm_w[i];
+    sum +=
+        static_cast<unsigned long long>(std::llrint(static_cast<double>(x[i] * x[i]) * kNormFixed));
+  }
+  std::vector<unsigned long long> slots(kNormBytes / 8, 0);
+  slots[0] = sum;
+  return {to_device(encode_act(xw, at)), to_device(slots)};
+}
+GemvFusion reading_norm(const FoldedInput& in, int dim) {
+  GemvFusion f;
+  f.in_ss = in.ss.as<unsigned long long>();
+  f.in_dim = dim;
+  f.in_eps = 1e-5f;
+  return f;
+}
+// A folded norm's product against the norm's kernel and the plain product: the 16-bit
+// activations round x * w rather than the normalised x * w, so each moves by up to a
+// rounding (bf16: 2^-9), and 8-bit blocks quantized from them may move a step.
+double folded_bound(WType t) {
+  if (is_q8_block_type(t.type)) return 3e-4;
+  return act_type_for(t.type) == ActType::kBF16 ? 2e-5 : 1e-6;
+}
+
+void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv_type, bool bias,
+               bool folded = false) {
   const int qd = s.n_heads * s.hd, kvd = s.n_kv * s.hd, width = qd + 2 * kvd;
   const auto w = make_weights(rng, t, width, s.dim);
   const ActType at = act_type_for(t.type);
@@ -167,7 +202,8 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
   EXPECT_OK(rope_qkv_store(qkv.as<float>(), bias ? dbias.as<float>() : nullptr, p, cs.as<float>(),
                            row.db(), q_sep.as<uint16_t>(), sep.view, nullptr));
 
-  GemvFusion f;
+  const FoldedInput in = fold_on_host(x, norm_w, at);
+  GemvFusion f = folded ? reading_norm(in, s.dim) : GemvFusion{};
   f.kind = GemvFusion::kRopeKv;
   f.bias = bias ? dbias.as<float>() : nullptr;
   f.rope = p;
@@ -175,15 +211,16 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
   f.batch = row.db();
   f.q_out = q_fus.as<uint16_t>();
   f.kv = fus.view;
-  const std::string name =
-      str_format("fused qkv+rope %s %dx%d %s KV%s", type_name(t).c_str(), width, s.dim,
-                 kv_type == KvType::kF16 ? "fp16" : "fp8", bias ? " bias" : "");
+  const std::string name = str_format("fused qkv+rope %s %dx%d %s KV%s%s", type_name(t).c_str(),
+                                      width, s.dim, kv_type == KvType::kF16 ? "fp16" : "fp8",
+                                      bias ? " bias" : "", folded ? ", norm folded in" : "");
   if (!gemv_takes(w->m, 1, f)) return fail(name + ": gemv_takes refused it");
-  EXPECT_OK(gemv_fused(w->m, xn.get(), nullptr, false, f, nullptr));
+  EXPECT_OK(gemv_fused(w->m, folded ? in.act.get() : xn.get(), nullptr, false, f, nullptr));
+  const double bound = folded ? folded_bound(t) : bound_for(at);
 
   const auto qs = pool_values(q_sep, KvType::kF16, 1, static_cast<size_t>(qd));
   const auto qf = pool_values(q_fus, KvType::kF16, 1, static_cast<size_t>(qd));
-  expect_nmse(name + ": q", qf.data(), qs.data(), qs.size(), bound_for(at));
+  expect_nmse(name + ": q", qf.data(), qs.data(), qs.size(), bound);
   // The whole pools: the row's slot as the separate kernels wrote it, every other slot
   // as it was.
   for (int kv_i = 0; kv_i < 2; ++kv_i) {
@@ -192,7 +229,7 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
     const auto pf = pool_values(kv_i == 0 ? fus.k : fus.v, kv_type, scale, pool_elems);
     // FP8: a value within a rounding of an E4M3 midpoint may land one step away.
     expect_nmse(name + (kv_i == 0 ? ": K pool" : ": V pool"), pf.data(), ps.data(), ps.size(),
-                kv_type == KvType::kF16 ? bound_for(at) : 1e-4);
+                kv_type == KvType::kF16 ? bound : std::max(bound, 1e-4));
     const auto bytes = to_host<uint8_t>(kv_i == 0 ? fus.k : fus.v, fill.size());
     const size_t eb = kv_elem_bytes(kv_type);
     size_t changed_elsewhere = 0;
@@ -230,6 +267,91 @@ void check_store(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t) {
   // f32 sums of the same products, perhaps in another order (one warp a row where the
   // plain kernel may give a long row four).
   expect_nmse(name, yf.data(), ys.data(), ys.size(), 1e-10);
+}
+
+// A product adding to the residual that also hands the next norm its input
+// (GemvFusion::norm_*): the residual as the plain product leaves it, the norm's input
+// exactly x * w in `at` and the slots exactly the fixed-point squares (integer sums: the
+// same in any order), both computed on the host from the residual the GPU left.
+void check_norm_store(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, ActType at) {
+  const int unit = dtype_info(t.type).block_elems > 32 ? 256 : 32;
+  const int cols = s.ff / unit * unit, rows = s.dim;
+  const auto w = make_weights(rng, t, rows, cols);
+  const auto y0 = random_floats(rng, static_cast<size_t>(rows));
+  const auto norm_w = random_floats(rng, static_cast<size_t>(rows));
+  const ActType in_t = is_q8_block_type(t.type) ? ActType::kF16 : act_type_for(t.type);
+  DeviceBuffer y_sep = to_device(y0), y_fus = to_device(y0), dnw = to_device(norm_w);
+  DeviceBuffer dx = to_device(encode_act(random_floats(rng, static_cast<size_t>(cols)), in_t));
+  DeviceBuffer out = poisoned(static_cast<size_t>(rows) * act_bytes(at));
+  DeviceBuffer ss = to_device(std::vector<unsigned long long>(kNormBytes / 8, 0));
+  if (is_q8_block_type(t.type))
+    EXPECT_OK(gemv_fused(w->m, dx.get(), y_sep.as<float>(), true, GemvFusion{}, nullptr));
+  else
+    EXPECT_OK(gemm.matmul(w->m, dx.get(), cols, 1, y_sep.as<float>(), rows, true, nullptr));
+  GemvFusion f;
+  f.norm_w = dnw.as<float>();
+  f.norm_out = out.get();
+  f.norm_out_type = at;
+  f.norm_ss = ss.as<unsigned long long>();
+  const std::string name = str_format("%s %dx%d storing the next norm's %s input",
+                                      type_name(t).c_str(), rows, cols, act_name(at));
+  if (!gemv_takes(w->m, 1, f)) return fail(name + ": gemv_takes refused it");
+  EXPECT_OK(gemv_fused(w->m, dx.get(), y_fus.as<float>(), true, f, nullptr));
+  const auto ys = to_host<float>(y_sep, static_cast<size_t>(rows));
+  const auto yf = to_host<float>(y_fus, static_cast<size_t>(rows));
+  expect_nmse(name + ": the residual", yf.data(), ys.data(), ys.size(), 1e-10);
+  std::vector<float> xw(yf.size());
+  std::vector<unsigned long long> want(kNormBytes / 8, 0);
+  for (size_t i = 0; i < yf.size(); ++i) {
+    xw[i] = yf[i] * norm_w[i];
+    want[i % kNormSlots * kNormSlotStride] += static_cast<unsigned long long>(
+        std::llrint(static_cast<double>(yf[i] * yf[i]) * kNormFixed));
+  }
+  const auto got = to_host<uint8_t>(out, static_cast<size_t>(rows) * act_bytes(at));
+  expect(got == encode_act(xw, at), name + ": x * w differs from the host's");
+  expect(to_host<unsigned long long>(ss, kNormBytes / 8) == want,
+         name + ": sums of squares differ from the host's");
+}
+
+// A plain one-token product (gate_up) reading a folded norm's input, against rms_norm and
+// the product.
+void check_norm_read(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t) {
+  const int rows = 2 * s.ff;
+  const auto w = make_weights(rng, t, rows, s.dim);
+  const ActType at = act_type_for(t.type);
+  const auto x = random_floats(rng, static_cast<size_t>(s.dim), 3.0f);
+  const auto norm_w = random_floats(rng, static_cast<size_t>(s.dim));
+  DeviceBuffer dx = to_device(x), dnw = to_device(norm_w);
+  DeviceBuffer xn = poisoned(static_cast<size_t>(s.dim) * act_bytes(at));
+  DeviceBuffer y_sep = poisoned(static_cast<size_t>(rows) * 4),
+               y_fus = poisoned(static_cast<size_t>(rows) * 4);
+  EXPECT_OK(rms_norm(dx.as<float>(), s.dim, nullptr, dnw.as<float>(), xn.get(), at, 1, s.dim, 1e-5f,
+                     nullptr));
+  EXPECT_OK(gemm.matmul(w->m, xn.get(), s.dim, 1, y_sep.as<float>(), rows, false, nullptr));
+  const FoldedInput in = fold_on_host(x, norm_w, at);
+  const GemvFusion f = reading_norm(in, s.dim);
+  const std::string name =
+      str_format("%s %dx%d reading a folded norm's input", type_name(t).c_str(), rows, s.dim);
+  if (!gemv_takes(w->m, 1, f)) return fail(name + ": gemv_takes refused it");
+  EXPECT_OK(gemv_fused(w->m, in.act.get(), y_fus.as<float>(), false, f, nullptr));
+  const auto ys = to_host<float>(y_sep, static_cast<size_t>(rows));
+  const auto yf = to_host<float>(y_fus, static_cast<size_t>(rows));
+  expect_nmse(name, yf.data(), ys.data(), ys.size(), folded_bound(t));
+}
+
+CUDA_TEST(folded_norms_match_separate_kernels) {
+  std::mt19937 rng(33);
+  auto gemm = Gemm::create();
+  if (!gemm) return fail(gemm.status().message());
+  for (const Shape& s : kShapes) {
+    for (WType t : kTypes) {
+      for (ActType at : {ActType::kF16, ActType::kBF16})
+        if (!t.fp8 || at == act_type_for(t.type)) check_norm_store(rng, **gemm, s, t, at);
+      check_qkv(rng, **gemm, s, t, KvType::kF16, false, true);
+      check_qkv(rng, **gemm, s, t, KvType::kFp8E4M3, true, true);
+      if (!is_q8_block_type(t.type)) check_norm_read(rng, **gemm, s, t);
+    }
+  }
 }
 
 CUDA_TEST(fused_products_match_separate_kernels) {
@@ -282,6 +404,21 @@ CUDA_TEST(fused_products_refuse_what_they_cannot_run) {
          "gemv_takes: Q4_0 with its input quantized in the kernel");
   expect(!gemv_fused(w16->m, dummy.get(), nullptr, true, f, nullptr),
          "gemv_fused refuses to accumulate with an epilogue");
+  GemvFusion norm;
+  norm.norm_w = dummy.as<float>();
+  norm.norm_out = dummy.get();
+  norm.norm_ss = reinterpret_cast<unsigned long long*>(dummy.get());
+  expect(gemv_takes(w16->m, 1, norm), "gemv_takes: a storing product with a norm folded in");
+  expect(!gemv_fused(w16->m, dummy.get(), dummy.as<float>(), false, norm, nullptr),
+         "gemv_fused refuses a norm's input from a product not adding to the residual");
+  GemvFusion rope_norm = f;
+  rope_norm.norm_w = norm.norm_w;
+  rope_norm.norm_out = norm.norm_out;
+  rope_norm.norm_ss = norm.norm_ss;
+  expect(!gemv_takes(w16->m, 1, rope_norm), "gemv_takes refuses a norm's input from qkv+RoPE");
+  GemvFusion reading;
+  reading.in_ss = norm.norm_ss;
+  expect(!gemv_takes(w16->m, 1, reading), "gemv_takes refuses a folded norm without its width");
   expect(!gemv_fused(w16->m, dummy.get(), nullptr, false, neox, nullptr),
          "gemv_fused refuses what gemv_takes refuses");
 }

@@ -101,7 +101,7 @@ def test_bench_refuses_pipelined_decode_on_the_cpu():
 
 
 @pytest.mark.skipif(not os.path.exists(PLUGIN), reason="built without CUDA")
-@pytest.mark.parametrize("name,value", [("PAGODA_CUDA_FUSE", "x"), ("PAGODA_CUDA_FUSE", "8"),
+@pytest.mark.parametrize("name,value", [("PAGODA_CUDA_FUSE", "x"), ("PAGODA_CUDA_FUSE", "32"),
                                         ("PAGODA_CUDA_SPLIT_KEYS", "256k"),
                                         ("PAGODA_CUDA_GRAPHS", "off"), ("PAGODA_CUDA_PDL", "no"),
                                         ("PAGODA_CUDA_PROFILE", "2")])

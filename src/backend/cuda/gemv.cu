@@ -150,6 +150,8 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp, (min_blocks<T, F8, NT>()
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) raw[u] = load_w8<T, F8>(w, r, c + u * kStep);
   pdl_wait();
+  __shared__ __align__(16) unsigned long long in_slots[kRowsPerBlock][kNormSlots];
+  input_scale_fetch(f, in_slots[warp]);
   for (; full;) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -209,6 +211,11 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarp, (min_blocks<T, F8, NT>()
   if constexpr (F8) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] *= w.fp8_scale;
+  }
+  if (f.in_ss) {
+    const float in_s = input_scale(f, in_slots[warp]);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] *= in_s;
   }
   finish_rows<EPI, RB, NT>(f, acc, ys, active, part == 0 && lane == 0, wi, n, r, blockIdx.x, w.rows,
                            y, y_stride, accumulate);
@@ -316,6 +323,8 @@ Status gemv(const DeviceMatrix& w, const void* x, int64_t x_stride, int n, float
 
 bool gemv_takes(const DeviceMatrix& w, int n, const GemvFusion& f) {
   if (n != 1) return false;
+  if (f.norm_ss && (f.kind != GemvFusion::kStore || !f.norm_w || !f.norm_out)) return false;
+  if (f.in_ss && (f.in_dim <= 0 || reinterpret_cast<uintptr_t>(f.in_ss) % 8 != 0)) return false;
   if (f.kind == GemvFusion::kRopeKv) {
     // Adjacent pairs (GGUF's llama layout) meet in one block; the rows are q, k, v.
     const RopeParams& p = f.rope;
@@ -334,6 +343,10 @@ Status gemv_fused(const DeviceMatrix& w, const void* x, float* y, bool accumulat
     return invalid_argument("gemv_fused: this product cannot take the fusion");
   if (f.kind != GemvFusion::kStore && accumulate)
     return invalid_argument("gemv_fused: an epilogue replaces the store, it cannot accumulate");
+  if (f.norm_ss && !accumulate)
+    return invalid_argument(
+        "gemv_fused: a norm's output comes from a product adding to the "
+        "residual");
   if (is_q8_block_type(w.type)) return gemv_q8_fused(w, x, y, accumulate, f, stream);
   return dispatch(w, x, w.cols, 1, y, w.rows, accumulate, f, stream);
 }

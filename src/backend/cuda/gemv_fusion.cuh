@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace pagoda::cuda {
 
@@ -73,6 +74,39 @@ __device__ __forceinline__ void fused_epilogue(const GemvFusion& f, const float 
   }
 }
 
+// The scale of a product whose input is a norm's un-normalised output (GemvFusion::in_ss).
+// Each lane copies a slot into the warp's shared `slots` (kNormSlots) with cp.async right
+// after pdl_wait, through L1 (every warp of the grid reads the same slots: through L2
+// alone they queued at its slices), and the slots are summed once the product's loop is
+// done: a value held in a register over the loop, or summed before it, made the
+// 32-register kernels spill, and a load at the end put an L2 round trip on every tail.
+__device__ __forceinline__ void input_scale_fetch(const GemvFusion& f, unsigned long long* slots) {
+  static_assert(kNormSlots == kWarp, "a slot a lane");
+  const int lane = threadIdx.x % kWarp;
+  if (f.in_ss)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(slots + lane)),
+                 "l"(f.in_ss + lane * kNormSlotStride));
+}
+// As rms_norm_kernel: 1 / sqrt(mean square + eps), the mean in double; 1 without in_ss.
+__device__ __forceinline__ float input_scale(const GemvFusion& f, const unsigned long long* slots) {
+  if (!f.in_ss) return 1.0f;
+  cp_async_wait_all();
+  __syncwarp();
+  unsigned long long v = slots[threadIdx.x % kWarp];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const double ss = static_cast<double>(v) / kNormFixed;
+  return 1.0f / sqrtf(static_cast<float>(ss / f.in_dim) + f.in_eps);
+}
+
+// Row r of the residual, y, as the next norm's input (GemvFusion::norm_out) and its
+// square into the norm's sums.
+__device__ __forceinline__ void norm_out_row(const GemvFusion& f, int64_t r, float y) {
+  store_act(f.norm_out, f.norm_out_type, r, y * f.norm_w[r]);
+  const unsigned long long sq = __double2ull_rn(static_cast<double>(y * y) * kNormFixed);
+  atomicAdd(f.norm_ss + r % kNormSlots * kNormSlotStride, sq);
+}
+
 // The end of a matrix-vector block once each row's warps have met: `lead` (a row's first
 // lane) holds acc[t] for row r (warp-row wi of block blk), which goes to y (kStore: all
 // threads may call, only active leads store) or, through ys and a __syncthreads of the
@@ -87,7 +121,9 @@ __device__ __forceinline__ void finish_rows(const GemvFusion& f, const float* ac
     for (int t = 0; t < NT; ++t) {
       if (active && lead && t < n) {
         float* dst = y + t * y_stride + r;
-        *dst = accumulate ? *dst + acc[t] : acc[t];
+        const float v = accumulate ? *dst + acc[t] : acc[t];
+        *dst = v;
+        if (f.norm_ss) norm_out_row(f, r, v);  // one token (gemv_takes)
       }
     }
   } else {

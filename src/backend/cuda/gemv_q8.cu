@@ -279,6 +279,8 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R, U))
   WBlock cur[kUnroll] = {};
   load_group(cur, r, active ? nb : 0, b0);
   pdl_wait();
+  __shared__ __align__(16) unsigned long long in_slots[R][kNormSlots];
+  input_scale_fetch(f, in_slots[warp]);
   if constexpr (PRO != Pro::kNone) x = q8_prologue(static_cast<const __half*>(xin), cols, q8_smem);
   for (int it = 0; g < n_groups; g += gridDim.x, ++it) {
     const int nbr = active ? nb : 0;  // blocks this warp multiplies
@@ -348,6 +350,11 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R, U))
 #pragma unroll
         for (int p = 0; p < SPLIT; ++p) acc[t] += red[it & 1][wi * SPLIT + p][t];
       }
+    }
+    if (f.in_ss) {
+      const float in_s = input_scale(f, in_slots[warp]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[t] *= in_s;
     }
     finish_rows<EPI, RB, NT>(f, acc, ys[it & 1], active, part == 0 && lane == 0, wi, n, r, g,
                              w.rows, y, y_stride, accumulate);

@@ -244,10 +244,34 @@ struct GemvFusion {
   DeviceBatch batch;
   uint16_t* q_out = nullptr;
   KvLayerView kv;
+  // The next RMSNorm folded into the products on either side of it (one-token steps; the
+  // norm's kernel and its two kernel boundaries go). The product that accumulates into
+  // the residual (kStore with accumulate) also writes norm_out[r] = y[r] * norm_w[r] in
+  // norm_out_type, un-normalised, and adds y[r]^2 in fixed point (kNormFixed units) into
+  // slot r % kNormSlots of norm_ss: integer sums, so the scale is the same whatever order the
+  // rows finish in. The product that reads norm_out (any kind) multiplies its sums by
+  // 1 / sqrt(sum / in_dim + in_eps) from in_ss, which is the norm's scale, applied after
+  // the product rather than before it. norm_ss must be zero before the producer runs.
+  const float* norm_w = nullptr;
+  void* norm_out = nullptr;
+  ActType norm_out_type = ActType::kF16;
+  unsigned long long* norm_ss = nullptr;
+  const unsigned long long* in_ss = nullptr;
+  int in_dim = 0;
+  float in_eps = 0.0f;
 };
+// norm_ss / in_ss: a norm's sum of squares is spread over kNormSlots slots, each in a
+// 128-byte line of its own (kNormSlotStride values apart), so that a product's atomics
+// spread over L2 rather than queueing at one line; kNormBytes a norm. The fixed-point
+// unit of a square is 2^-28, so sums up to 2^36 (a row's mean square up to 2^24 at 4,096
+// columns) fit 64 bits.
+constexpr int kNormSlots = 32;
+constexpr int kNormSlotStride = 16;
+constexpr size_t kNormBytes = kNormSlots * kNormSlotStride * sizeof(unsigned long long);
+constexpr double kNormFixed = 268435456.0;
 // Whether gemv_fused runs `f` for a product of `w` with n tokens (n == 1; float, FP8 and
-// Q8_0 / Q4_0 / Q4_1 weights; RoPE over adjacent pairs); where not, the caller runs the
-// separate kernels.
+// Q8_0 / Q4_0 / Q4_1 weights; RoPE over adjacent pairs; a norm's output only from a
+// storing product); where not, the caller runs the separate kernels.
 bool gemv_takes(const DeviceMatrix& w, int n, const GemvFusion& f);
 // y (+)= W x for one token with the fusion `f` (gemv_takes(w, 1, f) must hold); x in
 // act_type_for(w.type) (f16 for block weights); y is written only for kStore.

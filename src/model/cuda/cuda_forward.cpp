@@ -93,6 +93,9 @@ Status CudaModel::reserve(int n_tokens, int n_logit_rows) {
     }
     capacity_ = n_tokens;
   }
+  if (!norm_ss_.get()) {
+    PAGODA_ASSIGN_OR_RETURN(norm_ss_, cuda::DeviceBuffer::alloc(2 * c.n_layers * cuda::kNormBytes));
+  }
   if (n_logit_rows > logit_capacity_) {
     drop_graphs();
     const size_t bytes = static_cast<size_t>(n_logit_rows) * c.n_vocab * 4;
@@ -267,38 +270,88 @@ Status CudaModel::enqueue(const Step& s) {
     return (fuse & kFuseQuant) && cuda::Gemm::takes_q8(w) &&
            cuda::gemv_takes(w, 1, cuda::GemvFusion{});
   };
-  // x += W in; block weights take their f16 input straight.
+  // x += W in; block weights take their f16 input straight. f: the next norm folded in
+  // (norm_ss set), or nothing.
   auto residual_product = [&](const cuda::DeviceMatrix& w, const void* in, int64_t cols,
-                              const char* op, unsigned kind) -> Status {
+                              const char* op, unsigned kind, const cuda::GemvFusion& f) -> Status {
     if (!kept(kind)) return Status::ok();
-    if (quantizes_input(w))
-      PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(w, in, x, true, cuda::GemvFusion{}, st));
+    if (quantizes_input(w) || f.norm_ss)
+      PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(w, in, x, true, f, st));
     else
       PAGODA_RETURN_IF_ERROR(gemm.matmul(w, in, cols, n, x, dim, true, st));
     mark(op);
     return Status::ok();
   };
+  // Folded norms (kFuseNormAttn, kFuseNormFfn; one-token steps): the product adding to the residual
+  // before a norm also writes x * norm_w, un-normalised, and the sum of squares; the product after
+  // it scales its sums by the norm's scale. The norm's kernel and one kernel boundary go. Only
+  // where both products are one-token kernels that take it: the storing product through gemv_fused,
+  // the reading one a float/FP8 product or, for block weights, one quantizing its own f16 input
+  // (the qkv product; gate_up over block weights takes rms_norm_q8's 8-bit input instead).
+  const bool fold = (fuse & (kFuseNormAttn | kFuseNormFfn)) != 0 && kept(kOmitNorm);
+  auto* const norm_ss = norm_ss_.as<unsigned long long>();
+  // Slots of layer l's attention (0) or FFN (1) norm.
+  auto ss_of = [&](int l, int which) {
+    return norm_ss + (2 * l + which) * cuda::kNormSlots * cuda::kNormSlotStride;
+  };
+  auto stores_norm = [&](const cuda::DeviceMatrix& w) {
+    return fold && (quantizes_input(w) || (!q8_input(w) && cuda::gemv_takes(w, 1, {})));
+  };
+  auto reads_norm = [&](const cuda::DeviceMatrix& w, cuda::GemvFusion f, int l, int which) {
+    f.in_ss = ss_of(l, which);
+    f.in_dim = static_cast<int>(dim);
+    f.in_eps = c.rms_eps;
+    return (fuse & (which == 0 ? kFuseNormAttn : kFuseNormFfn)) &&
+           (!q8_input(w) || (which == 0 && quantizes_input(w))) && cuda::gemv_takes(w, 1, f);
+  };
+  // What the product before layer l's norm `which` adds (the norm folded in where the
+  // product after it takes it).
+  auto norm_store = [&](int l, int which, const cuda::DeviceMatrix& before,
+                        const cuda::DeviceMatrix& after, const cuda::GemvFusion& after_f,
+                        const float* norm_w) {
+    cuda::GemvFusion f;
+    if (stores_norm(before) && reads_norm(after, after_f, l, which)) {
+      f.norm_w = norm_w;
+      f.norm_out = xn_.get();
+      f.norm_out_type = cuda::act_type_for(after.type);
+      f.norm_ss = ss_of(l, which);
+    }
+    return f;
+  };
   // Pipelined steps' placeholder tokens are the previous step's picks, still in tokens_out_.
   PAGODA_RETURN_IF_ERROR(
       cuda::embed_rows(tok_embd_, s.tokens, n, x, st, tokens_out_.as<int32_t>()));
   PAGODA_RETURN_IF_ERROR(cuda::rope_tables(rp, s.db, rope_cs_.as<float>(), st));
+  if (fold && n == 1) PAGODA_CUDA_TRY(cudaMemsetAsync(norm_ss, 0, norm_ss_.bytes(), st));
   mark("embed+rope");
-  for (int l = 0; l < c.n_layers; ++l) {
-    const Layer& L = layers_[static_cast<size_t>(l)];
-    const cuda::KvLayerView kv = kv_layer(l);
+  // Layer l's qkv epilogue (RoPE + KV store).
+  auto qkv_fusion = [&](int l) {
     cuda::GemvFusion fq;
     fq.kind = cuda::GemvFusion::kRopeKv;
-    fq.bias = L.qkv_bias;
+    fq.bias = layers_[static_cast<size_t>(l)].qkv_bias;
     fq.rope = rp;
     fq.cs = rope_cs_.as<float>();
     fq.batch = s.db;
     fq.q_out = q16_.as<uint16_t>();
-    fq.kv = kv;
+    fq.kv = kv_layer(l);
+    return fq;
+  };
+  // The norm before layer l's qkv, folded into layer l - 1's down product, if at all.
+  cuda::GemvFusion attn_fold;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    const cuda::KvLayerView kv = kv_layer(l);
+    cuda::GemvFusion fq = qkv_fusion(l);
     if ((fuse & kFuseQkv) && cuda::gemv_takes(L.qkv, 1, fq)) {
-      if (kept(kOmitNorm))
+      if (attn_fold.norm_ss) {
+        fq.in_ss = attn_fold.norm_ss;
+        fq.in_dim = static_cast<int>(dim);
+        fq.in_eps = c.rms_eps;
+      } else if (kept(kOmitNorm)) {
         PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
                                               cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps,
                                               st));
+      }
       mark("rms_norm");
       if (kept(kOmitQkv))
         PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.qkv, xn_.get(), nullptr, false, fq, st));
@@ -317,9 +370,30 @@ Status CudaModel::enqueue(const Step& s) {
                                              scale, attn_.get(), cuda::act_type_for(L.wo.type),
                                              st));
     mark("attention");
-    PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo", kOmitWo));
-    PAGODA_RETURN_IF_ERROR(
-        norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up", kOmitGateUp));
+    const cuda::GemvFusion ffn_fold = norm_store(l, 1, L.wo, L.gate_up, {}, L.ffn_norm);
+    PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo", kOmitWo, ffn_fold));
+    if (ffn_fold.norm_ss) {
+      cuda::GemvFusion f;
+      f.in_ss = ffn_fold.norm_ss;
+      f.in_dim = static_cast<int>(dim);
+      f.in_eps = c.rms_eps;
+      mark("rms_norm");
+      if (kept(kOmitGateUp))
+        PAGODA_RETURN_IF_ERROR(
+            cuda::gemv_fused(L.gate_up, xn_.get(), gu_.as<float>(), false, f, st));
+      mark("gate_up");
+    } else {
+      PAGODA_RETURN_IF_ERROR(
+          norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up", kOmitGateUp));
+    }
+    // The next layer's attention norm, folded into this down product where its qkv
+    // product (the fused one) takes it.
+    attn_fold = cuda::GemvFusion{};
+    if (l + 1 < c.n_layers && (fuse & kFuseQkv)) {
+      const Layer& next = layers_[static_cast<size_t>(l + 1)];
+      if (cuda::gemv_takes(next.qkv, 1, qkv_fusion(l + 1)))
+        attn_fold = norm_store(l + 1, 0, L.down, next.qkv, qkv_fusion(l + 1), next.attn_norm);
+    }
     if (q8_input(L.down) && !quantizes_input(L.down)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
       if (kept(kOmitSilu))
@@ -333,7 +407,8 @@ Status CudaModel::enqueue(const Step& s) {
       PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
                                             cuda::act_type_for(L.down.type), st));
     mark("silu_mul");
-    PAGODA_RETURN_IF_ERROR(residual_product(L.down, hidden_.get(), ff, "down", kOmitDown));
+    PAGODA_RETURN_IF_ERROR(
+        residual_product(L.down, hidden_.get(), ff, "down", kOmitDown, attn_fold));
   }
   if (s.n_out == 0) return Status::ok();
   PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, s.logit_rows, output_norm_, xn_.get(),

@@ -249,8 +249,8 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   // The developer switches first: a mistyped one fails before the weights are read.
   PAGODA_ASSIGN_OR_RETURN(const int64_t profile, env_integer("PAGODA_CUDA_PROFILE", 0, 0, 1));
   PAGODA_ASSIGN_OR_RETURN(const int64_t graphs, env_integer("PAGODA_CUDA_GRAPHS", 1, 0, 1));
-  PAGODA_ASSIGN_OR_RETURN(const int64_t fuse, env_integer("PAGODA_CUDA_FUSE", kFuseQkv | kFuseQuant,
-                                                          0, kFuseQkv | kFuseQuant));
+  PAGODA_ASSIGN_OR_RETURN(const int64_t fuse,
+                          env_integer("PAGODA_CUDA_FUSE", kFuseAll, 0, kFuseAll));
   PAGODA_ASSIGN_OR_RETURN(const int64_t split_keys,
                           env_integer("PAGODA_CUDA_SPLIT_KEYS", 256, 0, 1 << 20));
   PAGODA_ASSIGN_OR_RETURN(const unsigned omit, parse_omit(std::getenv("PAGODA_CUDA_OMIT")));

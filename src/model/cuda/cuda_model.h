@@ -107,6 +107,9 @@ class CudaModel : public ModelRunner {
   int capacity_ = 0, logit_capacity_ = 0;
   cuda::DeviceBuffer x_, xn_, qkv_, q16_, attn_, gu_, hidden_, rope_cs_, logits_, tokens_out_,
       attn_ws_, meta_;
+  // The folded norms' sums of squares (kFuseNormAttn, kFuseNormFfn): kNormSlots a norm, two norms a
+  // layer, zeroed at the start of each step that uses them.
+  cuda::DeviceBuffer norm_ss_;
   // Host staging of a step's batch description and sampling rows, two of each: a
   // pipelined step fills one while the step queued before may still be copying from the
   // other (stage_: the one the step being queued fills).
@@ -132,8 +135,13 @@ class CudaModel : public ModelRunner {
   // store epilogue, and block weights quantizing their input in the product. Measured on
   // the H200 (bench/RESULTS.md, stop 17). PAGODA_CUDA_FUSE sets the bits (0: the separate
   // kernels, as larger batches run).
-  static constexpr unsigned kFuseQkv = 1, kFuseQuant = 4;
-  unsigned fuse_ = kFuseQkv | kFuseQuant;
+  // kFuseNormAttn / kFuseNormFfn: the RMSNorm before qkv (after the first layer's) / before
+  // gate_up folded into the products on either side of it (GemvFusion's norm_*), where
+  // both are one-token kernels that take it: on an H100, BF16 +1.4%, FP8 weights +3.8%,
+  // Q4_0 unchanged (bench/RESULTS.md, stop 28).
+  static constexpr unsigned kFuseQkv = 1, kFuseQuant = 4, kFuseNormAttn = 8, kFuseNormFfn = 16;
+  static constexpr unsigned kFuseAll = kFuseQkv | kFuseQuant | kFuseNormAttn | kFuseNormFfn;
+  unsigned fuse_ = kFuseAll;
   // Kinds of op left out of every step: a timing experiment (what each kind costs inside
   // the graph, where eager profiles mislead); the outputs are wrong. PAGODA_CUDA_OMIT
   // names them (parse_omit in cuda_model.cpp); none by default.
