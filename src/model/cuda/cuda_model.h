@@ -137,8 +137,8 @@ class CudaModel : public ModelRunner {
   // kernels, as larger batches run).
   // kFuseNormAttn / kFuseNormFfn: the RMSNorm before qkv (after the first layer's) / before
   // gate_up folded into the products on either side of it (GemvFusion's norm_*), where
-  // both are one-token kernels that take it: on an H100, BF16 +1.4%, FP8 weights +3.8%,
-  // Q4_0 unchanged (bench/RESULTS.md, stop 28).
+  // both are one-token kernels that take it and the activations are bf16 or f32: on an
+  // H100, BF16 +1.4%, FP8 weights +3.8% (bench/RESULTS.md, stop 28).
   static constexpr unsigned kFuseQkv = 1, kFuseQuant = 4, kFuseNormAttn = 8, kFuseNormFfn = 16;
   static constexpr unsigned kFuseAll = kFuseQkv | kFuseQuant | kFuseNormAttn | kFuseNormFfn;
   unsigned fuse_ = kFuseAll;
