@@ -297,10 +297,16 @@ Status CudaModel::enqueue(const Step& s) {
   auto stores_norm = [&](const cuda::DeviceMatrix& w) {
     return fold && (quantizes_input(w) || (!q8_input(w) && cuda::gemv_takes(w, 1, {})));
   };
-  auto reads_norm = [&](const cuda::DeviceMatrix& w, cuda::GemvFusion f, int l, int which) {
-    f.in_ss = ss_of(l, which);
+  // f reading a folded norm's output: its sums scaled by the norm's scale from slots ss.
+  auto reading = [&](cuda::GemvFusion f, const unsigned long long* ss) {
+    f.in_ss = ss;
     f.in_dim = static_cast<int>(dim);
     f.in_eps = c.rms_eps;
+    return f;
+  };
+  auto reads_norm = [&](const cuda::DeviceMatrix& w, const cuda::GemvFusion& after_f, int l,
+                        int which) {
+    const cuda::GemvFusion f = reading(after_f, ss_of(l, which));
     return (fuse & (which == 0 ? kFuseNormAttn : kFuseNormFfn)) &&
            (!q8_input(w) || (which == 0 && quantizes_input(w))) && cuda::gemv_takes(w, 1, f);
   };
@@ -348,9 +354,7 @@ Status CudaModel::enqueue(const Step& s) {
     cuda::GemvFusion fq = qkv_fusion(l);
     if ((fuse & kFuseQkv) && cuda::gemv_takes(L.qkv, 1, fq)) {
       if (attn_fold.norm_ss) {
-        fq.in_ss = attn_fold.norm_ss;
-        fq.in_dim = static_cast<int>(dim);
-        fq.in_eps = c.rms_eps;
+        fq = reading(fq, attn_fold.norm_ss);
       } else if (kept(kOmitNorm)) {
         PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
                                               cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps,
@@ -377,14 +381,10 @@ Status CudaModel::enqueue(const Step& s) {
     const cuda::GemvFusion ffn_fold = norm_store(l, 1, L.wo, L.gate_up, {}, L.ffn_norm);
     PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo", kOmitWo, ffn_fold));
     if (ffn_fold.norm_ss) {
-      cuda::GemvFusion f;
-      f.in_ss = ffn_fold.norm_ss;
-      f.in_dim = static_cast<int>(dim);
-      f.in_eps = c.rms_eps;
       mark("rms_norm");
       if (kept(kOmitGateUp))
-        PAGODA_RETURN_IF_ERROR(
-            cuda::gemv_fused(L.gate_up, xn_.get(), gu_.as<float>(), false, f, st));
+        PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.gate_up, xn_.get(), gu_.as<float>(), false,
+                                                reading({}, ffn_fold.norm_ss), st));
       mark("gate_up");
     } else {
       PAGODA_RETURN_IF_ERROR(
@@ -395,8 +395,9 @@ Status CudaModel::enqueue(const Step& s) {
     attn_fold = cuda::GemvFusion{};
     if (l + 1 < c.n_layers && (fuse & kFuseQkv)) {
       const Layer& next = layers_[static_cast<size_t>(l + 1)];
-      if (cuda::gemv_takes(next.qkv, 1, qkv_fusion(l + 1)))
-        attn_fold = norm_store(l + 1, 0, L.down, next.qkv, qkv_fusion(l + 1), next.attn_norm);
+      const cuda::GemvFusion next_fq = qkv_fusion(l + 1);
+      if (cuda::gemv_takes(next.qkv, 1, next_fq))
+        attn_fold = norm_store(l + 1, 0, L.down, next.qkv, next_fq, next.attn_norm);
     }
     if (q8_input(L.down) && !quantizes_input(L.down)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
