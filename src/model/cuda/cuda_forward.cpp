@@ -332,7 +332,6 @@ Status CudaModel::enqueue(const Step& s) {
   PAGODA_RETURN_IF_ERROR(
       cuda::embed_rows(tok_embd_, s.tokens, n, x, st, tokens_out_.as<int32_t>()));
   PAGODA_RETURN_IF_ERROR(cuda::rope_tables(rp, s.db, rope_cs_.as<float>(), st));
-  if (fold && n == 1) PAGODA_CUDA_TRY(cudaMemsetAsync(norm_ss, 0, norm_ss_.bytes(), st));
   mark("embed+rope");
   // Layer l's qkv epilogue (RoPE + KV store).
   auto qkv_fusion = [&](int l) {
@@ -346,6 +345,25 @@ Status CudaModel::enqueue(const Step& s) {
     fq.kv = kv_layer(l);
     return fq;
   };
+  // Layer l + 1's attention norm, folded into layer l's down product where the next qkv
+  // product (the fused one) takes it, or nothing.
+  auto next_attn_fold = [&](int l) {
+    if (l + 1 >= c.n_layers || !(fuse & kFuseQkv)) return cuda::GemvFusion{};
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    const Layer& next = layers_[static_cast<size_t>(l + 1)];
+    const cuda::GemvFusion next_fq = qkv_fusion(l + 1);
+    if (!cuda::gemv_takes(next.qkv, 1, next_fq)) return cuda::GemvFusion{};
+    return norm_store(l + 1, 0, L.down, next.qkv, next_fq, next.attn_norm);
+  };
+  // The slots start at zero, cleared once a step, and only where some norm folds: for
+  // the fp16 types none does, and the memset would be a node of its own between kernels.
+  bool any_fold = false;
+  for (int l = 0; fold && l < c.n_layers && !any_fold; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    any_fold = norm_store(l, 1, L.wo, L.gate_up, {}, L.ffn_norm).norm_ss != nullptr ||
+               next_attn_fold(l).norm_ss != nullptr;
+  }
+  if (any_fold) PAGODA_CUDA_TRY(cudaMemsetAsync(norm_ss, 0, norm_ss_.bytes(), st));
   // The norm before layer l's qkv, folded into layer l - 1's down product, if at all.
   cuda::GemvFusion attn_fold;
   for (int l = 0; l < c.n_layers; ++l) {
@@ -390,15 +408,7 @@ Status CudaModel::enqueue(const Step& s) {
       PAGODA_RETURN_IF_ERROR(
           norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up", kOmitGateUp));
     }
-    // The next layer's attention norm, folded into this down product where its qkv
-    // product (the fused one) takes it.
-    attn_fold = cuda::GemvFusion{};
-    if (l + 1 < c.n_layers && (fuse & kFuseQkv)) {
-      const Layer& next = layers_[static_cast<size_t>(l + 1)];
-      const cuda::GemvFusion next_fq = qkv_fusion(l + 1);
-      if (cuda::gemv_takes(next.qkv, 1, next_fq))
-        attn_fold = norm_store(l + 1, 0, L.down, next.qkv, next_fq, next.attn_norm);
-    }
+    attn_fold = next_attn_fold(l);
     if (q8_input(L.down) && !quantizes_input(L.down)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
       if (kept(kOmitSilu))
