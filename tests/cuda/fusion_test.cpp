@@ -174,8 +174,13 @@ double folded_bound(WType t) {
   return act_type_for(t.type) == ActType::kBF16 ? 2e-5 : 1e-6;
 }
 
+// How a product's norm is folded in, if at all: the slots (GemvFusion::in_ss) or, for
+// block weights, the product's prologue (in_norm_w).
+enum class Fold { kNone, kSlots, kPrologue };
+
 void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv_type, bool bias,
-               bool folded = false) {
+               Fold fold = Fold::kNone) {
+  const bool folded = fold != Fold::kNone;
   const int qd = s.n_heads * s.hd, kvd = s.n_kv * s.hd, width = qd + 2 * kvd;
   const auto w = make_weights(rng, t, width, s.dim);
   const ActType at = act_type_for(t.type);
@@ -203,7 +208,11 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
                            row.db(), q_sep.as<uint16_t>(), sep.view, nullptr));
 
   const FoldedInput in = fold_on_host(x, norm_w, at);
-  GemvFusion f = folded ? reading_norm(in, s.dim) : GemvFusion{};
+  GemvFusion f = fold == Fold::kSlots ? reading_norm(in, s.dim) : GemvFusion{};
+  if (fold == Fold::kPrologue) {
+    f.in_norm_w = dnw.as<float>();
+    f.in_eps = 1e-5f;
+  }
   f.kind = GemvFusion::kRopeKv;
   f.bias = bias ? dbias.as<float>() : nullptr;
   f.rope = p;
@@ -211,11 +220,17 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
   f.batch = row.db();
   f.q_out = q_fus.as<uint16_t>();
   f.kv = fus.view;
-  const std::string name = str_format("fused qkv+rope %s %dx%d %s KV%s%s", type_name(t).c_str(),
-                                      width, s.dim, kv_type == KvType::kF16 ? "fp16" : "fp8",
-                                      bias ? " bias" : "", folded ? ", norm folded in" : "");
+  const std::string name =
+      str_format("fused qkv+rope %s %dx%d %s KV%s%s", type_name(t).c_str(), width, s.dim,
+                 kv_type == KvType::kF16 ? "fp16" : "fp8", bias ? " bias" : "",
+                 fold == Fold::kSlots      ? ", norm folded in"
+                 : fold == Fold::kPrologue ? ", norm in the prologue"
+                                           : "");
   if (!gemv_takes(w->m, 1, f)) return fail(name + ": gemv_takes refused it");
-  EXPECT_OK(gemv_fused(w->m, folded ? in.act.get() : xn.get(), nullptr, false, f, nullptr));
+  const void* in_x = fold == Fold::kSlots      ? in.act.get()
+                     : fold == Fold::kPrologue ? dx.get()
+                                               : xn.get();
+  EXPECT_OK(gemv_fused(w->m, in_x, nullptr, false, f, nullptr));
   const double bound = folded ? folded_bound(t) : bound_for(at);
 
   const auto qs = pool_values(q_sep, KvType::kF16, 1, static_cast<size_t>(qd));
@@ -313,8 +328,9 @@ void check_norm_store(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, Ac
          name + ": sums of squares differ from the host's");
 }
 
-// A plain one-token product (gate_up) reading a folded norm's input, against rms_norm and
-// the product.
+// A plain one-token product (gate_up) reading a folded norm's input (float and FP8
+// weights: the slots; block weights: the norm in the product's prologue, reading the f32
+// residual), against rms_norm and the product.
 void check_norm_read(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t) {
   const int rows = 2 * s.ff;
   const auto w = make_weights(rng, t, rows, s.dim);
@@ -328,12 +344,19 @@ void check_norm_read(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t) {
   EXPECT_OK(rms_norm(dx.as<float>(), s.dim, nullptr, dnw.as<float>(), xn.get(), at, 1, s.dim, 1e-5f,
                      nullptr));
   EXPECT_OK(gemm.matmul(w->m, xn.get(), s.dim, 1, y_sep.as<float>(), rows, false, nullptr));
+  const bool prologue = is_q8_block_type(t.type);
   const FoldedInput in = fold_on_host(x, norm_w, at);
-  const GemvFusion f = reading_norm(in, s.dim);
+  GemvFusion f = prologue ? GemvFusion{} : reading_norm(in, s.dim);
+  if (prologue) {
+    f.in_norm_w = dnw.as<float>();
+    f.in_eps = 1e-5f;
+  }
   const std::string name =
-      str_format("%s %dx%d reading a folded norm's input", type_name(t).c_str(), rows, s.dim);
+      str_format("%s %dx%d %s", type_name(t).c_str(), rows, s.dim,
+                 prologue ? "with the norm in its prologue" : "reading a folded norm's input");
   if (!gemv_takes(w->m, 1, f)) return fail(name + ": gemv_takes refused it");
-  EXPECT_OK(gemv_fused(w->m, in.act.get(), y_fus.as<float>(), false, f, nullptr));
+  EXPECT_OK(
+      gemv_fused(w->m, prologue ? dx.get() : in.act.get(), y_fus.as<float>(), false, f, nullptr));
   const auto ys = to_host<float>(y_sep, static_cast<size_t>(rows));
   const auto yf = to_host<float>(y_fus, static_cast<size_t>(rows));
   expect_nmse(name, yf.data(), ys.data(), ys.size(), folded_bound(t));
@@ -347,9 +370,13 @@ CUDA_TEST(folded_norms_match_separate_kernels) {
     for (WType t : kTypes) {
       for (ActType at : {ActType::kF16, ActType::kBF16})
         if (!t.fp8 || at == act_type_for(t.type)) check_norm_store(rng, **gemm, s, t, at);
-      check_qkv(rng, **gemm, s, t, KvType::kF16, false, true);
-      check_qkv(rng, **gemm, s, t, KvType::kFp8E4M3, true, true);
-      if (!is_q8_block_type(t.type)) check_norm_read(rng, **gemm, s, t);
+      check_qkv(rng, **gemm, s, t, KvType::kF16, false, Fold::kSlots);
+      check_qkv(rng, **gemm, s, t, KvType::kFp8E4M3, true, Fold::kSlots);
+      if (is_q8_block_type(t.type)) {
+        check_qkv(rng, **gemm, s, t, KvType::kF16, false, Fold::kPrologue);
+        check_qkv(rng, **gemm, s, t, KvType::kFp8E4M3, true, Fold::kPrologue);
+      }
+      check_norm_read(rng, **gemm, s, t);
     }
   }
 }

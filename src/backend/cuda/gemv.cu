@@ -325,6 +325,7 @@ bool gemv_takes(const DeviceMatrix& w, int n, const GemvFusion& f) {
   if (n != 1) return false;
   if (f.norm_ss && (f.kind != GemvFusion::kStore || !f.norm_w || !f.norm_out)) return false;
   if (f.in_ss && (f.in_dim <= 0 || reinterpret_cast<uintptr_t>(f.in_ss) % 8 != 0)) return false;
+  if (f.in_norm_w && (!is_q8_block_type(w.type) || f.in_ss || f.in_eps < 0)) return false;
   if (f.kind == GemvFusion::kRopeKv) {
     // Adjacent pairs (GGUF's llama layout) meet in one block; the rows are q, k, v.
     const RopeParams& p = f.rope;

@@ -157,8 +157,9 @@ int fused_split(int64_t rows, int R, int64_t blocks, int max_split) {
 
 // Where a product's 8-bit activations come from: a Q8Act in global memory written by the
 // kernel before, or the block's own copy in shared memory, quantized by its prologue from
-// f16 activations as quantize_q8 does (kQuant).
-enum class Pro { kNone, kQuant };
+// f16 activations as quantize_q8 does (kQuant), or from the f32 residual through the
+// RMSNorm before the product (kNormQuant: GemvFusion::in_norm_w).
+enum class Pro { kNone, kQuant, kNormQuant };
 
 // The prologue's copy: q [cols] bytes, then d, s and c [cols / 32] each. q holds each
 // block's first 16 bytes in its first half (block b at b * 16) and their second 16 bytes
@@ -169,12 +170,12 @@ size_t q8_smem_bytes(int64_t cols) {
   return static_cast<size_t>(cols) + 12 * static_cast<size_t>(cols / 32);
 }
 
-// Fills the block's copy (q8_smem_bytes(cols) at `smem`) from the f16 row xin by all
-// threads of the block and returns it as a Q8Act. Four lanes take a 32-element block, 8
-// values each (so the max and the sum take two shuffles, not five); ends with a
-// __syncthreads.
-__device__ __forceinline__ Q8Act q8_prologue(const __half* __restrict__ xin, int cols,
-                                             uint4* smem) {
+// Fills the block's copy (q8_smem_bytes(cols) at `smem`) by all threads of the block from
+// the row's values, elements j..j+7 of which load8(j, v) puts in v, and returns it as a
+// Q8Act. Four lanes take a 32-element block, 8 values each (so the max and the sum take
+// two shuffles, not five); ends with a __syncthreads.
+template <typename Load8>
+__device__ __forceinline__ Q8Act q8_prologue(int cols, uint4* smem, Load8 load8) {
   const int nb = cols / 32;
   Q8Act a;
   a.cols = cols;
@@ -189,7 +190,7 @@ __device__ __forceinline__ Q8Act q8_prologue(const __half* __restrict__ xin, int
     const bool ok = b < nb;
     const int j = b * 32 + sub * 8;
     float v[8] = {};
-    if (ok) unpack8h(__ldg(reinterpret_cast<const uint4*>(xin + j)), v);
+    if (ok) load8(j, v);
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(v[k]));
@@ -218,6 +219,23 @@ __device__ __forceinline__ Q8Act q8_prologue(const __half* __restrict__ xin, int
   }
   __syncthreads();
   return a;
+}
+
+// 1 / sqrt(mean(x^2) + eps) over the f32 row x (cols a multiple of 4, 16-byte aligned),
+// summed by all threads of the block (red: a float per warp); every thread gets it.
+__device__ __forceinline__ float block_rms_scale(const float* __restrict__ x, int cols, float eps,
+                                                 float* red) {
+  float ss = 0.0f;
+  for (int j = threadIdx.x * 4; j < cols; j += blockDim.x * 4) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(x + j));
+    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+  }
+  ss = warp_sum(ss);
+  if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = ss;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) total += red[w];
+  return 1.0f / sqrtf(total / static_cast<float>(cols) + eps);
 }
 
 // SPLIT warps share a row (as in gemv.cu) so long rows of few-row matrices still fill
@@ -281,7 +299,33 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R, U))
   pdl_wait();
   __shared__ __align__(16) unsigned long long in_slots[R][kNormSlots];
   input_scale_fetch(f, in_slots[warp]);
-  if constexpr (PRO != Pro::kNone) x = q8_prologue(static_cast<const __half*>(xin), cols, q8_smem);
+  if constexpr (PRO == Pro::kQuant) {
+    const __half* xh = static_cast<const __half*>(xin);
+    x = q8_prologue(cols, q8_smem, [&](int j, float* v) {
+      unpack8h(__ldg(reinterpret_cast<const uint4*>(xh + j)), v);
+    });
+  } else if constexpr (PRO == Pro::kNormQuant) {
+    // The norm's scale first (every block sums the squares of the whole row: 16 KiB of
+    // L2 reads at 4,096 columns), then x * scale * norm_w quantized as the norm kernel's
+    // output would be, without its rounding to f16.
+    __shared__ float red_ss[R];
+    const float* xf = static_cast<const float*>(xin);
+    const float inv = block_rms_scale(xf, cols, f.in_eps, red_ss);
+    x = q8_prologue(cols, q8_smem, [&](int j, float* v) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(xf + j));
+      const float4 b = __ldg(reinterpret_cast<const float4*>(xf + j + 4));
+      const float4 wa = __ldg(reinterpret_cast<const float4*>(f.in_norm_w + j));
+      const float4 wb = __ldg(reinterpret_cast<const float4*>(f.in_norm_w + j + 4));
+      v[0] = a.x * inv * wa.x;
+      v[1] = a.y * inv * wa.y;
+      v[2] = a.z * inv * wa.z;
+      v[3] = a.w * inv * wa.w;
+      v[4] = b.x * inv * wb.x;
+      v[5] = b.y * inv * wb.y;
+      v[6] = b.z * inv * wb.z;
+      v[7] = b.w * inv * wb.w;
+    });
+  }
   for (int it = 0; g < n_groups; g += gridDim.x, ++it) {
     const int nbr = active ? nb : 0;  // blocks this warp multiplies
     float acc[NT];
@@ -444,9 +488,16 @@ Status launch_fused(const DeviceMatrix& w, const void* xin, float* y, bool accum
   constexpr int R = kFusedRowsPerBlock;
   const int split = g_q8_split_override;  // 0: fused_split
   const Q8Act none;
-  if (f.kind == GemvFusion::kRopeKv)
+  const bool norm = f.in_norm_w != nullptr;
+  if (f.kind == GemvFusion::kRopeKv && norm)
+    launch_k<T, 1, R, Pro::kNormQuant, GemvFusion::kRopeKv>(w, none, xin, 1, y, 0, false, split, f,
+                                                            stream);
+  else if (f.kind == GemvFusion::kRopeKv)
     launch_k<T, 1, R, Pro::kQuant, GemvFusion::kRopeKv>(w, none, xin, 1, y, 0, false, split, f,
                                                         stream);
+  else if (norm)
+    launch_k<T, 1, R, Pro::kNormQuant, GemvFusion::kStore>(w, none, xin, 1, y, 0, accumulate, split,
+                                                           f, stream);
   else
     launch_k<T, 1, R, Pro::kQuant, GemvFusion::kStore>(w, none, xin, 1, y, 0, accumulate, split, f,
                                                        stream);
@@ -528,8 +579,9 @@ bool gemv_q8_takes(const DeviceMatrix& w) {
 
 Status gemv_q8_fused(const DeviceMatrix& w, const void* x, float* y, bool accumulate,
                      const GemvFusion& f, cudaStream_t stream) {
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    return invalid_argument("gemv_q8_fused: activations must be 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(f.in_norm_w) % 16 != 0)
+    return invalid_argument("gemv_q8_fused: activations and norm weights must be 16-byte aligned");
   if (!indices_fit(w)) return unsupported("gemv_q8_fused: 2^27 or more blocks in one matrix");
   Status status = unsupported("gemv_q8_fused: weight type " + std::string(dtype_name(w.type)));
   visit_q8_type(w.type, [&](auto t) {

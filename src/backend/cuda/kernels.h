@@ -259,6 +259,12 @@ struct GemvFusion {
   const unsigned long long* in_ss = nullptr;
   int in_dim = 0;
   float in_eps = 0.0f;
+  // Block weights only (the products quantizing their own input): the RMSNorm before the
+  // product in its prologue. x is then the f32 residual; each block sums the row's squares
+  // and quantizes x / sqrt(mean + in_eps) * in_norm_w itself. The norm's kernel and one
+  // kernel boundary go, no other product takes part, and no f16 ever holds x * norm_w
+  // un-normalised (why the slots above fold only into bf16 and f32 activations).
+  const float* in_norm_w = nullptr;
 };
 // norm_ss / in_ss: a norm's sum of squares is spread over kNormSlots slots, each in a
 // 128-byte line of its own (kNormSlotStride values apart), so that a product's atomics
@@ -274,7 +280,8 @@ constexpr double kNormFixed = 268435456.0;
 // storing product); where not, the caller runs the separate kernels.
 bool gemv_takes(const DeviceMatrix& w, int n, const GemvFusion& f);
 // y (+)= W x for one token with the fusion `f` (gemv_takes(w, 1, f) must hold); x in
-// act_type_for(w.type) (f16 for block weights); y is written only for kStore.
+// act_type_for(w.type) (f16 for block weights; f32 with in_norm_w); y is written only for
+// kStore.
 Status gemv_fused(const DeviceMatrix& w, const void* x, float* y, bool accumulate,
                   const GemvFusion& f, cudaStream_t stream);
 // Dequantizes a quantized matrix into fp16 rows ([rows][cols]) for the GEMM path.
