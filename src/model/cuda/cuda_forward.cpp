@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "backend/cuda/check.h"
 #include "core/log.h"
@@ -373,18 +374,31 @@ Status CudaModel::enqueue(const Step& s) {
     if (!cuda::gemv_takes(next.qkv, 1, next_fq)) return cuda::GemvFusion{};
     return norm_store(l + 1, 0, L.down, next.qkv, next_fq, next.attn_norm);
   };
+  // Each layer's folds, decided once: what wo adds (the FFN norm folded in) and what down
+  // adds (the next layer's attention norm), empty where nothing folds.
+  std::vector<cuda::GemvFusion> wo_folds, down_folds;
+  bool any_fold = false;
+  if (fold) {
+    wo_folds.resize(static_cast<size_t>(c.n_layers));
+    down_folds.resize(static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const Layer& L = layers_[static_cast<size_t>(l)];
+      wo_folds[static_cast<size_t>(l)] = norm_store(l, 1, L.wo, L.gate_up, {}, L.ffn_norm);
+      down_folds[static_cast<size_t>(l)] = next_attn_fold(l);
+      any_fold = any_fold || wo_folds[static_cast<size_t>(l)].norm_ss ||
+                 down_folds[static_cast<size_t>(l)].norm_ss;
+    }
+  }
+  const cuda::GemvFusion no_fold;
+  auto fold_of = [&](const std::vector<cuda::GemvFusion>& folds, int l) -> const cuda::GemvFusion& {
+    return l >= 0 && l < static_cast<int>(folds.size()) ? folds[static_cast<size_t>(l)] : no_fold;
+  };
   // The slots start at zero, cleared once a step, and only where some norm folds: for
   // the fp16 types none does, and the memset would be a node of its own between kernels.
-  bool any_fold = false;
-  for (int l = 0; fold && l < c.n_layers && !any_fold; ++l) {
-    const Layer& L = layers_[static_cast<size_t>(l)];
-    any_fold = norm_store(l, 1, L.wo, L.gate_up, {}, L.ffn_norm).norm_ss != nullptr ||
-               next_attn_fold(l).norm_ss != nullptr;
-  }
   if (any_fold) PAGODA_CUDA_TRY(cudaMemsetAsync(norm_ss, 0, norm_ss_.bytes(), st));
-  // The norm before layer l's qkv, folded into layer l - 1's down product, if at all.
-  cuda::GemvFusion attn_fold;
   for (int l = 0; l < c.n_layers; ++l) {
+    // The norm before layer l's qkv, folded into layer l - 1's down product, if at all.
+    const cuda::GemvFusion& attn_fold = fold_of(down_folds, l - 1);
     const Layer& L = layers_[static_cast<size_t>(l)];
     const cuda::KvLayerView kv = kv_layer(l);
     cuda::GemvFusion fq = qkv_fusion(l);
@@ -418,7 +432,7 @@ Status CudaModel::enqueue(const Step& s) {
                                              scale, attn_.get(), cuda::act_type_for(L.wo.type),
                                              st));
     mark("attention");
-    const cuda::GemvFusion ffn_fold = norm_store(l, 1, L.wo, L.gate_up, {}, L.ffn_norm);
+    const cuda::GemvFusion& ffn_fold = fold_of(wo_folds, l);
     PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo", kOmitWo, ffn_fold));
     if (ffn_fold.norm_ss) {
       mark("rms_norm");
@@ -435,7 +449,6 @@ Status CudaModel::enqueue(const Step& s) {
       PAGODA_RETURN_IF_ERROR(
           norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up", kOmitGateUp));
     }
-    attn_fold = next_attn_fold(l);
     if (q8_input(L.down) && !quantizes_input(L.down)) {
       PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
       if (kept(kOmitSilu))
@@ -450,7 +463,7 @@ Status CudaModel::enqueue(const Step& s) {
                                             cuda::act_type_for(L.down.type), st));
     mark("silu_mul");
     PAGODA_RETURN_IF_ERROR(
-        residual_product(L.down, hidden_.get(), ff, "down", kOmitDown, attn_fold));
+        residual_product(L.down, hidden_.get(), ff, "down", kOmitDown, fold_of(down_folds, l)));
   }
   if (s.n_out == 0) return Status::ok();
   PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, s.logit_rows, output_norm_, xn_.get(),
