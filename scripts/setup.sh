@@ -14,7 +14,7 @@ RUN=1
 # --- system packages -------------------------------------------------------------------
 need_pkgs=()
 for p in build-essential cmake libgtest-dev clang libclang-rt-14-dev unzip python3-venv \
-  nlohmann-json3-dev libcpp-httplib-dev pkg-config; do
+  nlohmann-json3-dev libboost-dev pkg-config; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -61,4 +61,16 @@ trap 'rm -rf "$CORPUS" "$TCORPUS"' EXIT
 cp ../shared/testdata/chat-templates/*.jinja "$TCORPUS/"
 build-fuzz/fuzz_chat_template -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=20000 \
   -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$TCORPUS" 2>&1 | tail -n 12
+echo "== HTTP request fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
+cmake --build build-fuzz -j"$JOBS" --target fuzz_http_request
+HCORPUS=$(mktemp -d)
+trap 'rm -rf "$CORPUS" "$TCORPUS" "$HCORPUS"' EXIT
+# Seeds: the first byte sets the piece size, the rest is what a client sends.
+printf '\x03POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n{"a": [1]}\n' \
+  > "$HCORPUS/cl"
+printf '\x01POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: v\r\n\r\n' \
+  > "$HCORPUS/chunked"
+printf '\x05GET /health?x HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.1\r\n\r\n' > "$HCORPUS/pipelined"
+build-fuzz/fuzz_http_request -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=16384 -rss_limit_mb=2048 \
+  -timeout=10 -print_final_stats=1 "$HCORPUS" 2>&1 | tail -n 12
 echo "all tests passed"

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -119,6 +120,11 @@ class RequestStream {
   // As next(), waiting at most timeout_s; nullopt on timeout too (then done() is false).
   virtual std::optional<RequestOutput> next_for(double timeout_s) = 0;
   virtual bool done() const = 0;
+  // Calls `fn` after every new output (and once at once, in case outputs are already
+  // waiting), from the engine's thread without the stream's lock held: an event loop
+  // wakes on it instead of blocking a thread per stream. `fn` must be quick and must not
+  // block; an empty `fn` removes it.
+  virtual void set_listener(std::function<void()> fn) = 0;
 };
 
 class Engine {

@@ -36,12 +36,22 @@ class StreamImpl : public RequestStream {
   explicit StreamImpl(int n) : n_(n) {}
 
   void push(RequestOutput o) {
+    std::function<void()> listener;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (o.finished) ++finished_;
       q_.push_back(std::move(o));
+      listener = listener_;
     }
     cv_.notify_all();
+    if (listener) listener();
+  }
+  void set_listener(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      listener_ = fn;
+    }
+    if (fn) fn();
   }
   // One completion is left to finish (only the engine thread pushes, so this holds until
   // it pushes again).
@@ -77,6 +87,7 @@ class StreamImpl : public RequestStream {
   std::condition_variable cv_;
   std::deque<RequestOutput> q_;
   int finished_ = 0;
+  std::function<void()> listener_;
 };
 
 class EngineImpl : public Engine {

@@ -28,6 +28,7 @@ ApiResult<std::unique_ptr<Generation>> Generation::start(Engine& engine, Metrics
 }
 
 Generation::~Generation() {
+  set_listener({});  // the engine's thread calls nothing of ours from here on
   if (!done()) abort();
   if (!started_ || failed_) return;  // error responses, counted as such
   for (bool ended : ended_)
@@ -80,6 +81,23 @@ std::optional<GenerationEvent> Generation::next(double timeout_s) {
       }
   } while (Engine::now() < deadline);
   return std::nullopt;
+}
+
+std::optional<GenerationEvent> Generation::poll() {
+  for (size_t k = 0; k < streams_.size(); ++k) {
+    const size_t p = (rr_ + k) % streams_.size();
+    if (auto o = streams_[p]->next_for(0)) {
+      rr_ = p + 1;
+      GenerationEvent e{static_cast<int>(p) * n_ + o->index, std::move(*o)};
+      account(e);
+      return e;
+    }
+  }
+  return std::nullopt;
+}
+
+void Generation::set_listener(const std::function<void()>& fn) {
+  for (const auto& s : streams_) s->set_listener(fn);
 }
 
 void Generation::account(const GenerationEvent& e) {

@@ -5,6 +5,7 @@
 // with reason abort (request_success_total), without latency observations.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,11 @@ class Generation {
 
   // The next output, waiting at most timeout_s; nullopt on timeout or when done().
   std::optional<GenerationEvent> next(double timeout_s);
+  // The next output if one is ready; never waits (for an event loop).
+  std::optional<GenerationEvent> poll();
+  // Calls `fn` from the engine's thread whenever an output may be ready (see
+  // RequestStream::set_listener); cleared when the Generation ends.
+  void set_listener(const std::function<void()>& fn);
   bool done() const;
   void abort();
   const std::vector<std::string>& ids() const { return ids_; }

@@ -1,7 +1,5 @@
 #include "server/server.h"
 
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -11,9 +9,12 @@
 #include <thread>
 
 #include "model/model_config.h"
+#include "server/auth.h"
 #include "server/chat_render.h"
-#include "server/connection_watch.h"
 #include "server/generation.h"
+#include "server/http_reader.h"
+#include "server/http_server.h"
+#include "server/json_body.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -25,11 +26,6 @@ namespace {
 using nlohmann::json;
 // Request bodies keep their key order (chat messages and tools reach the template as sent).
 using ojson = nlohmann::ordered_json;
-
-class ServerImpl;
-
-// How often a non-streaming request checks that its client is still connected.
-constexpr double kClientCheckInterval = 0.1;
 
 // Counts a request in flight from its admission until its response is destroyed.
 class InflightGuard {
@@ -43,22 +39,82 @@ class InflightGuard {
   std::atomic<int>& n_;
 };
 
-// A streaming response's state, owned by httplib's content provider: destroyed when the
-// response is done or the client has gone, which aborts an unfinished generation.
-struct StreamState {
+// One generation's response state, owned by the connection: destroyed when the response
+// is out or the client has gone, which aborts an unfinished generation.
+struct GenState {
   std::unique_ptr<InflightGuard> guard;
   GenerationRequest request;
   std::unique_ptr<Generation> gen;
   std::unique_ptr<ResponseBuilder> builder;
   std::function<void()> on_destroy;
   Metrics* metrics = nullptr;
-  bool started = false;
-  double last_write = 0;
-  ~StreamState() {
+  ~GenState() {
     builder.reset();
     gen.reset();  // aborts when unfinished
     if (on_destroy) on_destroy();
   }
+};
+
+HttpResponse json_response(const std::string& body, int status = 200) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body;
+  return r;
+}
+
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r = json_response(dump(e.to_json()), e.status);
+  if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+  return r;
+}
+
+// Server-sent events of a streaming completion.
+class EventStream : public BodySource {
+ public:
+  explicit EventStream(std::unique_ptr<GenState> st) : st_(std::move(st)) {}
+  void set_waker(std::function<void()> wake) override { st_->gen->set_listener(wake); }
+  bool pull(std::string* out) override {
+    if (!started_) {
+      started_ = true;
+      *out = st_->builder->stream_start();
+    }
+    bool failed = false;
+    while (!failed && out->size() < (1 << 16)) {  // the rest after this write
+      auto e = st_->gen->poll();
+      if (!e) break;
+      failed |= e->out.finish_reason == FinishReason::kError;
+      *out += st_->builder->stream_event(*e);
+    }
+    if (failed) st_->metrics->error_response(500);  // the error event's code
+    const bool end = failed || st_->gen->done();
+    if (end) *out += failed ? std::string("data: [DONE]\n\n") : st_->builder->stream_end();
+    return end;
+  }
+
+ private:
+  std::unique_ptr<GenState> st_;
+  bool started_ = false;
+};
+
+// A non-streaming completion: the whole response once the generation ends.
+class WholeResponse : public PendingResponse {
+ public:
+  WholeResponse(std::unique_ptr<GenState> st, Metrics& metrics)
+      : st_(std::move(st)), metrics_(metrics) {}
+  void set_waker(std::function<void()> wake) override { st_->gen->set_listener(wake); }
+  std::optional<HttpResponse> poll() override {
+    while (auto e = st_->gen->poll()) st_->builder->add(*e);
+    if (!st_->gen->done()) return std::nullopt;
+    if (!st_->builder->error().empty()) {
+      metrics_.error_response(500);
+      return error_response(internal(st_->builder->error()));
+    }
+    return json_response(dump(st_->builder->response()));
+  }
+
+ private:
+  std::unique_ptr<GenState> st_;
+  Metrics& metrics_;
 };
 
 class ServerImpl : public Server {
@@ -68,24 +124,14 @@ class ServerImpl : public Server {
         config_(std::move(config)),
         chat_(std::move(chat)),
         metrics_(MetricsInfo{config_.served_model_name, config_.version, config_.revision}),
-        rng_(std::random_device{}()) {
+        rng_(std::random_device{}()),
+        http_(config_.limits, config_.http_threads) {
     setup();
   }
 
-  Status bind() override {
-    if (config_.port == 0) {
-      port_ = http_.bind_to_any_port(config_.host);
-      if (port_ <= 0) return io_error("cannot listen on " + config_.host);
-    } else if (!http_.bind_to_port(config_.host, config_.port)) {
-      return io_error(str_format("cannot listen on %s:%d (in use, or a bad address)",
-                                 config_.host.c_str(), config_.port));
-    } else {
-      port_ = config_.port;
-    }
-    return Status::ok();
-  }
-  int port() const override { return port_; }
-  void serve() override { http_.listen_after_bind(); }
+  Status bind() override { return http_.bind(config_.host, config_.port); }
+  int port() const override { return http_.port(); }
+  void serve() override { http_.run(); }
 
   void shutdown(double grace_s) override {
     draining_ = true;
@@ -99,26 +145,19 @@ class ServerImpl : public Server {
         ids.assign(live_.begin(), live_.end());
       }
       for (const std::string& id : ids) engine_.abort(id);
-      const double hard = Engine::now() + 10;
+      // Time for the aborted streams to send their last event; a client that does not
+      // read by then is cut off, so shutdown never waits on a slow reader.
+      const double hard = Engine::now() + 0.5;
       while (inflight_ > 0 && Engine::now() < hard)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     http_.stop();
   }
 
  private:
-  void send_error(httplib::Response& res, const ApiError& e) {
-    res.status = e.status;
-    if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
-    res.set_content(dump(e.to_json()), "application/json");
+  HttpResponse send_error(const ApiError& e) {
     metrics_.error_response(e.status);
-  }
-
-  ApiResult<ojson> parse_body(const httplib::Request& req) {
-    ojson j = ojson::parse(req.body, nullptr, false);
-    if (j.is_discarded()) return bad_request("the request body is not valid JSON");
-    if (!j.is_object()) return bad_request("the request body must be a JSON object");
-    return j;
+    return error_response(e);
   }
 
   ParseContext context() const {
@@ -156,26 +195,31 @@ class ServerImpl : public Server {
     for (const std::string& id : ids) live_.erase(id);
   }
 
-  void handle_generate(const httplib::Request& hreq, httplib::Response& res, ApiKind kind) {
-    auto body = parse_body(hreq);
-    if (!body.ok()) return send_error(res, body.error());
+  ApiResult<ojson> body_of(const HttpRequest& req) const {
+    return parse_json_body(req.body, config_.max_json_depth);
+  }
+
+  HttpResponse handle_generate(const HttpRequest& hreq, ApiKind kind) {
+    if (draining_) return send_error(overloaded("the server is shutting down", 5));
+    auto body = body_of(hreq);
+    if (!body.ok()) return send_error(body.error());
     const ParseContext ctx = context();
     auto parsed = kind == ApiKind::kChat ? parse_chat_request(body.value(), ctx)
                                          : parse_completion_request(body.value(), ctx);
-    if (!parsed.ok()) return send_error(res, parsed.error());
+    if (!parsed.ok()) return send_error(parsed.error());
     GenerationRequest& r = parsed.value();
     if (!r.model.empty() && r.model != config_.served_model_name)
-      return send_error(res,
-                        not_found_error("the model '" + r.model + "' does not exist", "model"));
-    if (auto e = admit()) return send_error(res, *e);
+      return send_error(
+          not_found_error("the model " + quote_for_error(r.model) + " does not exist", "model"));
+    if (auto e = admit()) return send_error(*e);
 
-    auto st = std::make_shared<StreamState>();
+    auto st = std::make_unique<GenState>();
     st->guard = std::make_unique<InflightGuard>(inflight_);
     st->metrics = &metrics_;
     st->request = std::move(r);
     const std::string id = new_id(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-");
     auto gen = Generation::start(engine_, metrics_, st->request, id);
-    if (!gen.ok()) return send_error(res, gen.error());
+    if (!gen.ok()) return send_error(gen.error());
     st->gen = std::move(gen.value());
     track(*st->gen);
     const int n_engine = static_cast<int>(st->gen->ids().size());
@@ -186,77 +230,27 @@ class ServerImpl : public Server {
     };
     st->builder = std::make_unique<ResponseBuilder>(
         st->request, engine_.tokenizer(), id, config_.served_model_name, st->gen->num_choices());
-    if (!st->request.stream) return wait_and_respond(hreq, res, *st);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [st](size_t, httplib::DataSink& sink) { return pump(*st, sink); });
+    HttpResponse res;
+    if (!st->request.stream) {
+      res.pending = std::make_shared<WholeResponse>(std::move(st), metrics_);
+      return res;
+    }
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.stream = std::make_shared<EventStream>(std::move(st));
+    return res;
   }
 
-  // A non-streaming response: waits for the whole generation, checking now and then that
-  // the client is still there; one that left aborts the generation (when `st` goes).
-  void wait_and_respond(const httplib::Request& hreq, httplib::Response& res, StreamState& st) {
-    ConnectionWatch watch(
-        ConnectionAddress{hreq.local_addr, hreq.local_port, hreq.remote_addr, hreq.remote_port});
-    double next_check = Engine::now() + kClientCheckInterval;
-    while (!st.gen->done()) {
-      if (auto e = st.gen->next(kClientCheckInterval)) st.builder->add(*e);
-      if (Engine::now() < next_check) continue;
-      next_check = Engine::now() + kClientCheckInterval;
-      if (watch.client_gone()) {
-        // Nobody reads this; a body keeps the error handler from answering (and counting).
-        res.status = 499;  // as nginx logs a client that closed its request
-        res.set_header("Connection", "close");
-        res.set_content("client closed the connection", "text/plain");
-        return;
-      }
-    }
-    if (!st.builder->error().empty()) return send_error(res, internal(st.builder->error()));
-    res.set_content(dump(st.builder->response()), "application/json");
-  }
-
-  // Writes what the generation has ready; false when the client is gone.
-  static bool pump(StreamState& st, httplib::DataSink& sink) {
-    std::string buf;
-    if (!st.started) {
-      st.started = true;
-      buf = st.builder->stream_start();
-    }
-    bool failed = false;
-    if (auto e = st.gen->next(buf.empty() ? 1.0 : 0.0)) {
-      failed |= e->out.finish_reason == FinishReason::kError;
-      buf += st.builder->stream_event(*e);
-      // Send what else is ready in one write.
-      while (!failed && buf.size() < (1 << 16))
-        if (auto more = st.gen->next(0)) {
-          failed |= more->out.finish_reason == FinishReason::kError;
-          buf += st.builder->stream_event(*more);
-        } else {
-          break;
-        }
-    }
-    if (failed && st.metrics) st.metrics->error_response(500);  // the error event's code
-    const bool end = failed || st.gen->done();
-    if (end) buf += failed ? std::string("data: [DONE]\n\n") : st.builder->stream_end();
-    // A comment line now and then finds a client that left while its request waits.
-    if (buf.empty() && Engine::now() - st.last_write > 2.0) buf = ": keep-alive\n\n";
-    if (!buf.empty()) {
-      if (!sink.write(buf.data(), buf.size())) return false;
-      st.last_write = Engine::now();
-    }
-    if (end) sink.done();
-    return true;
-  }
-
-  void handle_tokenize(const httplib::Request& hreq, httplib::Response& res) {
-    auto body = parse_body(hreq);
-    if (!body.ok()) return send_error(res, body.error());
+  HttpResponse handle_tokenize(const HttpRequest& hreq) {
+    auto body = body_of(hreq);
+    if (!body.ok()) return send_error(body.error());
     const ojson& b = body.value();
     const Tokenizer& tok = engine_.tokenizer();
     bool add_special = true;
     if (b.contains("add_special_tokens")) {
       if (!b["add_special_tokens"].is_boolean())
         return send_error(
-            res, bad_request("'add_special_tokens' must be true or false", "add_special_tokens"));
+            bad_request("'add_special_tokens' must be true or false", "add_special_tokens"));
       add_special = b["add_special_tokens"].get<bool>();
     }
     std::string text;
@@ -265,11 +259,11 @@ class ServerImpl : public Server {
     } else if (b.contains("messages")) {
       const ojson& m = b["messages"];
       if (!m.is_array() || m.empty())
-        return send_error(res, bad_request("'messages' must be a non-empty list", "messages"));
+        return send_error(bad_request("'messages' must be a non-empty list", "messages"));
       for (const ojson& x : m)
         if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
           return send_error(
-              res, bad_request("each message must be an object with a string 'role'", "messages"));
+              bad_request("each message must be an object with a string 'role'", "messages"));
       bool agp = true;
       if (b.contains("add_generation_prompt") && b["add_generation_prompt"].is_boolean())
         agp = b["add_generation_prompt"].get<bool>();
@@ -277,129 +271,128 @@ class ServerImpl : public Server {
       ojson tools;
       if (b.contains("tools") && !b["tools"].is_null()) {
         if (!b["tools"].is_array())
-          return send_error(res, bad_request("'tools' must be a list", "tools"));
+          return send_error(bad_request("'tools' must be a list", "tools"));
         tools = b["tools"];
       }
       auto t = chat_.render(m, agp, tools);
-      if (!t) return send_error(res, bad_request(t.status().message(), "messages"));
+      if (!t) return send_error(bad_request(t.status().message(), "messages"));
       text = *t;
     } else {
-      return send_error(res, bad_request("give 'prompt' (a string) or 'messages'", "prompt"));
+      return send_error(bad_request("give 'prompt' (a string) or 'messages'", "prompt"));
     }
     const std::vector<int32_t> ids = tok.encode(text, add_special, true);
     json out = {
         {"count", ids.size()}, {"max_model_len", engine_.config().max_model_len}, {"tokens", ids}};
-    res.set_content(dump(out), "application/json");
+    return json_response(dump(out));
   }
 
-  void handle_detokenize(const httplib::Request& hreq, httplib::Response& res) {
-    auto body = parse_body(hreq);
-    if (!body.ok()) return send_error(res, body.error());
+  HttpResponse handle_detokenize(const HttpRequest& hreq) {
+    auto body = body_of(hreq);
+    if (!body.ok()) return send_error(body.error());
     const ojson& b = body.value();
     const Tokenizer& tok = engine_.tokenizer();
     if (!b.contains("tokens") || !b["tokens"].is_array())
-      return send_error(res, bad_request("'tokens' must be a list of token ids", "tokens"));
+      return send_error(bad_request("'tokens' must be a list of token ids", "tokens"));
     std::vector<int32_t> ids;
     for (const ojson& x : b["tokens"]) {
       const bool valid = x.is_number_integer() &&
                          !(x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX) &&
                          x.get<int64_t>() >= 0 && x.get<int64_t>() < tok.n_vocab();
       if (!valid)
-        return send_error(res, bad_request("token ids must be integers in 0.." +
-                                               std::to_string(tok.n_vocab() - 1),
-                                           "tokens"));
+        return send_error(bad_request(
+            "token ids must be integers in 0.." + std::to_string(tok.n_vocab() - 1), "tokens"));
       ids.push_back(x.get<int32_t>());
     }
-    res.set_content(dump(json{{"prompt", tok.decode(ids)}}), "application/json");
+    return json_response(dump(json{{"prompt", tok.decode(ids)}}));
+  }
+
+  HttpResponse handle_health() {
+    if (draining_) return send_error(overloaded("the server is shutting down", 5));
+    // Unhealthy while the engine's latest model run failed (a broken device stays so;
+    // a passing fault clears with the next step that runs), as vLLM's 500 for a dead
+    // engine. Not counted in request_errors_total: a probe is not a request.
+    const EngineStats es = engine_.stats();
+    if (es.last_step_failed)
+      return error_response(internal(
+          str_format("the engine's latest step failed (%lld failed so far); see the server log",
+                     static_cast<long long>(es.failed_steps))));
+    HttpResponse r;
+    r.content_type = "text/plain";
+    return r;
+  }
+
+  // With --api-key every route needs the key; --open-health-metrics exempts the probes.
+  std::optional<HttpResponse> authenticate(const HttpRequest& req) {
+    if (config_.api_key.empty()) return std::nullopt;
+    if (config_.open_health_metrics && (req.path == "/health" || req.path == "/metrics"))
+      return std::nullopt;
+    const auto h = req.header("Authorization");
+    if (h)
+      if (auto t = bearer_token(*h); t && same_key(*t, config_.api_key)) return std::nullopt;
+    HttpResponse r = send_error(unauthorized(h ? "the API key is wrong"
+                                               : "an API key is required (Authorization: "
+                                                 "Bearer KEY)"));
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
   }
 
   void setup() {
-    http_.new_task_queue = [n = config_.http_threads] { return new httplib::ThreadPool(n); };
-    http_.set_payload_max_length(static_cast<size_t>(config_.max_body_bytes));
-    http_.set_keep_alive_timeout(2);
-    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (config_.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
-        return httplib::Server::HandlerResponse::Unhandled;
-      if (req.get_header_value("Authorization") == "Bearer " + config_.api_key)
-        return httplib::Server::HandlerResponse::Unhandled;
-      send_error(res, unauthorized(req.has_header("Authorization") ? "the API key is wrong"
-                                                                   : "an API key is required"));
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    // httplib's own errors (no route, body too large, unreadable request) get an OpenAI body.
-    http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
+    http_.set_error_response([this](int status, const std::string& message) {
       ApiError e;
-      if (res.status == 404)
-        e = not_found_error("no route " + req.method + " " + req.path);
-      else if (res.status == 413)
-        e = payload_too_large(str_format("the request body is over the limit of %lld bytes",
-                                         static_cast<long long>(config_.max_body_bytes)));
-      else if (res.status >= 500)
-        e = internal("internal server error");
+      if (status == 404)
+        e = not_found_error(message);
+      else if (status == 413)
+        e = payload_too_large(
+            str_format("the request body is over the limit of %lld bytes (--max-request-body)",
+                       static_cast<long long>(config_.limits.max_body_bytes)));
+      else if (status == 503)
+        e = overloaded(message, 1);
+      else if (status >= 500 && status != 501 && status != 505)
+        e = internal(message);
       else
-        e = bad_request(str_format("the request could not be read (HTTP %d)", res.status));
-      e.status = res.status;
-      send_error(res, e);
+        e = bad_request(message);
+      e.status = status;
+      return send_error(e);
     });
-    http_.set_exception_handler(
-        [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-          std::string what = "internal error";
-          try {
-            if (ep) std::rethrow_exception(ep);
-          } catch (const std::exception& ex) {
-            what = ex.what();
-          } catch (...) {
-          }
-          send_error(res, internal(what));
-        });
+    http_.set_guard([this](const HttpRequest& req) { return authenticate(req); });
 
-    http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) {
-      handle_generate(q, s, ApiKind::kCompletion);
-    });
-    http_.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& s) {
-      handle_generate(q, s, ApiKind::kChat);
-    });
-    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& s) {
-      json m = {{"id", config_.served_model_name},
-                {"object", "model"},
-                {"created", static_cast<int64_t>(std::time(nullptr))},
-                {"owned_by", "pagoda"},
-                {"max_model_len", engine_.config().max_model_len}};
-      s.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
-    });
-    http_.Get("/health", [this](const httplib::Request&, httplib::Response& s) {
-      if (draining_) return send_error(s, overloaded("the server is shutting down", 5));
-      // Unhealthy while the engine's latest model run failed (a broken device stays so;
-      // a passing fault clears with the next step that runs), as vLLM's 500 for a dead
-      // engine. Not counted in request_errors_total: a probe is not a request.
-      const EngineStats es = engine_.stats();
-      if (es.last_step_failed) {
-        const ApiError e = internal(
-            str_format("the engine's latest step failed (%lld failed so far); see the server log",
-                       static_cast<long long>(es.failed_steps)));
-        s.status = e.status;
-        s.set_content(dump(e.to_json()), "application/json");
-        return;
-      }
-      s.set_content("", "text/plain");
-    });
-    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& s) {
-      s.set_content(metrics_.render(engine_.stats()), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    http_.Post("/tokenize",
-               [this](const httplib::Request& q, httplib::Response& s) { handle_tokenize(q, s); });
-    http_.Post("/detokenize", [this](const httplib::Request& q, httplib::Response& s) {
-      handle_detokenize(q, s);
-    });
+    http_.route("POST", "/v1/completions",
+                [this](const HttpRequest& q) { return handle_generate(q, ApiKind::kCompletion); });
+    http_.route("POST", "/v1/chat/completions",
+                [this](const HttpRequest& q) { return handle_generate(q, ApiKind::kChat); });
+    http_.route(
+        "GET", "/v1/models",
+        [this](const HttpRequest&) {
+          json m = {{"id", config_.served_model_name},
+                    {"object", "model"},
+                    {"created", static_cast<int64_t>(std::time(nullptr))},
+                    {"owned_by", "pagoda"},
+                    {"max_model_len", engine_.config().max_model_len}};
+          return json_response(dump(json{{"object", "list"}, {"data", json::array({m})}}));
+        },
+        true);
+    // Liveness and metrics answer on the event loop: they never wait behind generation,
+    // template or tokenizer work.
+    http_.route(
+        "GET", "/health", [this](const HttpRequest&) { return handle_health(); }, true);
+    http_.route(
+        "GET", "/metrics",
+        [this](const HttpRequest&) {
+          HttpResponse r;
+          r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+          r.body = metrics_.render(engine_.stats());
+          return r;
+        },
+        true);
+    http_.route("POST", "/tokenize", [this](const HttpRequest& q) { return handle_tokenize(q); });
+    http_.route("POST", "/detokenize",
+                [this](const HttpRequest& q) { return handle_detokenize(q); });
   }
 
   Engine& engine_;
   const ServerConfig config_;
   const ChatRenderer chat_;
   Metrics metrics_;
-  httplib::Server http_;
-  int port_ = 0;
 
   std::atomic<bool> draining_{false};
   std::atomic<int> inflight_{0};         // generation responses not yet finished
@@ -410,6 +403,8 @@ class ServerImpl : public Server {
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   uint64_t counter_ = 0;
+  // Last, so it goes first: its connections' responses still reach the members above.
+  HttpServer http_;
 };
 
 }  // namespace

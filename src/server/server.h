@@ -1,5 +1,5 @@
 // pagoda serve's HTTP server: the OpenAI routes, /health, /metrics, /tokenize and
-// /detokenize over cpp-httplib, in front of one Engine.
+// /detokenize over the event-driven HttpServer, in front of one Engine.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "core/status.h"
 #include "core/version.h"
 #include "pagoda/engine.h"
+#include "server/http_types.h"
 
 namespace pagoda::server {
 
@@ -17,10 +18,12 @@ struct ServerConfig {
   int port = 8000;      // 0: any free port
   std::string api_key;  // "" : no authentication
   std::string served_model_name;
-  int max_waiting_requests = -1;  // < 0: unlimited
-  int64_t max_body_bytes = 16 << 20;
-  int http_threads = 256;     // each open connection (a stream, a keep-alive) holds one
-  std::string chat_template;  // --chat-template, else the model's; "" when none
+  int max_waiting_requests = -1;     // < 0: unlimited
+  HttpLimits limits;                 // header, body, deadline and connection limits
+  int max_json_depth = 64;           // request bodies nesting deeper are refused while parsed
+  bool open_health_metrics = false;  // with api_key: /health and /metrics need no key
+  int http_threads = 4;              // workers that parse, render templates and tokenize
+  std::string chat_template;         // --chat-template, else the model's; "" when none
   std::string version = pagoda::version();        // for pagoda:build_info
   std::string revision = pagoda::git_describe();  // likewise
 };

@@ -1,13 +1,9 @@
 // The server's pieces that need no model: errors, metrics text, chat message content.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "server/api_error.h"
+#include "server/auth.h"
 #include "server/chat_render.h"
-#include "server/connection_watch.h"
 #include "server/metrics.h"
 
 namespace pagoda::server {
@@ -93,44 +89,19 @@ TEST(ServerChat, RenderKeepsTheRequestKeyOrder) {
   EXPECT_EQ(*text, R"([{"type": "function", "function": {}}]|{"role": "user", "content": "hi"})");
 }
 
-int port_of(int fd, bool peer) {
-  sockaddr_in a{};
-  socklen_t len = sizeof(a);
-  auto* sa = reinterpret_cast<sockaddr*>(&a);
-  EXPECT_EQ(peer ? getpeername(fd, sa, &len) : getsockname(fd, sa, &len), 0);
-  return ntohs(a.sin_port);
-}
-
-TEST(ServerConnectionWatch, FindsTheSocketAndSeesThePeerLeave) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(listener, 4), 0);
-  a.sin_port = htons(static_cast<uint16_t>(port_of(listener, false)));
-  const int client = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  const int conn = accept(listener, nullptr, nullptr);
-  ASSERT_GE(conn, 0);
-
-  const ConnectionAddress addr{"127.0.0.1", port_of(conn, false), "127.0.0.1", port_of(conn, true)};
-  EXPECT_EQ(find_connection_socket(addr), conn);  // not the client's end, not the listener
-  ConnectionAddress other = addr;
-  other.remote_port = addr.remote_port == 1 ? 2 : 1;
-  EXPECT_EQ(find_connection_socket(other), -1);
-
-  ConnectionWatch watch(addr);
-  EXPECT_FALSE(watch.client_gone());
-  ASSERT_EQ(write(client, "GET", 3), 3);  // a pipelined request: still there
-  usleep(20000);
-  EXPECT_FALSE(watch.client_gone());
-  close(client);
-  usleep(20000);
-  EXPECT_TRUE(watch.client_gone());
-  EXPECT_TRUE(peer_closed(conn));
-  close(conn);
-  close(listener);
+TEST(ServerAuth, BearerSchemeInAnyCaseAndExactKey) {
+  EXPECT_EQ(bearer_token("Bearer abc").value_or("?"), "abc");
+  EXPECT_EQ(bearer_token("bearer abc").value_or("?"), "abc");
+  EXPECT_EQ(bearer_token("  BEARER \tabc  ").value_or("?"), "abc");
+  EXPECT_FALSE(bearer_token("Basic abc"));
+  EXPECT_FALSE(bearer_token("Bearerabc"));
+  EXPECT_TRUE(same_key("sekret", "sekret"));
+  EXPECT_FALSE(same_key("sekreT", "sekret"));
+  EXPECT_FALSE(same_key("sekret2", "sekret"));
+  EXPECT_FALSE(same_key("sekre", "sekret"));
+  EXPECT_FALSE(same_key("", "sekret"));
+  EXPECT_FALSE(same_key("", ""));
+  EXPECT_FALSE(same_key("sekretsekret", "sekret"));  // the cycled key is no match
 }
 
 }  // namespace

@@ -27,11 +27,12 @@ def free_port():
 class ServerProcess:
     """A running `pagoda serve`; stop() sends SIGTERM and returns the exit code."""
 
-    def __init__(self, *extra, env=None):
+    def __init__(self, *extra, env=None, probe_headers=None):
         if not PAGODA.exists():
             raise AssertionError(f"{PAGODA} is missing: build it first")
         if not SMOLLM2.exists():
             raise AssertionError(f"{SMOLLM2} is missing: run scripts/setup.sh")
+        self.probe_headers = probe_headers or {}  # what /metrics needs (an API key)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [str(PAGODA), "serve", "-m", str(SMOLLM2), "--port", str(self.port),
@@ -84,7 +85,7 @@ class ServerProcess:
 
     def metrics(self):
         """{sample name + sorted labels: value} of /metrics, parsed by prometheus_client."""
-        status, _, text = self.request("GET", "/metrics")
+        status, _, text = self.request("GET", "/metrics", headers=self.probe_headers)
         assert status == 200
         out = {}
         for fam in text_string_to_metric_families(text):

@@ -83,7 +83,8 @@ def test_metrics_count_requests(server, client, model):
 @pytest.fixture(scope="module")
 def guarded():
     s = ServerProcess("--max-num-seqs", "1", "--max-waiting-requests", "1",
-                      "--max-request-body", "4KiB", env={"PAGODA_API_KEY": "sekret"})
+                      "--max-request-body", "4KiB", env={"PAGODA_API_KEY": "sekret"},
+                      probe_headers={"Authorization": "Bearer sekret"})
     yield s
     assert s.stop() == 0
 
@@ -97,8 +98,9 @@ def test_api_key_is_401(guarded):
     assert st == 401
     good = openai.OpenAI(base_url=guarded.url + "/v1", api_key="sekret", max_retries=0)
     assert good.models.list().data[0].id == "smollm2"
-    st, _, _ = guarded.request("GET", "/health")  # not behind the key, like vLLM
-    assert st == 200
+    st, _, _ = guarded.request("GET", "/health")  # behind the key (--open-health-metrics opens it)
+    assert st == 401
+    assert guarded.request("GET", "/health", headers={"Authorization": "Bearer sekret"})[0] == 200
 
 
 def test_body_over_limit_is_413(guarded):
