@@ -34,6 +34,7 @@ Status to_status(const TemplateError& e, int fallback_line) {
     case ErrorKind::kRaised:
       return invalid_argument("chat template raised an exception" + where + ": " + e.what());
     case ErrorKind::kRender:
+    case ErrorKind::kLimit:
       break;
   }
   return invalid_argument("chat template error" + where + ": " + e.what());
