@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -246,6 +247,53 @@ TEST(ChatTemplateLimits, HostileTemplatesFailCleanly) {
   Json nested = Json::array();
   for (int i = 0; i < 2000; ++i) nested = Json::array({nested});
   EXPECT_FALSE(render_chat_template("{{ x }}", Json{{"x", nested}}).is_ok());
+}
+
+// vLLM's "content format": a template that loops over a message's content takes OpenAI's
+// list of parts, any other takes a string.
+TEST(ChatTemplate, ContentFormatComesFromTheTemplatesLoops) {
+  auto format = [](const std::string& tmpl) {
+    auto t = ChatTemplate::parse(tmpl);
+    EXPECT_TRUE(t.is_ok()) << tmpl << ": " << t.status().message();
+    return t.is_ok() ? t->content_format() : ChatContentFormat::kString;
+  };
+  const char* kParts[] = {
+      "{% for message in messages %}{% for part in message['content'] %}{{ part.text }}"
+      "{% endfor %}{% endfor %}",
+      "{% for m in messages %}{% for p in m.content if p.type == 'text' %}{% endfor %}{% endfor %}",
+      // Bound through variables: the messages, one message, the content.
+      "{% set loop_messages = messages[1:] %}{% for m in loop_messages %}{% set c = m.content %}"
+      "{% for p in c | selectattr('type', 'equalto', 'text') %}{% endfor %}{% endfor %}",
+      "{% set first = messages[0] %}{% for p in first['content'][1:] %}{% endfor %}",
+      "{% set users = messages | selectattr('role', 'equalto', 'user') | list %}"
+      "{% for u in users %}{% for p in u.get('content') %}{% endfor %}{% endfor %}",
+      // Through macro parameters (Kimi K2's and GLM 4.6's templates do this).
+      "{% macro text(msg) %}{% set c = msg.get('content') %}{% for p in c %}{% endfor %}"
+      "{% endmacro %}{% for m in messages %}{{ text(m) }}{% endfor %}",
+      "{% macro text(content) %}{% for p in content %}{% endfor %}{% endmacro %}"
+      "{% for m in messages %}{{ text(content=m.content) }}{% endfor %}",
+  };
+  for (const char* t : kParts) EXPECT_EQ(format(t), ChatContentFormat::kOpenAI) << t;
+  const char* kString[] = {
+      "{% for m in messages %}{{ m.role + ': ' + m.content | trim }}{% endfor %}",
+      "{% for m in messages %}{% for call in m.tool_calls %}{{ call.id }}{% endfor %}{% endfor %}",
+      "{% for m in messages %}{% for line in m.content.split('\n') %}{% endfor %}{% endfor %}",
+      "{% for doc in documents %}{% for p in doc.content %}{% endfor %}{% endfor %}",
+      "{% macro f(x) %}{% for p in x %}{% endfor %}{% endmacro %}{{ f(tools) }}",
+  };
+  for (const char* t : kString) EXPECT_EQ(format(t), ChatContentFormat::kString) << t;
+
+  // The real templates: those that loop over a message's content parts.
+  const std::string dir = std::string(PAGODA_SHARED_DIR) + "/testdata/chat-templates";
+  std::vector<std::string> parts;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream f(entry.path());
+    std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (format(source) == ChatContentFormat::kOpenAI) parts.push_back(entry.path().stem());
+  }
+  std::sort(parts.begin(), parts.end());
+  EXPECT_EQ(parts, (std::vector<std::string>{"GLM-4.6", "Kimi-K2-Instruct", "MiniMax-M2",
+                                             "unsloth-mistral-Devstral-Small-2507"}));
 }
 
 // Templates that allocate without bound: each is refused with the budget error, quickly
