@@ -28,9 +28,16 @@ class ChatRenderer {
   static ChatTemplateSource source_for(const Tokenizer& tok, std::string template_text);
 
   bool has_template() const { return tmpl_.has_value(); }
+  // What a message's list of content parts becomes for the template, as vLLM decides it:
+  // the parts themselves for a template that iterates content, else their text joined.
+  ChatContentFormat content_format() const {
+    return tmpl_ ? tmpl_->content_format() : ChatContentFormat::kString;
+  }
   // messages: OpenAI chat messages (validated by the caller to be objects with a role);
   // tools: the request's tools, null when none. Ordered JSON: the template sees the keys
-  // in the request's order, as transformers does (a `tojson` shows it).
+  // in the request's order, as transformers does (a `tojson` shows it). A content given
+  // as a list of parts reaches the template in its content format; a part that is not
+  // text (an image, audio) is refused.
   Result<std::string> render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                              const nlohmann::ordered_json& tools) const;
 
@@ -39,7 +46,8 @@ class ChatRenderer {
   std::optional<ChatTemplate> tmpl_;
 };
 
-// A message's content as text: a string, or the text parts of a list of parts.
+// A message's content as text: a string, none (""), or a list of text parts joined with
+// "\n" as vLLM joins them. A part of another type is refused, naming the type.
 Result<std::string> message_text(const nlohmann::ordered_json& content);
 
 }  // namespace pagoda::server

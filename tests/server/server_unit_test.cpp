@@ -72,7 +72,7 @@ TEST(ServerChat, MessageContentTextParts) {
   EXPECT_EQ(*message_text(nullptr), "");
   auto parts =
       nlohmann::ordered_json::parse(R"([{"type":"text","text":"a"},{"type":"text","text":"b"}])");
-  EXPECT_EQ(*message_text(parts), "ab");
+  EXPECT_EQ(*message_text(parts), "a\nb");  // as vLLM joins them
   EXPECT_FALSE(message_text(nlohmann::ordered_json::parse(R"([{"type":"image_url"}])")).is_ok());
   EXPECT_FALSE(message_text(3).is_ok());
 }

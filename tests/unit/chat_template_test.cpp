@@ -6,6 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -217,7 +223,7 @@ TEST(ChatTemplateLimits, HostileTemplatesFailCleanly) {
   for (int i = 0; i < 20000; ++i) many += "{% if true %}x{% endif %}{{ 1 + 2 }}";
   EXPECT_EQ(render_ok(many).size(), 40000u);
   // Runaway loops and recursion stop at the step and depth limits.
-  EXPECT_NE(render_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+  EXPECT_NE(render_error("{% set r = range(100000) %}{% for i in r %}{% for j in r %}{% endfor %}"
                          "{% endfor %}")
                 .find("evaluation steps"),
             std::string::npos);
@@ -241,6 +247,163 @@ TEST(ChatTemplateLimits, HostileTemplatesFailCleanly) {
   Json nested = Json::array();
   for (int i = 0; i < 2000; ++i) nested = Json::array({nested});
   EXPECT_FALSE(render_chat_template("{{ x }}", Json{{"x", nested}}).is_ok());
+}
+
+// vLLM's "content format": a template that loops over a message's content takes OpenAI's
+// list of parts, any other takes a string.
+TEST(ChatTemplate, ContentFormatComesFromTheTemplatesLoops) {
+  auto format = [](const std::string& tmpl) {
+    auto t = ChatTemplate::parse(tmpl);
+    EXPECT_TRUE(t.is_ok()) << tmpl << ": " << t.status().message();
+    return t.is_ok() ? t->content_format() : ChatContentFormat::kString;
+  };
+  const char* kParts[] = {
+      "{% for message in messages %}{% for part in message['content'] %}{{ part.text }}"
+      "{% endfor %}{% endfor %}",
+      "{% for m in messages %}{% for p in m.content if p.type == 'text' %}{% endfor %}{% endfor %}",
+      // Bound through variables: the messages, one message, the content.
+      "{% set loop_messages = messages[1:] %}{% for m in loop_messages %}{% set c = m.content %}"
+      "{% for p in c | selectattr('type', 'equalto', 'text') %}{% endfor %}{% endfor %}",
+      "{% set first = messages[0] %}{% for p in first['content'][1:] %}{% endfor %}",
+      "{% set users = messages | selectattr('role', 'equalto', 'user') | list %}"
+      "{% for u in users %}{% for p in u.get('content') %}{% endfor %}{% endfor %}",
+      // Through macro parameters (Kimi K2's and GLM 4.6's templates do this).
+      "{% macro text(msg) %}{% set c = msg.get('content') %}{% for p in c %}{% endfor %}"
+      "{% endmacro %}{% for m in messages %}{{ text(m) }}{% endfor %}",
+      "{% macro text(content) %}{% for p in content %}{% endfor %}{% endmacro %}"
+      "{% for m in messages %}{{ text(content=m.content) }}{% endfor %}",
+  };
+  for (const char* t : kParts) EXPECT_EQ(format(t), ChatContentFormat::kOpenAI) << t;
+  const char* kString[] = {
+      "{% for m in messages %}{{ m.role + ': ' + m.content | trim }}{% endfor %}",
+      "{% for m in messages %}{% for call in m.tool_calls %}{{ call.id }}{% endfor %}{% endfor %}",
+      "{% for m in messages %}{% for line in m.content.split('\n') %}{% endfor %}{% endfor %}",
+      "{% for doc in documents %}{% for p in doc.content %}{% endfor %}{% endfor %}",
+      "{% macro f(x) %}{% for p in x %}{% endfor %}{% endmacro %}{{ f(tools) }}",
+  };
+  for (const char* t : kString) EXPECT_EQ(format(t), ChatContentFormat::kString) << t;
+
+  // The real templates: those that loop over a message's content parts.
+  const std::string dir = std::string(PAGODA_SHARED_DIR) + "/testdata/chat-templates";
+  std::vector<std::string> parts;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream f(entry.path());
+    std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (format(source) == ChatContentFormat::kOpenAI) parts.push_back(entry.path().stem());
+  }
+  std::sort(parts.begin(), parts.end());
+  EXPECT_EQ(parts, (std::vector<std::string>{"GLM-4.6", "Kimi-K2-Instruct", "MiniMax-M2",
+                                             "unsloth-mistral-Devstral-Small-2507"}));
+}
+
+// Templates that allocate without bound: each is refused with the budget error, quickly
+// and without allocating what it asked for.
+TEST(ChatTemplateLimits, AllocationBudgetStopsRunawayTemplates) {
+  const char* kRunaway[] = {
+      // A list doubled 26 times (4 GB before the budget).
+      "{% set ns = namespace(l=[1]) %}{% for i in range(26) %}{% set ns.l = ns.l + ns.l %}"
+      "{% endfor %}{{ ns.l|length }}",
+      // Sizes computed up front must fail before anything is built.
+      "{{ ([1] * 1000000000)|length }}",
+      "{{ 'x' * 10000000000 }}",
+      "{{ ('x' * 1000000).replace('x', 'y' * 1000) }}",
+      "{{ 'ab'.replace('', 'x' * 100000000) }}",
+      // Strings under the length limit, but too many of them.
+      "{% set a = 'x' * 40000000 %}{% set b = 'y' * 40000000 %}{{ a|length + b|length }}",
+      // A dict copied and grown by one key per iteration (quadratic).
+      "{% set ns = namespace(d={}) %}{% for i in range(100000) %}"
+      "{% set ns.d = dict(ns.d, **{('key' ~ i): i}) %}{% endfor %}{{ ns.d|length }}",
+      // range() within the sandbox's MAX_RANGE, many times over.
+      "{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
+      "{% set ns.l = ns.l + [range(100000)] %}{% endfor %}{{ ns.l|length }}",
+      // Joining a list of large strings.
+      "{{ (['x' * 1000] * 100000)|join(',') }}",
+      // Shared structure: small to build, huge to print, dump or hash.
+      "{% set ns = namespace(d={}) %}{% for i in range(40) %}{% set ns.d = {'a': ns.d, 'b': ns.d} "
+      "%}"
+      "{% endfor %}{{ ns.d }}",
+      "{% set ns = namespace(l=[]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}"
+      "{% endfor %}{{ ns.l|tojson }}",
+      "{% set ns = namespace(t=(1,)) %}{% for i in range(60) %}{% set ns.t = (ns.t, ns.t) %}"
+      "{% endfor %}{{ {ns.t: 1}|length }}",
+      // Every line of a long string indented by a wide margin.
+      "{{ ('\n' * 100000)|indent(10000, true, true) }}",
+      // A recursive macro holding its arguments at every level.
+      "{% macro f() %}{{ f(*varargs) }}{% endmacro %}{{ f(*range(100000)) }}",
+      // A generator filter defers errors; the budget error is not deferred.
+      "{% set g = (['x' * 1000000] * 100)|map('upper') %}done",
+  };
+  for (const char* tmpl : kRunaway) {
+    auto start = std::chrono::steady_clock::now();
+    std::string m = render_error(tmpl);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(m.find("the template allocated more than 67108864 bytes"), std::string::npos)
+        << tmpl << " -> " << m;
+    EXPECT_LT(seconds, 5.0) << tmpl;
+  }
+  // The sandbox's own range limit comes first, as in jinja2.
+  EXPECT_NE(render_error("{{ range(1000000000)|length }}").find("Range too big"),
+            std::string::npos);
+
+  // The budget is a limit like the others: a caller may set it.
+  auto t = ChatTemplate::parse("{{ (['x' * 1000] * 2000)|join }}");
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_TRUE(t->render(Json::object()).is_ok());
+  jinja::Limits small;
+  small.max_alloc = 1 << 20;
+  auto r = t->render(Json::object(), small);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("allocated more than 1048576 bytes"), std::string::npos)
+      << r.status().message();
+}
+
+// The budget must never change what a real template renders: each of the 24 renders a
+// long conversation (about 1 MB of prompt, a few thousand messages) with the default
+// budget exactly as without one.
+TEST(ChatTemplateLimits, RealTemplatesRenderLongConversationsWithinBudget) {
+  const std::string dir = std::string(PAGODA_SHARED_DIR) + "/testdata/chat-templates";
+  Json messages = Json::array();
+  messages.push_back({{"role", "system"}, {"content", "You are a helpful assistant."}});
+  for (int i = 0; i < 2000; ++i)
+    messages.push_back({{"role", i % 2 ? "assistant" : "user"},
+                        {"content", "Message " + std::to_string(i) + ": " +
+                                        std::string(400 + i % 200, 'a' + i % 26)}});
+  Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Weather", "parameters": {"type": "object",
+      "properties": {"location": {"type": "string"}}, "required": ["location"]}}}])");
+  int rendered = 0, templates = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".jinja") continue;
+    ++templates;
+    std::ifstream f(entry.path());
+    std::string source((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto t = ChatTemplate::parse(source);
+    ASSERT_TRUE(t.is_ok()) << entry.path() << ": " << t.status().message();
+    for (const Json& with_tools : {Json(nullptr), tools}) {
+      ChatTemplateInputs in;
+      in.messages = messages;
+      if (!with_tools.is_null()) in.tools = with_tools;
+      in.add_generation_prompt = true;
+      in.bos_token = "<s>";
+      in.eos_token = "</s>";
+      Json ctx = make_chat_context(in);
+      jinja::Limits unbounded;
+      unbounded.max_alloc = SIZE_MAX;
+      auto want = t->render(ctx, unbounded);
+      auto got = t->render(ctx);
+      ASSERT_EQ(got.is_ok(), want.is_ok()) << entry.path() << ": " << got.status().message();
+      if (!want.is_ok()) {
+        EXPECT_EQ(got.status().message(), want.status().message()) << entry.path();
+        continue;
+      }
+      EXPECT_EQ(*got, *want) << entry.path();
+      EXPECT_GT(got->size(), 800000u) << entry.path();
+      ++rendered;
+    }
+  }
+  EXPECT_EQ(templates, 24);
+  EXPECT_GE(rendered, 30);  // some templates refuse a system message or need other inputs
 }
 
 }  // namespace

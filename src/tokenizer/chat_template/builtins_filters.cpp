@@ -4,6 +4,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "tokenizer/chat_template/alloc_budget.h"
 #include "tokenizer/chat_template/builtins.h"
 #include "tokenizer/chat_template/error.h"
 #include "tokenizer/chat_template/interpreter.h"
@@ -15,6 +16,13 @@ namespace {
 
 Value str_result(std::string s, const Value& like) {
   return Value::string(std::move(s), like.is_string() && like.is_safe());
+}
+
+// A string a filter made from its input, at most a few times that input's size (case
+// mapping, strip): charged as it comes (alloc_budget.h).
+Value made_str(std::string s, const Value& like) {
+  charge_string(s.size());
+  return str_result(std::move(s), like);
 }
 
 // soft_str(): keeps a Markup string's safety, converts anything else with str().
@@ -103,17 +111,18 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& a) {
   Params p("batch", a, {"linecount", "fill_with"});
   int64_t n = p.get(0).as_int();
   if (n <= 0) render_error("batch size must be positive");
-  std::vector<Value> out, cur;
-  for (const Value& x : seq_of(v)) {
-    if (static_cast<int64_t>(cur.size()) == n) {
-      out.push_back(Value::list(std::move(cur)));
-      cur.clear();
-    }
-    cur.push_back(x);
-  }
-  if (!cur.empty()) {
-    if (p.has(1) && !p.get(1).is_none())
-      while (static_cast<int64_t>(cur.size()) < n) cur.push_back(p.get(1));
+  const size_t size = static_cast<size_t>(n);
+  const bool fill = p.has(1) && !p.get(1).is_none();
+  std::vector<Value> items = seq_of(v);
+  charge_list(items.size() / size + (items.size() % size != 0));
+  std::vector<Value> out;
+  for (size_t i = 0; i < items.size(); i += size) {
+    const size_t end = i + std::min(size, items.size() - i);
+    // The last batch is filled up to `size`, which the template chooses: charged first.
+    charge_list(fill ? size : end - i);
+    std::vector<Value> cur(items.begin() + static_cast<long>(i),
+                           items.begin() + static_cast<long>(end));
+    if (fill) cur.resize(size, p.get(1));
     out.push_back(Value::list(std::move(cur)));
   }
   return generator(std::move(out));
@@ -121,7 +130,7 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_capitalize(Interpreter&, const Value& v, CallArgs& a) {
   Params p("capitalize", a, {});
-  return str_result(str_capitalize(soft(v)), v);
+  return made_str(str_capitalize(soft(v)), v);
 }
 
 Value f_center(Interpreter& in, const Value& v, CallArgs& a) {
@@ -129,9 +138,10 @@ Value f_center(Interpreter& in, const Value& v, CallArgs& a) {
   int64_t width = p.get_or(0, Value::integer(80)).as_int();
   std::string s = soft(v);
   int64_t len = static_cast<int64_t>(code_point_count(s));
-  if (width <= len) return str_result(s, v);
+  if (width <= len) return made_str(s, v);
   in.check_size(static_cast<size_t>(width));
   int64_t marg = width - len;
+  charge_string(static_cast<size_t>(marg) + s.size());
   int64_t left = marg / 2 + (marg & width & 1);  // CPython's rule for odd margins
   return str_result(std::string(static_cast<size_t>(left), ' ') + s +
                         std::string(static_cast<size_t>(marg - left), ' '),
@@ -156,6 +166,7 @@ Value f_dictsort(Interpreter&, const Value& v, CallArgs& a) {
   if (by != "key" && by != "value")
     render_error("You can only sort by either \"key\" or \"value\"");
   size_t pos = by == "key" ? 0 : 1;
+  charge_pair_list(v.dict().items.size());
   std::vector<Value> items;
   for (const auto& [k, x] : v.dict().items) items.push_back(Value::list({k, x}, SeqKind::kTuple));
   sort_values(
@@ -236,6 +247,7 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& a) {
     for (auto& [k, x] : a.kw) d.set(Value::string(k), x);
     args = Value::dict(std::move(d));
   } else {
+    charge_list(a.pos.size());
     args = Value::list(a.pos, SeqKind::kTuple);
   }
   std::string r = percent_format(soft(v), args);
@@ -253,12 +265,16 @@ Value f_groupby(Interpreter& in, const Value& v, CallArgs& a) {
     return cs ? k : ignore_case(k);
   };
   sort_values(&items, key, false);
+  charge_list(0);  // and a tuple and a list per group
   std::vector<Value> out;
   for (size_t i = 0; i < items.size();) {
     Value k = key(items[i]);
     std::vector<Value> group;
     size_t j = i;
     while (j < items.size() && equals(key(items[j]), k)) group.push_back(items[j++]);
+    charge_list(group.size());
+    charge_list(2);
+    charge_bytes(kItemBytes);
     Value shown = cs ? k : attr_get(in, items[i], p.get(0), &def);
     out.push_back(Value::list({shown, Value::list(std::move(group))}, SeqKind::kTuple));
     i = j;
@@ -296,6 +312,7 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
   } else {
     int64_t n = std::max<int64_t>(0, w.as_int());
     in.check_size(static_cast<size_t>(n));
+    charge_string(static_cast<size_t>(n));
     ind = std::string(static_cast<size_t>(n), ' ');
   }
   bool first = truthy(p.get_or(1, Value::boolean(false)));
@@ -305,16 +322,20 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
     render_error(std::string("unsupported operand type(s) for +=: '") + type_name(v) +
                  "' and 'str'");
   std::vector<std::string> lines = splitlines(v.str() + "\n");
+  // Every line gets the indent, so the result can be many times the input: charged and
+  // checked as it grows.
+  charge_string(0);
   std::string rv;
-  if (blank) {
-    for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + ind : "") + lines[i];
-  } else {
-    rv = lines.empty() ? "" : lines[0];
-    for (size_t i = 1; i < lines.size(); ++i)
-      rv += "\n" + (lines[i].empty() ? lines[i] : ind + lines[i]);
+  auto put = [&](std::string_view piece) {
+    in.check_size(rv.size() + piece.size());
+    append_charged(&rv, piece);
+  };
+  if (first) put(ind);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i) put("\n");
+    if (i && (blank || !lines[i].empty())) put(ind);
+    put(lines[i]);
   }
-  if (first) rv = ind + rv;
-  in.check_size(rv.size());
   return str_result(std::move(rv), v);
 }
 
@@ -380,6 +401,7 @@ Value f_items(Interpreter&, const Value& v, CallArgs& a) {
   Params p("items", a, {});
   if (v.is_undefined()) return generator({});
   if (!v.is_dict()) render_error("Can only get item pairs from a mapping.");
+  charge_pair_list(v.dict().items.size());
   std::vector<Value> out;
   for (const auto& [k, x] : v.dict().items) out.push_back(Value::list({k, x}, SeqKind::kTuple));
   return generator(std::move(out));
@@ -388,13 +410,15 @@ Value f_items(Interpreter&, const Value& v, CallArgs& a) {
 Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
   Params p("join", a, {"d", "attribute"});
   std::string d = p.has(0) ? to_str(p.get(0)) : "";
+  charge_string(0);  // and each piece before it is appended
   std::string out;
   bool first = true;
   for (const Value& x : seq_of(v)) {
-    if (!first) out += d;
+    std::string piece = to_str(p.has(1) && !p.get(1).is_none() ? attr_get(in, x, p.get(1)) : x);
+    in.check_size(out.size() + (first ? 0 : d.size()) + piece.size());
+    if (!first) append_charged(&out, d);
     first = false;
-    out += to_str(p.has(1) && !p.get(1).is_none() ? attr_get(in, x, p.get(1)) : x);
-    in.check_size(out.size());
+    append_charged(&out, piece);
   }
   return Value::string(std::move(out));
 }
@@ -406,17 +430,19 @@ Value f_length(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_list(Interpreter&, const Value& v, CallArgs& a) {
   Params p("list", a, {});
-  return Value::list(seq_of(v));
+  std::vector<Value> items = seq_of(v);
+  charge_list(items.size());
+  return Value::list(std::move(items));
 }
 
 Value f_lower(Interpreter&, const Value& v, CallArgs& a) {
   Params p("lower", a, {});
-  return str_result(str_lower(soft(v)), v);
+  return made_str(str_lower(soft(v)), v);
 }
 
 Value f_upper(Interpreter&, const Value& v, CallArgs& a) {
   Params p("upper", a, {});
-  return str_result(str_upper(soft(v)), v);
+  return made_str(str_upper(soft(v)), v);
 }
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
@@ -436,12 +462,16 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& a) {
       }
     }
     if (!has_attr) render_error("map requires a filter argument");
-    for (const Value& x : seq_of(v)) out.push_back(attr_get(in, x, attribute, &def));
+    std::vector<Value> xs = seq_of(v);
+    charge_list(xs.size());
+    for (const Value& x : xs) out.push_back(attr_get(in, x, attribute, &def));
     return generator(std::move(out));
   }
   if (!a.pos[0].is_string()) render_error("map requires a filter name");
   std::string name = a.pos[0].str();
-  for (const Value& x : seq_of(v)) {
+  std::vector<Value> xs = seq_of(v);
+  charge_list(xs.size());
+  for (const Value& x : xs) {
     CallArgs rest;
     rest.pos.assign(a.pos.begin() + 1, a.pos.end());
     rest.kw = a.kw;
@@ -493,6 +523,7 @@ Value select_reject(Interpreter& in, const Value& v, CallArgs& a, bool select, b
     if (!a.pos[off].is_string()) render_error(std::string(name) + ": the test must be a name");
     test_name = a.pos[off].str();
   }
+  charge_list(0);  // and each item kept
   std::vector<Value> out;
   for (const Value& x : seq_of(v)) {
     Value item = attr ? attr_get(in, x, attribute) : x;
@@ -505,7 +536,10 @@ Value select_reject(Interpreter& in, const Value& v, CallArgs& a, bool select, b
     } else {
       r = truthy(item);
     }
-    if (r == select) out.push_back(x);
+    if (r == select) {
+      charge_bytes(kItemBytes);
+      out.push_back(x);
+    }
   }
   return generator(std::move(out));
 }
@@ -533,12 +567,14 @@ Value f_replace(Interpreter& in, const Value& v, CallArgs& a) {
 Value f_reverse(Interpreter&, const Value& v, CallArgs& a) {
   Params p("reverse", a, {});
   if (v.is_string()) {
+    charge_string(v.str().size());
     std::vector<uint32_t> cps = to_code_points(v.str());
     std::reverse(cps.begin(), cps.end());
     return str_result(from_code_points(cps, 0, cps.size()), v);
   }
   if (v.is_undefined()) return generator({});  // reversed(Undefined): len 0, nothing to yield
   std::vector<Value> items = seq_of(v);
+  charge_list(items.size());
   std::reverse(items.begin(), items.end());
   // reversed() of a list or dict is an iterator; of a generator, a new list.
   bool iterator = (v.is_list() && v.seq_kind() != SeqKind::kGenerator) || v.is_dict();
@@ -577,6 +613,7 @@ Value f_round(Interpreter&, const Value& v, CallArgs& a) {
 
 Value f_safe(Interpreter&, const Value& v, CallArgs& a) {
   Params p("safe", a, {});
+  if (v.is_string()) charge_string(v.str().size());  // a copy; other values' repr is charged
   return Value::string(to_str(v), true);
 }
 
@@ -588,6 +625,9 @@ Value f_slice(Interpreter&, const Value& v, CallArgs& a) {
   std::vector<Value> seq = seq_of(v);
   int64_t n = static_cast<int64_t>(seq.size());
   int64_t per = n / slices, extra = n % slices, offset = 0;
+  charge_list(static_cast<size_t>(slices));
+  charge_list(seq.size());  // the parts' items
+  charge_bytes(saturating_mul(static_cast<size_t>(slices), kObjectBytes + kItemBytes));
   std::vector<Value> out;
   for (int64_t k = 0; k < slices; ++k) {
     int64_t start = offset + k * per;
@@ -618,6 +658,7 @@ Value f_sort(Interpreter& in, const Value& v, CallArgs& a) {
     Value k = attr_get(in, x, attribute);
     return cs ? k : ignore_case(k);
   };
+  charge_list(items.size());
   sort_values(&items, key, truthy(p.get_or(0, Value::boolean(false))));
   return Value::list(std::move(items));
 }
@@ -667,7 +708,7 @@ Value f_title(Interpreter&, const Value& v, CallArgs& a) {
     }
     i = j;
   }
-  return str_result(std::move(out), v);
+  return made_str(std::move(out), v);
 }
 
 Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
@@ -708,7 +749,7 @@ Value f_trim(Interpreter&, const Value& v, CallArgs& a) {
     chars = p.get(0).str();
     cp = &chars;
   }
-  return str_result(str_strip(soft(v), cp, true, true), v);
+  return made_str(str_strip(soft(v), cp, true, true), v);
 }
 
 Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
@@ -726,8 +767,9 @@ Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
   }
   std::string s = soft(v);
   std::vector<uint32_t> cps = to_code_points(s);
-  if (static_cast<int64_t>(cps.size()) <= len + leeway) return str_result(s, v);
+  if (static_cast<int64_t>(cps.size()) <= len + leeway) return made_str(s, v);
   std::string head = from_code_points(cps, 0, static_cast<size_t>(len - end_len));
+  charge_string(head.size() + end.size());
   if (killwords) return Value::string(head + end);
   std::string sp = " ";
   return Value::string(str_rsplit(head, &sp, 1)[0] + end);
@@ -736,12 +778,16 @@ Value f_truncate(Interpreter&, const Value& v, CallArgs& a) {
 Value f_unique(Interpreter& in, const Value& v, CallArgs& a) {
   Params p("unique", a, {"case_sensitive", "attribute"});
   bool cs = truthy(p.get_or(0, Value::boolean(false)));
+  charge_list(0);  // and each item kept
   std::vector<Value> out;
   std::unordered_map<std::string, bool> seen;
   for (const Value& x : seq_of(v)) {
     Value k = attr_get(in, x, p.get_or(1, Value::none()));
     if (!cs) k = ignore_case(k);
-    if (seen.emplace(hash_key(k), true).second) out.push_back(x);
+    if (seen.emplace(hash_key(k), true).second) {
+      charge_bytes(kItemBytes);
+      out.push_back(x);
+    }
   }
   return generator(std::move(out));
 }

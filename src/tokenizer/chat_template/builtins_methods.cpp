@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tokenizer/chat_template/alloc_budget.h"
 #include "tokenizer/chat_template/builtins.h"
 #include "tokenizer/chat_template/error.h"
 #include "tokenizer/chat_template/interpreter.h"
@@ -85,7 +86,12 @@ int64_t cp_index(const std::string& s, size_t byte_pos) {
 Value str_method(const Value& self, const std::string& name, Interpreter& in, CallArgs& a) {
   const std::string& s = self.str();
   const bool safe = self.is_safe();
+  // str: a result already charged; made: one at most a few times `s`, charged now.
   auto str = [&](std::string r) { return Value::string(std::move(r), safe); };
+  auto made = [&](std::string r) {
+    charge_string(r.size());
+    return Value::string(std::move(r), safe);
+  };
   auto strip_chars = [&](Params& p, std::string* buf) -> const std::string* {
     if (!p.has(0) || p.get(0).is_none()) return nullptr;
     *buf = str_arg(p.get(0), name.c_str());
@@ -95,7 +101,7 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
     Params p(name, a, {"chars"});
     std::string buf;
     const std::string* chars = strip_chars(p, &buf);
-    return str(str_strip(s, chars, name != "rstrip", name != "lstrip"));
+    return made(str_strip(s, chars, name != "rstrip", name != "lstrip"));
   }
   if (name == "split" || name == "rsplit") {
     Params p(name, a, {"sep", "maxsplit"});
@@ -108,6 +114,7 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
     int64_t maxsplit = p.has(1) ? p.get(1).as_int() : -1;
     std::vector<std::string> parts =
         name == "split" ? str_split(s, sep, maxsplit) : str_rsplit(s, sep, maxsplit);
+    charge_list(parts.size());
     std::vector<Value> out;
     for (auto& x : parts) out.push_back(str(std::move(x)));
     return Value::list(std::move(out));
@@ -116,6 +123,7 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
     Params p(name, a, {"keepends"});
     bool keep = truthy(p.get_or(0, Value::boolean(false)));
     std::vector<uint32_t> cps = to_code_points(s);
+    charge_list(0);  // and each line
     std::vector<Value> out;
     size_t start = 0, i = 0;
     while (i < cps.size()) {
@@ -129,10 +137,14 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
       size_t end = i;
       if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
       ++i;
-      out.push_back(str(from_code_points(cps, start, keep ? i : end)));
+      charge_bytes(kItemBytes);
+      out.push_back(made(from_code_points(cps, start, keep ? i : end)));
       start = i;
     }
-    if (start < cps.size()) out.push_back(str(from_code_points(cps, start, cps.size())));
+    if (start < cps.size()) {
+      charge_bytes(kItemBytes);
+      out.push_back(made(from_code_points(cps, start, cps.size())));
+    }
     return Value::list(std::move(out));
   }
   if (name == "startswith" || name == "endswith") {
@@ -152,10 +164,10 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
       render_error(name + " first arg must be str or a tuple of str, not " + type_name(what));
     return Value::boolean(check(what.str()));
   }
-  if (name == "upper") return Params(name, a, {}), str(str_upper(s));
-  if (name == "lower" || name == "casefold") return Params(name, a, {}), str(str_lower(s));
-  if (name == "title") return Params(name, a, {}), str(str_title(s));
-  if (name == "capitalize") return Params(name, a, {}), str(str_capitalize(s));
+  if (name == "upper") return Params(name, a, {}), made(str_upper(s));
+  if (name == "lower" || name == "casefold") return Params(name, a, {}), made(str_lower(s));
+  if (name == "title") return Params(name, a, {}), made(str_title(s));
+  if (name == "capitalize") return Params(name, a, {}), made(str_capitalize(s));
   if (name == "swapcase") {
     Params p(name, a, {});
     std::string out;
@@ -164,7 +176,7 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
       std::vector<uint32_t> one{c != l ? l : u};
       out += from_code_points(one, 0, 1);
     }
-    return str(out);
+    return made(out);
   }
   if (name == "replace") {
     Params p(name, a, {"old", "new", "count"});
@@ -202,15 +214,16 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
   }
   if (name == "join") {
     Params p(name, a, {"iterable"});
+    charge_string(0);  // and each piece before it is appended
     std::string out;
     size_t i = 0;
     for (const Value& x : iterate(p.get(0))) {
       if (!x.is_string())
         render_error("sequence item " + std::to_string(i) + ": expected str instance, " +
                      type_name(x) + " found");
-      if (i++) out += s;
-      out += x.str();
-      in.check_size(out.size());
+      in.check_size(out.size() + (i ? s.size() : 0) + x.str().size());
+      if (i++) append_charged(&out, s);
+      append_charged(&out, x.str());
     }
     return str(std::move(out));
   }
@@ -251,8 +264,10 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
     if (code_point_count(fill) != 1)
       render_error("The fill character must be exactly one character long");
     int64_t len = static_cast<int64_t>(code_point_count(s));
-    if (width <= len) return str(s);
-    in.check_size(static_cast<size_t>(width) * fill.size());
+    if (width <= len) return made(s);
+    const size_t fill_bytes = saturating_mul(static_cast<size_t>(width - len), fill.size());
+    in.check_size(fill_bytes);
+    charge_string(fill_bytes + s.size());
     int64_t marg = width - len;
     int64_t left = name == "ljust" ? 0 : name == "rjust" ? marg : marg / 2 + (marg & width & 1);
     std::string out;
@@ -265,8 +280,9 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
     Params p(name, a, {"width"});
     int64_t width = p.get(0).as_int();
     int64_t len = static_cast<int64_t>(code_point_count(s));
-    if (width <= len) return str(s);
+    if (width <= len) return made(s);
     in.check_size(static_cast<size_t>(width));
+    charge_string(static_cast<size_t>(width - len) + s.size());
     size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
     return str(s.substr(0, sign) + std::string(static_cast<size_t>(width - len), '0') +
                s.substr(sign));
@@ -275,6 +291,8 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
     Params p(name, a, {"sep"});
     const std::string& sep = str_arg(p.get(0), name.c_str());
     if (sep.empty()) render_error("empty separator");
+    charge_list(3);
+    charge_bytes(3 * kObjectBytes + s.size() + sep.size());
     size_t pos = name == "partition" ? s.find(sep) : s.rfind(sep);
     if (pos == std::string::npos) {
       if (name == "partition") return Value::list({str(s), str(""), str("")}, SeqKind::kTuple);
@@ -286,9 +304,10 @@ Value str_method(const Value& self, const std::string& name, Interpreter& in, Ca
   if (name == "removeprefix" || name == "removesuffix") {
     Params p(name, a, {"affix"});
     const std::string& x = str_arg(p.get(0), name.c_str());
-    if (name == "removeprefix") return str(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
+    if (name == "removeprefix")
+      return made(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
     bool ends = s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-    return str(ends && !x.empty() ? s.substr(0, s.size() - x.size()) : s);
+    return made(ends && !x.empty() ? s.substr(0, s.size() - x.size()) : s);
   }
   unsupported_error("the str method '" + name + "' is not supported");
 }
@@ -297,6 +316,10 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
   const DictObj& d = self.dict();
   if (name == "items" || name == "keys" || name == "values") {
     Params p(name, a, {});
+    if (name == "items")
+      charge_pair_list(d.items.size());
+    else
+      charge_list(d.items.size());
     std::vector<Value> out;
     for (const auto& [k, v] : d.items) {
       if (name == "items")
@@ -317,6 +340,7 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
   }
   if (name == "copy") {
     Params p(name, a, {});
+    charge_bytes(d.copy_bytes());
     return Value::dict(std::make_shared<DictObj>(d));
   }
   unsupported_error("the dict method '" + name + "' is not supported");
@@ -338,6 +362,7 @@ Value list_method(const Value& self, const std::string& name, CallArgs& a) {
   }
   if (name == "copy") {
     Params p(name, a, {});
+    charge_list(items.size());
     return Value::list(items);
   }
   unsupported_error("the list method '" + name + "' is not supported");
@@ -449,18 +474,22 @@ Value g_range(Interpreter&, CallArgs& a) {
   // jinja2's sandbox refuses ranges longer than MAX_RANGE.
   if (count > 100000)
     render_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+  charge_list(static_cast<size_t>(count));
   std::vector<Value> out;
+  out.reserve(static_cast<size_t>(count));
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
     out.push_back(Value::integer(i));
   return Value::list(std::move(out));
 }
 
 Value g_dict(Interpreter&, CallArgs& a) {
+  charge_dict(0);  // and each entry as it is set
   DictObj d;
   if (a.pos.size() > 1) render_error("dict expected at most 1 argument");
   if (!a.pos.empty()) {
     const Value& src = a.pos[0];
     if (src.is_dict()) {
+      charge_bytes(src.dict().copy_bytes());
       d = src.dict();
     } else {
       for (const Value& pair : iterate(src)) {
@@ -475,6 +504,7 @@ Value g_dict(Interpreter&, CallArgs& a) {
 }
 
 Value g_namespace(Interpreter&, CallArgs& a) {
+  charge_dict(0);  // and each attribute as it is set
   auto ns = std::make_shared<NamespaceObj>();
   for (const Value& m : a.pos) {
     if (!m.is_dict()) render_error("namespace() positional arguments must be mappings");
@@ -487,12 +517,14 @@ Value g_namespace(Interpreter&, CallArgs& a) {
 Value g_joiner(Interpreter&, CallArgs& a) {
   Params p("joiner", a, {"sep"});
   std::string sep = p.has(0) ? to_str(p.get(0)) : ", ";
+  charge_string(sep.size());
   auto used = std::make_shared<bool>(false);
   return make_function("joiner", [sep, used](Interpreter&, CallArgs&) {
     if (!*used) {
       *used = true;
       return Value::string("");
     }
+    charge_string(sep.size());
     return Value::string(sep);
   });
 }
@@ -508,6 +540,7 @@ Value g_strftime_now(Interpreter&, CallArgs& a) {
   time_t now = time(nullptr);
   struct tm tm_now;
   localtime_r(&now, &tm_now);
+  charge_string(256 + saturating_mul(fmt.size(), 8));
   std::string out(256 + fmt.size() * 8, '\0');
   size_t n = strftime(out.data(), out.size(), fmt.c_str(), &tm_now);
   out.resize(n);

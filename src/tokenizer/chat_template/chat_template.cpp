@@ -4,6 +4,7 @@
 
 #include "tokenizer/chat_template/ast.h"
 #include "tokenizer/chat_template/builtins.h"
+#include "tokenizer/chat_template/content_format.h"
 #include "tokenizer/chat_template/error.h"
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/json_io.h"
@@ -15,6 +16,7 @@ namespace pagoda {
 struct ChatTemplate::Parsed {
   jinja::Body body;
   std::vector<std::string> declared;  // names the top level assigns
+  ChatContentFormat content_format = ChatContentFormat::kString;
 };
 
 namespace {
@@ -34,6 +36,7 @@ Status to_status(const TemplateError& e, int fallback_line) {
     case ErrorKind::kRaised:
       return invalid_argument("chat template raised an exception" + where + ": " + e.what());
     case ErrorKind::kRender:
+    case ErrorKind::kLimit:
       break;
   }
   return invalid_argument("chat template error" + where + ": " + e.what());
@@ -114,6 +117,8 @@ Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
     parsed->body = jinja::parse_template(source);
     parsed->declared = jinja::frame_stores(parsed->body);
     check_names(parsed->body, false);
+    if (jinja::iterates_message_content(parsed->body))
+      parsed->content_format = ChatContentFormat::kOpenAI;
     return ChatTemplate(std::move(parsed));
   } catch (const TemplateError& e) {
     return to_status(e, 0);
@@ -146,6 +151,10 @@ Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context,
   } catch (const std::bad_alloc&) {
     return Status(StatusCode::kResourceExhausted, "out of memory rendering the chat template");
   }
+}
+
+ChatContentFormat ChatTemplate::content_format() const {
+  return parsed_->content_format;
 }
 
 nlohmann::ordered_json make_chat_context(const ChatTemplateInputs& inputs) {

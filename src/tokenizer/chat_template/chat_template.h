@@ -21,6 +21,11 @@ struct Stmt;
 struct Limits;
 }  // namespace jinja
 
+// How a template takes a message's content (vLLM's "content format"): kOpenAI templates
+// loop over it as OpenAI's list of parts ({"type": "text", "text": ...}), kString ones
+// use it as text.
+enum class ChatContentFormat { kString, kOpenAI };
+
 class ChatTemplate {
  public:
   // A syntax error or an unsupported construct comes back as a Status naming the line.
@@ -30,6 +35,9 @@ class ChatTemplate {
   Result<std::string> render(const nlohmann::ordered_json& context) const;
   Result<std::string> render(const nlohmann::ordered_json& context,
                              const jinja::Limits& limits) const;
+
+  // Decided once, when parsing (content_format.h).
+  ChatContentFormat content_format() const;
 
  private:
   struct Parsed;

@@ -13,6 +13,7 @@ enum class ErrorKind {
   kUnsupported,  // a construct Pagoda's interpreter does not implement
   kRender,       // an error while rendering (type errors, undefined values, limits)
   kRaised,       // the template called raise_exception(message)
+  kLimit,        // the rendering ran out of its allocation budget; no filter defers it
 };
 
 class TemplateError : public std::runtime_error {

@@ -2,9 +2,11 @@
 
 #include <cmath>
 
+#include "tokenizer/chat_template/alloc_budget.h"
 #include "tokenizer/chat_template/builtins.h"
 #include "tokenizer/chat_template/error.h"
 #include "tokenizer/chat_template/pystr.h"
+#include "tokenizer/unicode.h"
 
 namespace pagoda::jinja {
 namespace {
@@ -100,6 +102,9 @@ class CallerFn : public CallableObj {
   bool varargs_, kwargs_;
 };
 
+// A scope a closure keeps alive: the Scope, its few variables and its entry in remembered_.
+constexpr size_t kScopeBytes = 4 * kObjectBytes;
+
 bool checked_add(int64_t a, int64_t b, int64_t* r) {
   return !__builtin_add_overflow(a, b, r);
 }
@@ -164,8 +169,10 @@ Interpreter::Interpreter(const DictObj& context, const Limits& limits)
     : context_(context), limits_(limits) {}
 
 std::string Interpreter::render(const Body& body, const std::vector<std::string>& declared) {
+  AllocBudget budget(limits_.max_alloc);
   std::string out;
   out_ = &out;
+  top_out_ = &out;
   auto root = std::make_shared<Scope>();
   root->declared = &declared;
   remember_closure(root);
@@ -177,12 +184,19 @@ std::string Interpreter::render(const Body& body, const std::vector<std::string>
   return out;
 }
 
+// Charged: a macro defined in a loop keeps every iteration's scope alive until the end.
 void Interpreter::remember_closure(const std::shared_ptr<Scope>& scope) {
-  if (remembered_.insert(scope.get()).second) closures_.push_back(scope);
+  if (remembered_.count(scope.get())) return;
+  charge_bytes(kScopeBytes);
+  remembered_.insert(scope.get());
+  closures_.push_back(scope);
 }
 
 void Interpreter::remember_namespace(const Value& ns) {
-  if (remembered_.insert(&ns.ns()).second) namespaces_.push_back(ns);
+  if (remembered_.count(&ns.ns())) return;
+  charge_bytes(kScopeBytes);
+  remembered_.insert(&ns.ns());
+  namespaces_.push_back(ns);
 }
 
 void Interpreter::break_cycles() {
@@ -209,6 +223,8 @@ void Interpreter::check_size(size_t bytes) const {
 }
 
 void Interpreter::emit(const std::string& s) {
+  // What a macro, a set block or a filter block captures becomes a string value.
+  if (out_ != top_out_) charge_bytes(s.size());
   out_->append(s);
   check_size(out_->size());
 }
@@ -268,6 +284,7 @@ void Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) 
       assign(s.target, eval(*s.expr, scope), scope);
       return;
     case StmtKind::kSetBlock: {
+      charge_string(0);  // the bytes, as they are captured
       Value v = Value::string(capture(s.body, child(scope, s)));
       if (s.filter) v = apply_filter_chain(*s.filter, v, scope);
       assign(s.target, v, scope);
@@ -288,6 +305,7 @@ void Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) 
       return;
     }
     case StmtKind::kFilterBlock: {
+      charge_string(0);
       Value body = Value::string(capture(s.body, child(scope, s)));
       emit(to_str(apply_filter_chain(*s.filter, body, scope)));
       return;
@@ -316,18 +334,20 @@ void Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Scope>& scope) 
 void Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Scope>& scope) {
   Value iterable = eval(*s.expr, scope);
   if (iterable.is_undefined() && iterable.undef()->security) fail_undefined(iterable);
-  std::vector<Value> all = iterate(iterable);
-  auto items = std::make_shared<std::vector<Value>>();
+  std::shared_ptr<const std::vector<Value>> items = iterate_shared(iterable);
   if (s.filter) {
-    for (const Value& item : all) {
+    auto kept = std::make_shared<std::vector<Value>>();
+    for (const Value& item : *items) {
       step();
       auto fs = std::make_shared<Scope>();
       fs->parent = scope;
       assign(s.target, item, fs);
-      if (truthy(eval(*s.filter, fs))) items->push_back(item);
+      if (truthy(eval(*s.filter, fs))) {
+        charge_bytes(kItemBytes);
+        kept->push_back(item);
+      }
     }
-  } else {
-    *items = std::move(all);
+    items = std::move(kept);
   }
   if (items->empty()) {
     exec(s.else_body, scope);
@@ -419,6 +439,7 @@ Value Interpreter::call_macro(const Stmt& def, const std::shared_ptr<Scope>& clo
     bound[i] = true;
   }
   std::vector<Value> extra;
+  if (args.pos.size() > params.size()) charge_list(args.pos.size() - params.size());
   for (size_t i = params.size(); i < args.pos.size(); ++i) extra.push_back(args.pos[i]);
   DictObj extra_kw;
   bool has_caller = false;
@@ -459,6 +480,7 @@ Value Interpreter::call_macro(const Stmt& def, const std::shared_ptr<Scope>& clo
     scope->set("caller", Value::undefined("No caller defined"));
   int saved_loops = loop_depth_;
   loop_depth_ = 0;
+  charge_string(0);  // the bytes, as they are captured (emit)
   std::string out;
   try {
     out = capture(def.body, scope);
@@ -485,7 +507,10 @@ void Interpreter::eval_args(const CallArgsExpr& in, const std::shared_ptr<Scope>
   if (in.star) {
     Value v = eval(*in.star, scope);
     if (v.is_undefined()) fail_undefined(v);
-    for (Value& x : iterate(v)) out->pos.push_back(std::move(x));
+    // Charged: the arguments live while the call runs, a recursive macro's at every level.
+    std::vector<Value> xs = iterate(v);
+    charge_list(xs.size());
+    for (Value& x : xs) out->pos.push_back(std::move(x));
   }
   for (const auto& [k, e] : in.kw) out->kw.emplace_back(k, eval(*e, scope));
   if (in.star_star) {
@@ -493,6 +518,7 @@ void Interpreter::eval_args(const CallArgsExpr& in, const std::shared_ptr<Scope>
     if (!v.is_dict()) render_error("argument after ** must be a mapping");
     for (const auto& [k, x] : v.dict().items) {
       if (!k.is_string()) render_error("keywords must be strings");
+      charge_bytes(kEntryBytes + k.str().size());
       out->kw.emplace_back(k.str(), x);
     }
   }
@@ -609,12 +635,14 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
         int64_t n = static_cast<int64_t>(so.s.size());
         if (i < 0) i += n;
         if (i < 0 || i >= n) return missing_item(obj, key);
+        charge_string(1);
         return Value::string(so.s.substr(static_cast<size_t>(i), 1), obj.is_safe());
       }
       std::vector<uint32_t> cps = to_code_points(so.s);
       int64_t n = static_cast<int64_t>(cps.size());
       if (i < 0) i += n;
       if (i < 0 || i >= n) return missing_item(obj, key);
+      charge_string(4);
       return Value::string(
           from_code_points(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1), obj.is_safe());
     }
@@ -674,14 +702,12 @@ Value Interpreter::slice(const Value& obj, const Expr& sl, const std::shared_ptr
   if (obj.is_dict()) render_error("unhashable type: 'slice'");
   if (!is_str && !is_seq)
     render_error(std::string("'") + type_name(obj) + "' object is not subscriptable");
+  const bool ascii = is_str && obj.str_obj().is_ascii();
   std::vector<uint32_t> cps;
-  int64_t n;
-  if (is_str) {
-    cps = to_code_points(obj.str());
-    n = static_cast<int64_t>(cps.size());
-  } else {
-    n = static_cast<int64_t>(obj.items().size());
-  }
+  if (is_str && !ascii) cps = to_code_points(obj.str());
+  const int64_t n = static_cast<int64_t>(ascii    ? obj.str().size()
+                                         : is_str ? cps.size()
+                                                  : obj.items().size());
   // Python's slice.indices().
   auto clamp = [&](int64_t v, bool given, bool is_start) -> int64_t {
     if (!given) {
@@ -696,20 +722,37 @@ Value Interpreter::slice(const Value& obj, const Expr& sl, const std::shared_ptr
     }
     return v;
   };
-  int64_t b = clamp(start, has_start, true), e = clamp(stop, has_stop, false);
-  std::vector<size_t> idx;
-  if (step > 0)
-    for (int64_t i = b; i < e; i += step) idx.push_back(static_cast<size_t>(i));
-  else
-    for (int64_t i = b; i > e; i += step) idx.push_back(static_cast<size_t>(i));
+  const int64_t b = clamp(start, has_start, true), e = clamp(stop, has_stop, false);
+  // The slice's length first, so the result is charged before it is built.
+  const uint64_t stride = step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+  const uint64_t span = static_cast<uint64_t>(step > 0 ? e - b : b - e);
+  const size_t count =
+      (step > 0 ? b < e : b > e) ? static_cast<size_t>((span - 1) / stride + 1) : 0;
+  auto at = [&](size_t k) { return static_cast<size_t>(b + static_cast<int64_t>(k) * step); };
   if (is_str) {
+    auto utf8_size = [](uint32_t cp) -> size_t {
+      return cp <= 0x7F ? 1 : cp <= 0x7FF ? 2 : cp <= 0xFFFF ? 3 : 4;
+    };
+    size_t bytes = count;
+    if (!ascii) {
+      bytes = 0;
+      for (size_t k = 0; k < count; ++k) bytes += utf8_size(cps[at(k)]);
+    }
+    charge_string(bytes);
     std::string out;
-    for (size_t i : idx) out += from_code_points(cps, i, i + 1);
+    out.reserve(bytes);
+    for (size_t k = 0; k < count; ++k) {
+      if (ascii)
+        out += obj.str()[at(k)];
+      else
+        unicode::append_utf8(&out, cps[at(k)]);
+    }
     return Value::string(std::move(out), obj.is_safe());
   }
+  charge_list(count);
   std::vector<Value> out;
-  out.reserve(idx.size());
-  for (size_t i : idx) out.push_back(obj.items()[i]);
+  out.reserve(count);
+  for (size_t k = 0; k < count; ++k) out.push_back(obj.items()[at(k)]);
   return Value::list(std::move(out), obj.seq_kind());
 }
 
@@ -732,13 +775,19 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
         // markupsafe: Markup + str escapes the str.
         std::string l = a.is_safe() ? a.str() : html_escape(a.str());
         std::string r = b.is_safe() ? b.str() : html_escape(b.str());
+        check_size(l.size() + r.size());
+        charge_string(l.size() + r.size());
         return Value::string(l + r, true);
       }
+      charge_string(a.str().size() + b.str().size());
       return Value::string(a.str() + b.str());
     }
     if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() &&
         (a.seq_kind() == SeqKind::kList || a.seq_kind() == SeqKind::kTuple)) {
-      std::vector<Value> items = a.items();
+      charge_list(a.items().size() + b.items().size());
+      std::vector<Value> items;
+      items.reserve(a.items().size() + b.items().size());
+      items.insert(items.end(), a.items().begin(), a.items().end());
       items.insert(items.end(), b.items().begin(), b.items().end());
       return Value::list(std::move(items), a.seq_kind());
     }
@@ -773,19 +822,23 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
                      type_name(a.is_string() ? b : a) + "'");
       bad_operands("*", a, b);
     }
-    int64_t n = std::max<int64_t>(0, count->as_int());
+    size_t n = static_cast<size_t>(std::max<int64_t>(0, count->as_int()));
+    // '' * 10**18 is '' at once, not after 10**18 empty appends.
+    if (seq->is_string() ? seq->str().empty() : seq->items().empty()) n = 0;
     if (seq->is_string()) {
-      check_size(static_cast<size_t>(n) * seq->str().size() > limits_.max_output
-                     ? limits_.max_output + 1
-                     : static_cast<size_t>(n) * seq->str().size());
+      const size_t bytes = saturating_mul(n, seq->str().size());
+      charge_string(bytes);
+      check_size(bytes);
       std::string out;
-      for (int64_t i = 0; i < n; ++i) out += seq->str();
+      out.reserve(bytes);
+      for (size_t i = 0; i < n; ++i) out += seq->str();
       return Value::string(std::move(out), seq->is_safe());
     }
-    if (static_cast<double>(n) * static_cast<double>(seq->items().size()) > 1e7)
-      render_error("the template built a list beyond the size limit");
+    const size_t items = saturating_mul(n, seq->items().size());
+    charge_list(items);
     std::vector<Value> out;
-    for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq->items().begin(), seq->items().end());
+    out.reserve(items);
+    for (size_t i = 0; i < n; ++i) out.insert(out.end(), seq->items().begin(), seq->items().end());
     return Value::list(std::move(out), seq->seq_kind());
   }
   if (op == "/") {
@@ -816,6 +869,7 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
           return Value::string(html_escape(to_str(x)), true);
         };
         if (b.is_list() && b.seq_kind() == SeqKind::kTuple) {
+          charge_list(b.items().size());
           std::vector<Value> items;
           for (const Value& x : b.items()) items.push_back(esc(x));
           args = Value::list(std::move(items), SeqKind::kTuple);
@@ -903,6 +957,7 @@ Value Interpreter::eval_inner(const Expr& e, const std::shared_ptr<Scope>& scope
       return lookup(e.name, scope);
     case ExprKind::kList:
     case ExprKind::kTuple: {
+      charge_list(e.items.size());
       std::vector<Value> items;
       items.reserve(e.items.size());
       for (const auto& x : e.items) items.push_back(eval(*x, scope));
@@ -910,6 +965,7 @@ Value Interpreter::eval_inner(const Expr& e, const std::shared_ptr<Scope>& scope
                          e.kind == ExprKind::kList ? SeqKind::kList : SeqKind::kTuple);
     }
     case ExprKind::kDict: {
+      charge_dict(0);  // and each entry as it is set
       auto d = std::make_shared<DictObj>();
       for (size_t i = 0; i + 1 < e.items.size(); i += 2) {
         Value k = eval(*e.items[i], scope);
@@ -979,10 +1035,12 @@ Value Interpreter::eval_inner(const Expr& e, const std::shared_ptr<Scope>& scope
       return truthy(a) ? a : eval(*e.b, scope);
     }
     case ExprKind::kConcat: {
+      charge_string(0);
       std::string out;
       for (const auto& x : e.items) {
-        out += to_str(eval(*x, scope));
-        check_size(out.size());
+        std::string piece = to_str(eval(*x, scope));
+        check_size(out.size() + piece.size());
+        append_charged(&out, piece);
       }
       return Value::string(std::move(out));
     }

@@ -20,6 +20,10 @@ struct Limits {
   int64_t max_steps = 5'000'000;  // expressions, statements and loop iterations
   size_t max_output = 64u << 20;  // bytes of output, and of any one string
   int max_depth = 1500;           // nested evaluation (macro recursion included)
+  // Bytes of strings, lists and dicts one rendering may create, all told (alloc_budget.h).
+  // Real templates create a few times their prompt: 64 MiB renders prompts of millions of
+  // tokens, and 64 renderings at once still fit in 4 GiB.
+  size_t max_alloc = 64u << 20;
 };
 
 // A scope holds few names (a loop variable, `loop`, a macro's parameters), so a flat list
@@ -112,6 +116,7 @@ class Interpreter {
   const DictObj& context_;
   Limits limits_;
   std::string* out_ = nullptr;
+  std::string* top_out_ = nullptr;  // the rendering's output; out_ differs while capturing
   Flow flow_ = Flow::kNormal;
   int64_t steps_ = 0;
   int depth_ = 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tokenizer/chat_template/alloc_budget.h"
 #include "tokenizer/chat_template/error.h"
 #include "tokenizer/chat_template/pystr.h"
 #include "tokenizer/unicode.h"
@@ -57,7 +58,11 @@ Value from_json(const nlohmann::ordered_json& j) {
 
 namespace {
 
+// Charged at its unescaped size before, and for what the escapes add after: at most six
+// times a string that already exists.
 void escape_string(std::string_view s, bool ensure_ascii, std::string* out) {
+  charge_bytes(s.size() + 2);
+  const size_t before = out->size();
   *out += '"';
   for (size_t i = 0; i < s.size();) {
     unsigned char b = static_cast<unsigned char>(s[i]);
@@ -112,6 +117,7 @@ void escape_string(std::string_view s, bool ensure_ascii, std::string* out) {
     *out += buf;
   }
   *out += '"';
+  charge_bytes(out->size() - before - (s.size() + 2));
 }
 
 std::string float_json(double f) {
@@ -142,23 +148,23 @@ std::string key_json(const Value& k, bool ensure_ascii) {
 void dump(const Value& v, const JsonDumpOptions& o, int level, std::string* out) {
   if (level > 500) render_error("maximum recursion depth exceeded while encoding a JSON object");
   auto newline = [&](int lvl) {
-    *out += '\n';
-    for (int i = 0; i < lvl; ++i) *out += *o.indent;
+    append_charged(out, '\n');
+    for (int i = 0; i < lvl; ++i) append_charged(out, *o.indent);
   };
   // Python picks "," over ", " when indenting; the caller already chose (JsonDumpOptions).
   const std::string& item_sep = o.item_separator;
   switch (v.kind()) {
     case Kind::kNone:
-      *out += "null";
+      append_charged(out, "null");
       return;
     case Kind::kBool:
-      *out += v.as_bool() ? "true" : "false";
+      append_charged(out, v.as_bool() ? "true" : "false");
       return;
     case Kind::kInt:
-      *out += std::to_string(v.as_int());
+      append_charged(out, std::to_string(v.as_int()));
       return;
     case Kind::kFloat:
-      *out += float_json(v.as_float());
+      append_charged(out, float_json(v.as_float()));
       return;
     case Kind::kString:
       escape_string(v.str(), o.ensure_ascii, out);
@@ -167,23 +173,23 @@ void dump(const Value& v, const JsonDumpOptions& o, int level, std::string* out)
       if (v.seq_kind() != SeqKind::kList && v.seq_kind() != SeqKind::kTuple) break;
       const auto& items = v.items();
       if (items.empty()) {
-        *out += "[]";
+        append_charged(out, "[]");
         return;
       }
-      *out += '[';
+      append_charged(out, '[');
       for (size_t i = 0; i < items.size(); ++i) {
-        if (i) *out += item_sep;
+        if (i) append_charged(out, item_sep);
         if (o.indent) newline(level + 1);
         dump(items[i], o, level + 1, out);
       }
       if (o.indent) newline(level);
-      *out += ']';
+      append_charged(out, ']');
       return;
     }
     case Kind::kDict: {
       const auto& items = v.dict().items;
       if (items.empty()) {
-        *out += "{}";
+        append_charged(out, "{}");
         return;
       }
       std::vector<size_t> order(items.size());
@@ -192,17 +198,20 @@ void dump(const Value& v, const JsonDumpOptions& o, int level, std::string* out)
         std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
           return less_than(items[a].first, items[b].first);
         });
-      *out += '{';
+      append_charged(out, '{');
       for (size_t n = 0; n < order.size(); ++n) {
         const auto& [k, x] = items[order[n]];
-        if (n) *out += item_sep;
+        if (n) append_charged(out, item_sep);
         if (o.indent) newline(level + 1);
-        *out += key_json(k, o.ensure_ascii);
-        *out += o.key_separator;
+        if (k.is_string())
+          escape_string(k.str(), o.ensure_ascii, out);
+        else
+          append_charged(out, key_json(k, o.ensure_ascii));
+        append_charged(out, o.key_separator);
         dump(x, o, level + 1, out);
       }
       if (o.indent) newline(level);
-      *out += '}';
+      append_charged(out, '}');
       return;
     }
     default:
@@ -214,6 +223,7 @@ void dump(const Value& v, const JsonDumpOptions& o, int level, std::string* out)
 }  // namespace
 
 std::string to_json(const Value& v, const JsonDumpOptions& options) {
+  charge_string(0);
   std::string out;
   dump(v, options, 0, &out);
   return out;

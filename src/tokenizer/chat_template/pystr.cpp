@@ -3,11 +3,13 @@
 #include <locale.h>
 #include <wctype.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
+#include "tokenizer/chat_template/alloc_budget.h"
 #include "tokenizer/chat_template/error.h"
 #include "tokenizer/chat_template/value.h"
 #include "tokenizer/unicode.h"
@@ -221,6 +223,16 @@ std::string str_strip(std::string_view s, const std::string* chars, bool left, b
   return from_code_points(cps, b, e);
 }
 
+namespace {
+
+// A part of a split, charged as the new string it becomes.
+void add_part(std::vector<std::string>* out, std::string part) {
+  charge_string(part.size());
+  out->push_back(std::move(part));
+}
+
+}  // namespace
+
 std::vector<std::string> str_split(std::string_view s, const std::string* sep, int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
@@ -229,10 +241,10 @@ std::vector<std::string> str_split(std::string_view s, const std::string* sep, i
     while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
       size_t hit = s.find(*sep, pos);
       if (hit == std::string_view::npos) break;
-      out.emplace_back(s.substr(pos, hit - pos));
+      add_part(&out, std::string(s.substr(pos, hit - pos)));
       pos = hit + sep->size();
     }
-    out.emplace_back(s.substr(pos));
+    add_part(&out, std::string(s.substr(pos)));
     return out;
   }
   std::vector<uint32_t> cps = to_code_points(s);
@@ -243,12 +255,12 @@ std::vector<std::string> str_split(std::string_view s, const std::string* sep, i
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
       size_t e = n;
       while (e > i && py_isspace(cps[e - 1])) --e;
-      out.push_back(from_code_points(cps, i, e));
+      add_part(&out, from_code_points(cps, i, e));
       break;
     }
     size_t j = i;
     while (j < n && !py_isspace(cps[j])) ++j;
-    out.push_back(from_code_points(cps, i, j));
+    add_part(&out, from_code_points(cps, i, j));
     i = j;
   }
   return out;
@@ -264,10 +276,10 @@ std::vector<std::string> str_rsplit(std::string_view s, const std::string* sep, 
       if (end < sep->size()) break;
       size_t hit = s.rfind(*sep, end - sep->size());
       if (hit == std::string_view::npos) break;
-      out.emplace_back(s.substr(hit + sep->size(), end - hit - sep->size()));
+      add_part(&out, std::string(s.substr(hit + sep->size(), end - hit - sep->size())));
       end = hit;
     }
-    out.emplace_back(s.substr(0, end));
+    add_part(&out, std::string(s.substr(0, end)));
   } else {
     std::vector<uint32_t> cps = to_code_points(s);
     size_t e = cps.size();
@@ -277,27 +289,43 @@ std::vector<std::string> str_rsplit(std::string_view s, const std::string* sep, 
       if (static_cast<int64_t>(out.size()) >= maxsplit) {
         size_t b = 0;
         while (b < e && py_isspace(cps[b])) ++b;
-        out.push_back(from_code_points(cps, b, e));
+        add_part(&out, from_code_points(cps, b, e));
         break;
       }
       size_t b = e;
       while (b > 0 && !py_isspace(cps[b - 1])) --b;
-      out.push_back(from_code_points(cps, b, e));
+      add_part(&out, from_code_points(cps, b, e));
       e = b;
     }
   }
-  return std::vector<std::string>(out.rbegin(), out.rend());
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 std::string str_replace(std::string_view s, std::string_view old, std::string_view repl,
                         int64_t count) {
+  // The result's size first: replacing "" or a short string with a long one multiplies
+  // the input, and the budget must refuse that before it is built.
+  size_t hits = 0;
+  if (old.empty()) {
+    hits = code_point_count(s) + 1;  // before every character and at the end
+  } else {
+    for (size_t pos = s.find(old); pos != std::string_view::npos;
+         pos = s.find(old, pos + old.size()))
+      ++hits;
+  }
+  if (count >= 0) hits = std::min(hits, static_cast<size_t>(count));
+  size_t size = s.size() - hits * old.size();
+  if (__builtin_add_overflow(size, saturating_mul(hits, repl.size()), &size)) size = SIZE_MAX;
+  charge_string(size);
   std::string out;
+  out.reserve(size);
   if (old.empty()) {
     // Python inserts `repl` before every character and at the end.
-    int64_t done = 0;
+    size_t done = 0;
     size_t i = 0;
     while (i <= s.size()) {
-      if (count < 0 || done < count) {
+      if (done < hits) {
         out += repl;
         ++done;
       }
@@ -310,14 +338,11 @@ std::string str_replace(std::string_view s, std::string_view old, std::string_vi
     return out;
   }
   size_t pos = 0;
-  int64_t done = 0;
-  while (count < 0 || done < count) {
+  for (size_t done = 0; done < hits; ++done) {
     size_t hit = s.find(old, pos);
-    if (hit == std::string_view::npos) break;
     out += s.substr(pos, hit - pos);
     out += repl;
     pos = hit + old.size();
-    ++done;
   }
   out += s.substr(pos);
   return out;
@@ -401,8 +426,11 @@ std::string string_repr(std::string_view s) {
 }
 
 std::string html_escape(std::string_view s) {
+  size_t size = s.size();
+  for (char c : s) size += c == '&' || c == '<' || c == '>' ? 3 : c == '"' || c == '\'' ? 4 : 0;
+  charge_string(size);
   std::string out;
-  out.reserve(s.size());
+  out.reserve(size);
   for (char c : s) {
     switch (c) {
       case '&':
@@ -534,15 +562,17 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     pos.push_back(args);
   size_t next = 0;
   bool used_mapping = false;
+  // Charged piece by piece: a conversion's text can be far longer than the format.
+  charge_string(0);
   std::string out;
   for (size_t i = 0; i < fmt.size(); ++i) {
     if (fmt[i] != '%') {
-      out += fmt[i];
+      append_charged(&out, fmt[i]);
       continue;
     }
     if (++i >= fmt.size()) render_error("incomplete format");
     if (fmt[i] == '%') {
-      out += '%';
+      append_charged(&out, '%');
       continue;
     }
     const Value* arg = nullptr;
@@ -564,7 +594,10 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     auto read_num = [&](int* dst) {
       if (i < fmt.size() && fmt[i] == '*') {
         if (next >= pos.size()) render_error("not enough arguments for format string");
-        *dst = static_cast<int>(pos[next++].as_int());
+        // Capped as a written width is: '%*s' % (10**9, x) would pad a gigabyte.
+        int64_t n = pos[next++].as_int();
+        if (n > 100000) render_error("width too big");
+        *dst = static_cast<int>(std::max<int64_t>(n, -1));
         ++i;
         return;
       }
@@ -595,7 +628,7 @@ std::string percent_format(const std::string& fmt, const Value& args) {
         arg = &pos[next++];
       }
     }
-    out += format_one(s, *arg);
+    append_charged(&out, format_one(s, *arg));
   }
   if (!mapping_like && next < pos.size())
     render_error("not all arguments converted during string formatting");
@@ -727,24 +760,25 @@ std::string apply_format_spec(const Value& v, const std::string& spec) {
 
 std::string brace_format(const std::string& fmt, const std::vector<Value>& pos,
                          const std::vector<std::pair<std::string, Value>>& kw) {
+  charge_string(0);  // and each piece as it comes: see percent_format
   std::string out;
   size_t auto_index = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
     if (c == '}') {
       if (i + 1 < fmt.size() && fmt[i + 1] == '}') {
-        out += '}';
+        append_charged(&out, '}');
         ++i;
         continue;
       }
       render_error("Single '}' encountered in format string");
     }
     if (c != '{') {
-      out += c;
+      append_charged(&out, c);
       continue;
     }
     if (i + 1 < fmt.size() && fmt[i + 1] == '{') {
-      out += '{';
+      append_charged(&out, '{');
       ++i;
       continue;
     }
@@ -791,7 +825,7 @@ std::string brace_format(const std::string& fmt, const std::vector<Value>& pos,
       v = Value::string(to_str(v));
     else if (!conv.empty())
       render_error("Unknown conversion specifier " + conv);
-    out += apply_format_spec(v, spec);
+    append_charged(&out, apply_format_spec(v, spec));
   }
   return out;
 }

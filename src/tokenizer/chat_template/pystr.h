@@ -1,6 +1,8 @@
 // Python's str semantics over UTF-8: code point lengths and slices, str.isspace(), case
 // mapping, repr() of floats and strings, and the two formatting languages ('%' and
-// str.format) as far as chat templates use them.
+// str.format) as far as chat templates use them. The builders whose output can outgrow
+// their input (split, replace, escaping, the two formattings) charge what they build to
+// the running rendering's allocation budget (alloc_budget.h).
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tokenizer/chat_template/alloc_budget.h"
 #include "tokenizer/chat_template/error.h"
 #include "tokenizer/chat_template/pystr.h"
 
@@ -25,11 +26,20 @@ const Value* DictObj::find(const Value& key) const {
 }
 
 void DictObj::set(const Value& key, Value value) {
-  auto [it, inserted] = index_.emplace(hash_key(key), items.size());
-  if (inserted)
-    items.emplace_back(key, std::move(value));
-  else
+  std::string k = hash_key(key);
+  auto it = index_.find(k);
+  if (it != index_.end()) {
     items[it->second].second = std::move(value);
+    return;
+  }
+  charge_bytes(kEntryBytes + k.size());
+  key_bytes_ += k.size();
+  index_.emplace(std::move(k), items.size());
+  items.emplace_back(key, std::move(value));
+}
+
+size_t DictObj::copy_bytes() const {
+  return kObjectBytes + items.size() * kEntryBytes + key_bytes_;
 }
 
 Value Value::undefined(std::string message, bool security) {
@@ -87,6 +97,7 @@ NamespaceObj::~NamespaceObj() = default;
 void DictObj::clear() {
   items.clear();
   index_.clear();
+  key_bytes_ = 0;
 }
 
 Value Value::ns(std::shared_ptr<NamespaceObj> n) {
@@ -117,6 +128,9 @@ const StrObj& Value::str_obj() const {
 }
 const std::vector<Value>& Value::items() const {
   return static_cast<const ListObj&>(*obj_).items;
+}
+std::shared_ptr<const std::vector<Value>> Value::shared_items() const {
+  return {obj_, &static_cast<const ListObj&>(*obj_).items};  // aliases the list's owner
 }
 const DictObj& Value::dict() const {
   return static_cast<const DictObj&>(*obj_);
@@ -283,10 +297,13 @@ std::string hash_key(const Value& v) {
       return "s" + v.str();
     case Kind::kList:
       if (v.seq_kind() == SeqKind::kTuple) {
+        // Charged: a tuple holding one tuple twice, 60 levels deep, is small, but its
+        // key is not.
         std::string k = "t(";
         for (const Value& x : v.items()) {
           std::string part = hash_key(x);
-          k += std::to_string(part.size()) + ":" + part;
+          append_charged(&k, std::to_string(part.size()) + ":");
+          append_charged(&k, part);
         }
         return k + ")";
       }
@@ -331,14 +348,21 @@ std::vector<Value> iterate(const Value& v) {
       return l.items;
     }
     case Kind::kDict: {
+      charge_list(v.dict().items.size());
       std::vector<Value> keys;
       keys.reserve(v.dict().items.size());
       for (const auto& kv : v.dict().items) keys.push_back(kv.first);
       return keys;
     }
     case Kind::kString: {
-      std::vector<Value> chars;
       const std::string& s = v.str();
+      // A string per character: the objects outweigh the bytes.
+      size_t n = v.str_obj().is_ascii() ? s.size() : code_point_count(s);
+      charge_list(n);
+      charge_bytes(saturating_mul(n, kObjectBytes));
+      charge_bytes(s.size());
+      std::vector<Value> chars;
+      chars.reserve(n);
       for (size_t i = 0; i < s.size();) {
         size_t n = 1;
         unsigned char c = static_cast<unsigned char>(s[i]);
@@ -357,6 +381,15 @@ std::vector<Value> iterate(const Value& v) {
       break;
   }
   render_error(std::string("'") + type_name(v) + "' object is not iterable");
+}
+
+std::shared_ptr<const std::vector<Value>> iterate_shared(const Value& v) {
+  if (v.is_list()) {
+    const auto& l = static_cast<const ListObj&>(*v.object());
+    if (!l.deferred_error.empty()) render_error(l.deferred_error);
+    return v.shared_items();
+  }
+  return std::make_shared<const std::vector<Value>>(iterate(v));
 }
 
 bool contains(const Value& container, const Value& item) {
@@ -410,42 +443,42 @@ struct ReprGuard {
 void seq_repr(const std::vector<Value>& items, const char* open, const char* close, bool one_tuple,
               std::string* out, int depth) {
   if (ReprGuard::active(&items)) {
-    *out += open[0] == '(' ? "(...)" : "[...]";
+    append_charged(out, open[0] == '(' ? "(...)" : "[...]");
     return;
   }
   ReprGuard guard(&items);
-  *out += open;
+  append_charged(out, open);
   for (size_t i = 0; i < items.size(); ++i) {
-    if (i) *out += ", ";
+    if (i) append_charged(out, ", ");
     repr_into(items[i], out, depth + 1);
   }
-  if (one_tuple && items.size() == 1) *out += ",";
-  *out += close;
+  if (one_tuple && items.size() == 1) append_charged(out, ",");
+  append_charged(out, close);
 }
 
 void repr_into(const Value& v, std::string* out, int depth) {
   if (depth > 200) render_error("maximum recursion depth exceeded while getting the repr");
   switch (v.kind()) {
     case Kind::kUndefined:
-      *out += "Undefined";
+      append_charged(out, "Undefined");
       return;
     case Kind::kNone:
-      *out += "None";
+      append_charged(out, "None");
       return;
     case Kind::kBool:
-      *out += v.as_bool() ? "True" : "False";
+      append_charged(out, v.as_bool() ? "True" : "False");
       return;
     case Kind::kInt:
-      *out += int_str(v.as_int());
+      append_charged(out, int_str(v.as_int()));
       return;
     case Kind::kFloat:
-      *out += float_repr(v.as_float());
+      append_charged(out, float_repr(v.as_float()));
       return;
     case Kind::kString:
       if (v.is_safe()) {
-        *out += "Markup(" + string_repr(v.str()) + ")";
+        append_charged(out, "Markup(" + string_repr(v.str()) + ")");
       } else {
-        *out += string_repr(v.str());
+        append_charged(out, string_repr(v.str()));
       }
       return;
     case Kind::kList:
@@ -457,7 +490,7 @@ void repr_into(const Value& v, std::string* out, int depth) {
           seq_repr(v.items(), "(", ")", true, out, depth);
           return;
         case SeqKind::kGenerator:
-          *out += "<generator object>";
+          append_charged(out, "<generator object>");
           return;
         case SeqKind::kDictKeys:
           seq_repr(v.items(), "dict_keys([", "])", false, out, depth);
@@ -472,39 +505,41 @@ void repr_into(const Value& v, std::string* out, int depth) {
       return;
     case Kind::kDict: {
       if (ReprGuard::active(&v.dict())) {
-        *out += "{...}";
+        append_charged(out, "{...}");
         return;
       }
       ReprGuard guard(&v.dict());
-      *out += "{";
+      append_charged(out, "{");
       bool first = true;
       for (const auto& [k, x] : v.dict().items) {
-        if (!first) *out += ", ";
+        if (!first) append_charged(out, ", ");
         first = false;
         repr_into(k, out, depth + 1);
-        *out += ": ";
+        append_charged(out, ": ");
         repr_into(x, out, depth + 1);
       }
-      *out += "}";
+      append_charged(out, "}");
       return;
     }
     case Kind::kNamespace: {
       if (v.ns().loop) {
-        *out += "<LoopContext>";
+        append_charged(out, "<LoopContext>");
         return;
       }
       if (ReprGuard::active(&v.ns())) {
-        *out += "<Namespace {...}>";
+        append_charged(out, "<Namespace {...}>");
         return;
       }
       ReprGuard guard(&v.ns());
-      *out += "<Namespace ";
+      append_charged(out, "<Namespace ");
+      charge_bytes(v.ns().attrs.copy_bytes());
       repr_into(Value::dict(std::make_shared<DictObj>(v.ns().attrs)), out, depth + 1);
-      *out += ">";
+      append_charged(out, ">");
       return;
     }
     case Kind::kCallable:
-      *out += v.fn().is_macro ? "<Macro '" + v.fn().name + "'>" : "<function " + v.fn().name + ">";
+      append_charged(out, v.fn().is_macro ? "<Macro '" + v.fn().name + "'>"
+                                          : "<function " + v.fn().name + ">");
       return;
   }
 }

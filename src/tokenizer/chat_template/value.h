@@ -74,11 +74,15 @@ struct DictObj : Object {
   ~DictObj() override;
   std::vector<std::pair<Value, Value>> items;
   const Value* find(const Value& key) const;
+  // A new key is charged to the running rendering's budget (alloc_budget.h).
   void set(const Value& key, Value value);
   void clear();
+  // What a copy of this dict allocates, for the budget.
+  size_t copy_bytes() const;
 
  private:
   std::unordered_map<std::string, size_t> index_;
+  size_t key_bytes_ = 0;  // the index's keys: a copy duplicates them
 };
 
 struct NamespaceObj : Object {
@@ -143,6 +147,8 @@ class Value {
   const std::string& str() const;
   const StrObj& str_obj() const;
   const std::vector<Value>& items() const;
+  // A list's items, sharing its storage (lists never change once built).
+  std::shared_ptr<const std::vector<Value>> shared_items() const;
   const DictObj& dict() const;
   NamespaceObj& ns() const;
   const CallableObj& fn() const;
@@ -172,8 +178,13 @@ bool less_than(const Value& a, const Value& b);
 // The dict-index key of a hashable value; raises TypeError for unhashable ones.
 std::string hash_key(const Value& v);
 int64_t length(const Value& v);  // len(); raises for values without one
-// The items a for loop over `v` visits (dict keys, string characters...).
+// The items a for loop over `v` visits (dict keys, string characters...). A list comes
+// back as a copy, uncharged; the new list of a dict's keys or a string's characters is
+// charged to the running rendering's budget.
 std::vector<Value> iterate(const Value& v);
+// The same without copying a list: for loops hold their items while the body runs, and a
+// recursive macro would otherwise hold a copy per level.
+std::shared_ptr<const std::vector<Value>> iterate_shared(const Value& v);
 bool contains(const Value& container, const Value& item);  // Python's `item in container`
 std::string to_str(const Value& v);                        // str(v) ('' for undefined)
 std::string repr(const Value& v);                          // repr(v)
