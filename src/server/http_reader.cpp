@@ -133,6 +133,10 @@ void RequestReader::check_headers() {
     return fail(400, "an HTTP/1.1 request needs a Host header");
 }
 
+size_t RequestReader::body_bytes() const {
+  return impl_->parser.get().body().size();
+}
+
 HttpRequest RequestReader::take() {
   HttpRequest r;
   auto m = impl_->parser.release();

@@ -31,6 +31,8 @@ class RequestReader {
   // With kError: the status to answer (400, 408, 413, 431, 501, 505) and why.
   int error_status() const { return error_status_; }
   const std::string& error_message() const { return error_message_; }
+  // Body bytes read so far (held by the reader until take()).
+  size_t body_bytes() const;
   // With kDone: the request (once).
   HttpRequest take();
 

@@ -189,6 +189,7 @@ struct HttpServer::Impl {
   std::function<HttpResponse(int, const std::string&)> error_response;
   std::set<std::shared_ptr<Connection>> conns;  // the loop's thread only
   std::atomic<int> n_conns{0};
+  int64_t buffered = 0;  // request bytes held by connections (the loop's thread only)
   std::atomic<bool> stopped{false};
   int port = 0;
 };
@@ -208,6 +209,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The response to the request being handled (on the loop).
   void respond(HttpResponse r) {
     if (closed_) return;  // dropping r aborts its work
+    charge(in_.size());   // the request's body is no longer held
     if (r.pending) {
       pending_ = std::move(r.pending);
       pending_->set_waker(make_waker());
@@ -256,7 +258,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     sock_.close(ec);
     stream_.reset();
     pending_.reset();
+    charge(0);
     if (srv_.conns.erase(self)) --srv_.n_conns;
+  }
+
+  // Sets what this connection holds of srv_.buffered; false when the total is over.
+  bool charge(size_t bytes) {
+    srv_.buffered += static_cast<int64_t>(bytes) - charged_;
+    charged_ = static_cast<int64_t>(bytes);
+    return bytes == 0 || srv_.buffered <= srv_.limits.max_buffered_bytes;
   }
 
   void set_request_info(int version, bool wants_close) {
@@ -288,6 +298,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       in_.erase(0, reader_->feed(in_));
     }
+    if (!charge(in_.size() + reader_->body_bytes()))
+      return respond_error(503, "the server holds too many request bodies at once; retry later");
     switch (reader_->state()) {
       case RequestReader::State::kError:
         return respond_error(reader_->error_status(), reader_->error_message());
@@ -463,6 +475,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int req_version_ = 11;
   bool req_close_ = false;
   bool keep_alive_ = true, chunked_ = false, response_complete_ = false;
+  int64_t charged_ = 0;  // this connection's part of srv_.buffered
   std::shared_ptr<BodySource> stream_;
   std::shared_ptr<PendingResponse> pending_;
   std::shared_ptr<std::atomic<bool>> wake_pending_;

@@ -24,6 +24,9 @@ struct HttpLimits {
   double idle_timeout_s = 5;           // a kept-alive connection with no new request: closed
   double write_timeout_s = 30;         // a response write that makes no progress: closed
   int max_connections = 4096;          // open at once; past it a new one gets 503 and close
+  // Request bytes held at once over all connections (bodies being read or handled): a
+  // new read past it gets 503, so many large bodies at once cannot exhaust memory.
+  int64_t max_buffered_bytes = int64_t{1} << 30;
 };
 
 struct HttpRequest {

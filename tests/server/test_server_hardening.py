@@ -469,3 +469,31 @@ def test_connections_over_the_limit_get_503():
     finally:
         if s.proc.poll() is None:
             s.proc.kill()
+
+
+def test_many_large_bodies_at_once_are_bounded():
+    """Bodies being read count against --max-body-memory over all connections: past it a
+    connection gets 503, so many large bodies at once cannot exhaust memory."""
+    s = ServerProcess("--max-request-body", "1MiB", "--max-body-memory", "4MiB")
+    try:
+        rss0 = rss_mib(s.proc)
+        part = b"x" * (900 << 10)
+        socks, refused = [], 0
+        for _ in range(8):
+            c = connect(s.port)
+            c.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                      % (1 << 20) + part)
+            socks.append(c)
+            time.sleep(0.1)
+        for c in socks[4:]:
+            st, _, body = response_of(c)
+            refused += st == 503
+        assert refused == 4
+        assert rss_mib(s.proc) - rss0 < 64
+        assert health_time(s) < 1
+        for c in socks:
+            c.close()
+        assert s.stop() == 0
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()

@@ -41,6 +41,12 @@ Status read_server_flags(const Args& args, server::ServerConfig* sc) {
     if (b < 1024) return invalid_argument("--max-request-body must be >= 1KiB");
     l.max_body_bytes = b;
   }
+  if (args.has("--max-body-memory")) {
+    PAGODA_ASSIGN_OR_RETURN(int64_t b, parse_bytes(*args.get("--max-body-memory")));
+    if (b < l.max_body_bytes)
+      return invalid_argument("--max-body-memory must be at least --max-request-body");
+    l.max_buffered_bytes = b;
+  }
   if (args.has("--max-header-bytes")) {
     PAGODA_ASSIGN_OR_RETURN(int64_t b, parse_bytes(*args.get("--max-header-bytes")));
     if (b < 1024 || b > (1 << 30))
@@ -102,6 +108,8 @@ int cmd_serve(int argc, char** argv) {
                    "closed (default 30)"});
   specs.push_back(
       {"--max-connections", "", true, "connections open at once; more get 503 (default 4096)"});
+  specs.push_back({"--max-body-memory", "", true,
+                   "request bytes held at once over all connections, e.g. 1GiB (default; 503)"});
   specs.push_back(
       {"--max-json-depth", "", true, "deepest nesting of a JSON request body (default 64; 400)"});
   specs.push_back({"--open-health-metrics", "", false,
