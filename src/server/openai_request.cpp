@@ -34,14 +34,22 @@ class Fields {
     const json* v = get(name);
     if (!v || err_) return std::nullopt;
     if (!v->is_number_integer()) return fail(name, "must be an integer");
-    const int64_t x = v->is_number_unsigned()
-                          ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX))
-                          : v->get<int64_t>();
-    if (x < lo || x > hi)
+    // Above INT64_MAX only unsigned JSON numbers go; they are out of any range asked here.
+    const bool huge = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX};
+    const int64_t x = huge ? 0 : v->get<int64_t>();
+    if (huge || x < lo || x > hi)
       return fail(name,
-                  str_format("must be between %lld and %lld, got %lld", static_cast<long long>(lo),
-                             static_cast<long long>(hi), static_cast<long long>(x)));
+                  str_format("must be between %lld and %lld, got %s", static_cast<long long>(lo),
+                             static_cast<long long>(hi), v->dump().c_str()));
     return x;
+  }
+  // Any 64-bit integer: 0..2^64-1 as given, negatives as their two's complement.
+  std::optional<uint64_t> bits64(const char* name) {
+    const json* v = get(name);
+    if (!v || err_) return std::nullopt;
+    if (!v->is_number_integer()) return fail(name, "must be an integer");
+    if (v->is_number_unsigned()) return v->get<uint64_t>();
+    return static_cast<uint64_t>(v->get<int64_t>());
   }
   std::optional<bool> boolean(const char* name) {
     const json* v = get(name);
@@ -63,8 +71,24 @@ class Fields {
   std::optional<ApiError> err_;
 };
 
+// A JSON integer as a token id of the vocabulary, or nullopt when it is none.
+std::optional<int32_t> token_id(const json& x, int32_t n_vocab) {
+  if (x.is_number_unsigned()) {
+    const uint64_t v = x.get<uint64_t>();
+    if (v < static_cast<uint64_t>(n_vocab)) return static_cast<int32_t>(v);
+  } else if (x.is_number_integer()) {
+    const int64_t v = x.get<int64_t>();
+    if (v >= 0 && v < n_vocab) return static_cast<int32_t>(v);
+  }
+  return std::nullopt;
+}
+
+std::string outside_vocab(const json& x, int32_t n_vocab) {
+  return str_format("%s is outside the vocabulary (0..%d)", x.dump().c_str(), n_vocab - 1);
+}
+
 // The fields both APIs share. max_tokens is left to the caller (defaults differ).
-void read_common(Fields& f, GenerationRequest* r) {
+void read_common(Fields& f, const ParseContext& ctx, GenerationRequest* r) {
   SamplingParams& p = r->params;
   if (auto v = f.number("temperature", 0, 2)) p.temperature = static_cast<float>(*v);
   if (auto v = f.number("top_p", 0, 1)) {
@@ -76,7 +100,7 @@ void read_common(Fields& f, GenerationRequest* r) {
   if (auto v = f.integer("top_k", -1, 1 << 30)) p.top_k = *v < 0 ? 0 : static_cast<int>(*v);
   if (auto v = f.number("min_p", 0, 1)) p.min_p = static_cast<float>(*v);
   if (auto v = f.integer("n", 1, 128)) p.n = static_cast<int>(*v);
-  if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) p.seed = static_cast<uint64_t>(*v);
+  if (auto v = f.bits64("seed")) p.seed = *v;
   if (auto v = f.number("presence_penalty", -2, 2)) p.presence_penalty = static_cast<float>(*v);
   if (auto v = f.number("frequency_penalty", -2, 2)) p.frequency_penalty = static_cast<float>(*v);
   if (auto v = f.number("repetition_penalty", 0, 100)) {
@@ -116,7 +140,14 @@ void read_common(Fields& f, GenerationRequest* r) {
         !std::all_of(ids->begin(), ids->end(), [](const json& x) { return x.is_number_integer(); }))
       f.error("stop_token_ids", "must be a list of token ids");
     else
-      for (const json& x : *ids) p.stop_token_ids.push_back(x.get<int32_t>());
+      for (const json& x : *ids) {
+        const std::optional<int32_t> id = token_id(x, ctx.tok.n_vocab());
+        if (!id) {
+          f.error("stop_token_ids", "holds token id " + outside_vocab(x, ctx.tok.n_vocab()));
+          break;
+        }
+        p.stop_token_ids.push_back(*id);
+      }
   }
   if (const json* user = f.get("user"); user && !user->is_string())
     f.error("user", "must be a string");
@@ -165,14 +196,9 @@ std::optional<ApiError> add_token_prompt(const json& j, const Tokenizer& tok,
                                          GenerationRequest* r) {
   std::vector<int32_t> ids;
   for (const json& x : j) {
-    const int64_t v = x.is_number_unsigned()
-                          ? static_cast<int64_t>(std::min<uint64_t>(x.get<uint64_t>(), INT64_MAX))
-                          : x.get<int64_t>();
-    if (v < 0 || v >= tok.n_vocab())
-      return bad_request(str_format("token id %lld is outside the vocabulary (0..%d)",
-                                    static_cast<long long>(v), tok.n_vocab() - 1),
-                         "prompt");
-    ids.push_back(static_cast<int32_t>(v));
+    const std::optional<int32_t> id = token_id(x, tok.n_vocab());
+    if (!id) return bad_request("token id " + outside_vocab(x, tok.n_vocab()), "prompt");
+    ids.push_back(*id);
   }
   r->prompt_texts.push_back(tok.decode(ids));
   r->prompts.push_back(std::move(ids));
@@ -186,7 +212,7 @@ ApiResult<GenerationRequest> parse_completion_request(const json& body, const Pa
   GenerationRequest r;
   r.kind = ApiKind::kCompletion;
   Fields f(body);
-  read_common(f, &r);
+  read_common(f, ctx, &r);
   if (auto v = f.boolean("echo")) r.echo = *v;
   if (auto v = f.integer("logprobs", 0, 20)) {
     r.logprobs = true;
@@ -230,7 +256,7 @@ ApiResult<GenerationRequest> parse_chat_request(const json& body, const ParseCon
   GenerationRequest r;
   r.kind = ApiKind::kChat;
   Fields f(body);
-  read_common(f, &r);
+  read_common(f, ctx, &r);
   if (auto v = f.boolean("logprobs")) r.logprobs = *v;
   if (auto v = f.integer("top_logprobs", 0, 20)) {
     if (!r.logprobs) f.error("top_logprobs", "needs 'logprobs': true");
