@@ -159,6 +159,10 @@ void read_common(Fields& f, const ParseContext& ctx, GenerationRequest* r) {
   }
 }
 
+const char* prompt_param(const GenerationRequest& r) {
+  return r.kind == ApiKind::kChat ? "messages" : "prompt";
+}
+
 // max_tokens (or max_completion_tokens) and the checks that need the prompt lengths.
 std::optional<ApiError> finish(Fields& f, const ParseContext& ctx, int default_max_tokens,
                                GenerationRequest* r) {
@@ -174,7 +178,7 @@ std::optional<ApiError> finish(Fields& f, const ParseContext& ctx, int default_m
     return bad_request(str_format("the prompt has %zu tokens and the model's context is %lld; "
                                   "shorten it",
                                   longest, static_cast<long long>(ctx.max_model_len)),
-                       r->kind == ApiKind::kChat ? "messages" : "prompt");
+                       prompt_param(*r));
   if (max_tokens) {
     r->params.max_tokens = static_cast<int>(*max_tokens);
   } else if (default_max_tokens > 0) {
@@ -184,6 +188,24 @@ std::optional<ApiError> finish(Fields& f, const ParseContext& ctx, int default_m
     const int64_t room = std::min(ctx.max_model_len, ctx.kv_capacity_tokens / r->params.n);
     r->params.max_tokens = static_cast<int>(std::max<int64_t>(1, room - longest));
   }
+  return std::nullopt;
+}
+
+// Prompt text to ids. The prompt must leave the context room for one generated token, and
+// encoding stops as soon as it cannot: a 10 MB prompt is refused after its first few
+// thousand tokens, not after all of them.
+std::optional<ApiError> add_text_prompt(std::string text, const ParseContext& ctx,
+                                        GenerationRequest* r) {
+  const size_t limit = static_cast<size_t>(std::max<int64_t>(ctx.max_model_len - 1, 0));
+  BoundedEncoding e = ctx.tok.encode_bounded(text, true, true, limit);
+  if (e.over_limit)
+    return bad_request(
+        str_format("the prompt has %lld or more tokens and the model's context "
+                   "is %lld; shorten it",
+                   static_cast<long long>(limit + 1), static_cast<long long>(ctx.max_model_len)),
+        prompt_param(*r));
+  r->prompt_texts.push_back(std::move(text));
+  r->prompts.push_back(std::move(e.ids));
   return std::nullopt;
 }
 
@@ -224,15 +246,13 @@ ApiResult<GenerationRequest> parse_completion_request(const json& body, const Pa
   const json* prompt = f.get("prompt");
   if (!prompt) return bad_request("'prompt' is required", "prompt");
   if (prompt->is_string()) {
-    r.prompt_texts.push_back(prompt->get<std::string>());
-    r.prompts.push_back(ctx.tok.encode(r.prompt_texts.back(), true, true));
+    if (auto e = add_text_prompt(prompt->get<std::string>(), ctx, &r)) return *e;
   } else if (is_token_list(*prompt)) {
     if (auto e = add_token_prompt(*prompt, ctx.tok, &r)) return *e;
   } else if (prompt->is_array() && !prompt->empty()) {
     for (const json& p : *prompt) {
       if (p.is_string()) {
-        r.prompt_texts.push_back(p.get<std::string>());
-        r.prompts.push_back(ctx.tok.encode(r.prompt_texts.back(), true, true));
+        if (auto e = add_text_prompt(p.get<std::string>(), ctx, &r)) return *e;
       } else if (is_token_list(p)) {
         if (auto e = add_token_prompt(p, ctx.tok, &r)) return *e;
       } else {
@@ -280,8 +300,7 @@ ApiResult<GenerationRequest> parse_chat_request(const json& body, const ParseCon
   if (f.err()) return *f.err();
   auto text = ctx.chat.render(*messages, add_generation_prompt, tools ? *tools : json());
   if (!text) return bad_request(text.status().message(), "messages");
-  r.prompt_texts.push_back(*text);
-  r.prompts.push_back(ctx.tok.encode(*text, true, true));
+  if (auto e = add_text_prompt(std::move(text).value(), ctx, &r)) return *e;
   if (auto e = finish(f, ctx, 0, &r)) return *e;
   return r;
 }

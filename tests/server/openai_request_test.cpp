@@ -1,7 +1,9 @@
 // Request parsing against a real vocabulary (stories260K, 512 tokens): token ids checked
-// against it, seeds over the whole 64-bit range.
+// against it, seeds over the whole 64-bit range, prompts longer than the context refused
+// without being encoded whole.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -105,6 +107,38 @@ TEST(OpenAiRequest, HugeIntegersAreReportedAsGiven) {
   expect_400(completion(R"({"prompt": [18446744073709551615]})"), "prompt",
              "token id 18446744073709551615 is outside");
   expect_400(completion(R"({"prompt": [1, -3]})"), "prompt", "token id -3 is outside");
+}
+
+TEST(OpenAiRequest, PromptMustLeaveRoomInTheContext) {
+  const std::string text = "Once upon a time there was a little dog. ";
+  const size_t n = fixture().tok->encode(text, true, true).size();
+  const std::string body = R"({"prompt": ")" + text + R"(", "max_tokens": 1})";
+  // n tokens fit a context of n + 1 (room for one generated token), not one of n.
+  auto ok = completion(body, static_cast<int64_t>(n) + 1);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok.value().prompts[0].size(), n);
+  EXPECT_EQ(ok.value().prompts[0], fixture().tok->encode(text, true, true));
+  expect_400(completion(body, static_cast<int64_t>(n)), "prompt", "context");
+  expect_400(completion(R"({"prompt": ["Hi", ")" + text + R"("]})", static_cast<int64_t>(n)),
+             "prompt", "context");
+  // The rendered chat text counts the same way.
+  const std::string msgs = R"({"messages": [{"role": "user", "content": ")" + text + R"("}]})";
+  const size_t chat_n = chat(msgs).value().prompts[0].size();
+  EXPECT_TRUE(chat(msgs, static_cast<int64_t>(chat_n) + 1).ok());
+  expect_400(chat(msgs, static_cast<int64_t>(chat_n)), "messages", "context");
+}
+
+TEST(OpenAiRequest, TenMegabytePromptIsRefusedQuickly) {
+  std::string text;
+  while (text.size() < 10'000'000) text += "Once upon a time there was a little dog. ";
+  const std::string body = R"({"prompt": ")" + text + R"("})";
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_400(completion(body), "prompt", "the prompt has 512 or more tokens");
+  expect_400(chat(R"({"messages": [{"role": "user", "content": ")" + text + R"("}]})"), "messages",
+             "context is 512");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ perf     ] two 10 MB requests refused in %.1f ms\n", s * 1e3);
+  EXPECT_LT(s, 4.0);  // loose: sanitizers, a busy CI machine
 }
 
 }  // namespace
