@@ -1,6 +1,7 @@
-// Request bodies to JSON with a nesting limit enforced while parsing. nlohmann's copy and
-// comparison recurse once per level, so a body nesting 100,000 arrays overflows the stack
-// the first time the value is copied: such a document is refused before it is ever built.
+// Request bodies to JSON with a nesting limit enforced while parsing. Copying, comparing and
+// dumping an nlohmann value recurse once per level, so a body nesting 100,000 arrays
+// overflowed the stack the first time it was copied: such a document is refused before it
+// is ever built.
 #pragma once
 
 #include <nlohmann/json.hpp>
