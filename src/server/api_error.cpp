@@ -1,5 +1,9 @@
 #include "server/api_error.h"
 
+#include <algorithm>
+
+#include "core/status.h"
+
 namespace pagoda::server {
 
 nlohmann::json ApiError::to_json() const {
@@ -40,6 +44,49 @@ ApiError overloaded(std::string message, int retry_after_s) {
 }
 ApiError internal(std::string message) {
   return make(500, "InternalServerError", std::move(message));
+}
+
+namespace {
+// Length of the valid UTF-8 sequence at the start of `s`, 0 when there is none (overlong
+// forms, surrogates and code points past U+10FFFF count as invalid).
+size_t utf8_sequence(std::string_view s) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto cont = [&](size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
+  const unsigned char c = b(0);
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2)) return 0;
+    if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) >= 0xA0)) return 0;
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    if ((c == 0xF0 && b(1) < 0x90) || (c == 0xF4 && b(1) >= 0x90)) return 0;
+    return 4;
+  }
+  return 0;
+}
+}  // namespace
+
+std::string quote_for_error(std::string_view s, size_t max) {
+  std::string out = "'";
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t n = utf8_sequence(s.substr(i));
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (i + std::max<size_t>(n, 1) > max) break;
+    if (n == 0 || c < 0x20 || c == 0x7F) {
+      out += str_format("\\x%02X", c);
+      ++i;
+    } else {
+      out.append(s, i, n);
+      i += n;
+    }
+  }
+  if (i < s.size()) out += "...";
+  out += "'";
+  return out;
 }
 
 ApiError from_status(const Status& s) {

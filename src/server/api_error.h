@@ -3,8 +3,10 @@
 // them into responses.
 #pragma once
 
+#include <cstddef>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "core/status.h"
@@ -27,6 +29,11 @@ ApiError unauthorized(std::string message);
 ApiError payload_too_large(std::string message);
 ApiError overloaded(std::string message, int retry_after_s);
 ApiError internal(std::string message);
+// A client's string for an error message, in single quotes: at most `max` bytes of it (cut
+// at a character boundary, "..." marking the cut), so that a huge field is not echoed whole;
+// control characters and bytes that are not UTF-8 become \xNN, so the message stays one
+// readable line of valid UTF-8 (JSON output refuses invalid UTF-8).
+std::string quote_for_error(std::string_view s, size_t max = 256);
 // An engine Status for a request: its own faults (bad parameters, too long) are 400s.
 ApiError from_status(const Status& s);
 

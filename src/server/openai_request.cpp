@@ -34,14 +34,22 @@ class Fields {
     const json* v = get(name);
     if (!v || err_) return std::nullopt;
     if (!v->is_number_integer()) return fail(name, "must be an integer");
-    const int64_t x = v->is_number_unsigned()
-                          ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), INT64_MAX))
-                          : v->get<int64_t>();
-    if (x < lo || x > hi)
+    // Above INT64_MAX only unsigned JSON numbers go; they are out of any range asked here.
+    const bool huge = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX};
+    const int64_t x = huge ? 0 : v->get<int64_t>();
+    if (huge || x < lo || x > hi)
       return fail(name,
-                  str_format("must be between %lld and %lld, got %lld", static_cast<long long>(lo),
-                             static_cast<long long>(hi), static_cast<long long>(x)));
+                  str_format("must be between %lld and %lld, got %s", static_cast<long long>(lo),
+                             static_cast<long long>(hi), v->dump().c_str()));
     return x;
+  }
+  // Any 64-bit integer: 0..2^64-1 as given, negatives as their two's complement.
+  std::optional<uint64_t> bits64(const char* name) {
+    const json* v = get(name);
+    if (!v || err_) return std::nullopt;
+    if (!v->is_number_integer()) return fail(name, "must be an integer");
+    if (v->is_number_unsigned()) return v->get<uint64_t>();
+    return static_cast<uint64_t>(v->get<int64_t>());
   }
   std::optional<bool> boolean(const char* name) {
     const json* v = get(name);
@@ -63,8 +71,24 @@ class Fields {
   std::optional<ApiError> err_;
 };
 
+// A JSON integer as a token id of the vocabulary, or nullopt when it is none.
+std::optional<int32_t> token_id(const json& x, int32_t n_vocab) {
+  if (x.is_number_unsigned()) {
+    const uint64_t v = x.get<uint64_t>();
+    if (v < static_cast<uint64_t>(n_vocab)) return static_cast<int32_t>(v);
+  } else if (x.is_number_integer()) {
+    const int64_t v = x.get<int64_t>();
+    if (v >= 0 && v < n_vocab) return static_cast<int32_t>(v);
+  }
+  return std::nullopt;
+}
+
+std::string outside_vocab(const json& x, int32_t n_vocab) {
+  return str_format("%s is outside the vocabulary (0..%d)", x.dump().c_str(), n_vocab - 1);
+}
+
 // The fields both APIs share. max_tokens is left to the caller (defaults differ).
-void read_common(Fields& f, GenerationRequest* r) {
+void read_common(Fields& f, const ParseContext& ctx, GenerationRequest* r) {
   SamplingParams& p = r->params;
   if (auto v = f.number("temperature", 0, 2)) p.temperature = static_cast<float>(*v);
   if (auto v = f.number("top_p", 0, 1)) {
@@ -76,7 +100,7 @@ void read_common(Fields& f, GenerationRequest* r) {
   if (auto v = f.integer("top_k", -1, 1 << 30)) p.top_k = *v < 0 ? 0 : static_cast<int>(*v);
   if (auto v = f.number("min_p", 0, 1)) p.min_p = static_cast<float>(*v);
   if (auto v = f.integer("n", 1, 128)) p.n = static_cast<int>(*v);
-  if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) p.seed = static_cast<uint64_t>(*v);
+  if (auto v = f.bits64("seed")) p.seed = *v;
   if (auto v = f.number("presence_penalty", -2, 2)) p.presence_penalty = static_cast<float>(*v);
   if (auto v = f.number("frequency_penalty", -2, 2)) p.frequency_penalty = static_cast<float>(*v);
   if (auto v = f.number("repetition_penalty", 0, 100)) {
@@ -116,7 +140,14 @@ void read_common(Fields& f, GenerationRequest* r) {
         !std::all_of(ids->begin(), ids->end(), [](const json& x) { return x.is_number_integer(); }))
       f.error("stop_token_ids", "must be a list of token ids");
     else
-      for (const json& x : *ids) p.stop_token_ids.push_back(x.get<int32_t>());
+      for (const json& x : *ids) {
+        const std::optional<int32_t> id = token_id(x, ctx.tok.n_vocab());
+        if (!id) {
+          f.error("stop_token_ids", "holds token id " + outside_vocab(x, ctx.tok.n_vocab()));
+          break;
+        }
+        p.stop_token_ids.push_back(*id);
+      }
   }
   if (const json* user = f.get("user"); user && !user->is_string())
     f.error("user", "must be a string");
@@ -126,6 +157,10 @@ void read_common(Fields& f, GenerationRequest* r) {
     else
       r->model = m->get<std::string>();
   }
+}
+
+const char* prompt_param(const GenerationRequest& r) {
+  return r.kind == ApiKind::kChat ? "messages" : "prompt";
 }
 
 // max_tokens (or max_completion_tokens) and the checks that need the prompt lengths.
@@ -143,7 +178,7 @@ std::optional<ApiError> finish(Fields& f, const ParseContext& ctx, int default_m
     return bad_request(str_format("the prompt has %zu tokens and the model's context is %lld; "
                                   "shorten it",
                                   longest, static_cast<long long>(ctx.max_model_len)),
-                       r->kind == ApiKind::kChat ? "messages" : "prompt");
+                       prompt_param(*r));
   if (max_tokens) {
     r->params.max_tokens = static_cast<int>(*max_tokens);
   } else if (default_max_tokens > 0) {
@@ -156,6 +191,24 @@ std::optional<ApiError> finish(Fields& f, const ParseContext& ctx, int default_m
   return std::nullopt;
 }
 
+// Prompt text to ids. The prompt must leave the context room for one generated token, and
+// encoding stops as soon as it cannot: a 10 MB prompt is refused after its first few
+// thousand tokens, not after all of them.
+std::optional<ApiError> add_text_prompt(std::string text, const ParseContext& ctx,
+                                        GenerationRequest* r) {
+  const size_t limit = static_cast<size_t>(std::max<int64_t>(ctx.max_model_len - 1, 0));
+  BoundedEncoding e = ctx.tok.encode_bounded(text, true, true, limit);
+  if (e.over_limit)
+    return bad_request(
+        str_format("the prompt has %lld or more tokens and the model's context "
+                   "is %lld; shorten it",
+                   static_cast<long long>(limit + 1), static_cast<long long>(ctx.max_model_len)),
+        prompt_param(*r));
+  r->prompt_texts.push_back(std::move(text));
+  r->prompts.push_back(std::move(e.ids));
+  return std::nullopt;
+}
+
 bool is_token_list(const json& j) {
   return j.is_array() && !j.empty() &&
          std::all_of(j.begin(), j.end(), [](const json& x) { return x.is_number_integer(); });
@@ -165,14 +218,9 @@ std::optional<ApiError> add_token_prompt(const json& j, const Tokenizer& tok,
                                          GenerationRequest* r) {
   std::vector<int32_t> ids;
   for (const json& x : j) {
-    const int64_t v = x.is_number_unsigned()
-                          ? static_cast<int64_t>(std::min<uint64_t>(x.get<uint64_t>(), INT64_MAX))
-                          : x.get<int64_t>();
-    if (v < 0 || v >= tok.n_vocab())
-      return bad_request(str_format("token id %lld is outside the vocabulary (0..%d)",
-                                    static_cast<long long>(v), tok.n_vocab() - 1),
-                         "prompt");
-    ids.push_back(static_cast<int32_t>(v));
+    const std::optional<int32_t> id = token_id(x, tok.n_vocab());
+    if (!id) return bad_request("token id " + outside_vocab(x, tok.n_vocab()), "prompt");
+    ids.push_back(*id);
   }
   r->prompt_texts.push_back(tok.decode(ids));
   r->prompts.push_back(std::move(ids));
@@ -186,7 +234,7 @@ ApiResult<GenerationRequest> parse_completion_request(const json& body, const Pa
   GenerationRequest r;
   r.kind = ApiKind::kCompletion;
   Fields f(body);
-  read_common(f, &r);
+  read_common(f, ctx, &r);
   if (auto v = f.boolean("echo")) r.echo = *v;
   if (auto v = f.integer("logprobs", 0, 20)) {
     r.logprobs = true;
@@ -198,15 +246,13 @@ ApiResult<GenerationRequest> parse_completion_request(const json& body, const Pa
   const json* prompt = f.get("prompt");
   if (!prompt) return bad_request("'prompt' is required", "prompt");
   if (prompt->is_string()) {
-    r.prompt_texts.push_back(prompt->get<std::string>());
-    r.prompts.push_back(ctx.tok.encode(r.prompt_texts.back(), true, true));
+    if (auto e = add_text_prompt(prompt->get<std::string>(), ctx, &r)) return *e;
   } else if (is_token_list(*prompt)) {
     if (auto e = add_token_prompt(*prompt, ctx.tok, &r)) return *e;
   } else if (prompt->is_array() && !prompt->empty()) {
     for (const json& p : *prompt) {
       if (p.is_string()) {
-        r.prompt_texts.push_back(p.get<std::string>());
-        r.prompts.push_back(ctx.tok.encode(r.prompt_texts.back(), true, true));
+        if (auto e = add_text_prompt(p.get<std::string>(), ctx, &r)) return *e;
       } else if (is_token_list(p)) {
         if (auto e = add_token_prompt(p, ctx.tok, &r)) return *e;
       } else {
@@ -230,7 +276,7 @@ ApiResult<GenerationRequest> parse_chat_request(const json& body, const ParseCon
   GenerationRequest r;
   r.kind = ApiKind::kChat;
   Fields f(body);
-  read_common(f, &r);
+  read_common(f, ctx, &r);
   if (auto v = f.boolean("logprobs")) r.logprobs = *v;
   if (auto v = f.integer("top_logprobs", 0, 20)) {
     if (!r.logprobs) f.error("top_logprobs", "needs 'logprobs': true");
@@ -254,8 +300,7 @@ ApiResult<GenerationRequest> parse_chat_request(const json& body, const ParseCon
   if (f.err()) return *f.err();
   auto text = ctx.chat.render(*messages, add_generation_prompt, tools ? *tools : json());
   if (!text) return bad_request(text.status().message(), "messages");
-  r.prompt_texts.push_back(*text);
-  r.prompts.push_back(ctx.tok.encode(*text, true, true));
+  if (auto e = add_text_prompt(std::move(text).value(), ctx, &r)) return *e;
   if (auto e = finish(f, ctx, 0, &r)) return *e;
   return r;
 }

@@ -103,15 +103,17 @@ class BpeWord {
 
 }  // namespace
 
-void bpe_encode(const Vocab& vocab, const PreTokenizer& pre, std::string_view text,
-                std::vector<TokenId>* out) {
+bool bpe_encode(const Vocab& vocab, const PreTokenizer& pre, std::string_view text,
+                std::vector<TokenId>* out, const TokenBudget& budget) {
   std::string key, encoded;
   BpeWord bpe(vocab, &key);
-  for (const std::string& word : pre.split(text)) {
+  return pre.for_each_word(text, [&](std::string_view word) {
+    if (budget.cannot_fit(out->size(), word)) return false;
     encoded.clear();
     byte_alphabet::encode(word, &encoded);
     bpe.encode(encoded, vocab.pre.ignore_merges, out);
-  }
+    return !budget.exceeded(out->size());
+  });
 }
 
 }  // namespace pagoda

@@ -6,12 +6,15 @@
 #include <vector>
 
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/token_budget.h"
 #include "tokenizer/vocab.h"
 
 namespace pagoda {
 
-// Pre-tokenizes and encodes `text` (raw UTF-8), appending ids to `out`.
-void bpe_encode(const Vocab& vocab, const PreTokenizer& pre, std::string_view text,
-                std::vector<TokenId>* out);
+// Pre-tokenizes and encodes `text` (raw UTF-8), appending ids to `out`, word by word. Stops
+// and returns false once `out` is over the budget or the next word cannot fit in it; `out`
+// then holds a prefix of the encoding.
+bool bpe_encode(const Vocab& vocab, const PreTokenizer& pre, std::string_view text,
+                std::vector<TokenId>* out, const TokenBudget& budget = {});
 
 }  // namespace pagoda

@@ -1,5 +1,7 @@
 #include "tokenizer/pretokenizer.h"
 
+#include <functional>
+
 #include "tokenizer/unicode.h"
 
 namespace pagoda {
@@ -114,28 +116,34 @@ const std::vector<Variant>& variants() {
 
 constexpr uint32_t kOutside = 0xFFFFFFFF;
 
-// The pieces of one chunk [ini, end) of `cpts`, appended to `out` as lengths. Shared frame
-// for the hand-written splitters: `emit(to)` closes the piece that runs up to `to`.
+// Receives the pieces of one chunk in order, as lengths; returning false stops the split.
+using PieceSink = std::function<bool(size_t len)>;
+
+// The pieces of one chunk [ini, end) of `cpts`, handed to a sink as they are found. Shared
+// frame for the hand-written splitters: `emit(to)` closes the piece that runs up to `to`.
 class ChunkSplitter {
  public:
-  ChunkSplitter(const std::vector<uint32_t>& cpts, size_t ini, size_t end, std::vector<size_t>* out)
-      : cpts_(cpts), end_(end), prev_(ini), out_(out) {}
+  ChunkSplitter(const std::vector<uint32_t>& cpts, size_t ini, size_t end, const PieceSink& sink)
+      : cpts_(cpts), end_(end), prev_(ini), sink_(sink) {}
   uint32_t cpt(size_t p) const { return p < end_ ? cpts_[p] : kOutside; }
   // Flags of the code point at p, 0 past the chunk (every code point has at least one flag).
   uint16_t flags(size_t p) const { return p < end_ ? unicode::flags(cpts_[p]) : 0; }
   size_t emit(size_t to) {
     const size_t len = to - prev_;
-    if (len > 0) out_->push_back(len);
+    if (len > 0 && !stopped_) stopped_ = !sink_(len);
     prev_ = to;
     return len;
   }
   size_t end() const { return end_; }
+  // The sink asked for no more pieces: the splitter's loop ends.
+  bool stopped() const { return stopped_; }
 
  private:
   const std::vector<uint32_t>& cpts_;
   size_t end_;
   size_t prev_;
-  std::vector<size_t>* out_;
+  const PieceSink& sink_;
+  bool stopped_ = false;
 };
 
 constexpr uint16_t kWs = unicode::kWhitespace;
@@ -160,10 +168,9 @@ size_t contraction(const ChunkSplitter& s, size_t pos, bool any_case) {
 }
 
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-void split_gpt2(const std::vector<uint32_t>& cpts, size_t ini, size_t end,
-                std::vector<size_t>* out) {
-  ChunkSplitter s(cpts, ini, end, out);
-  for (size_t pos = ini; pos < end;) {
+bool split_gpt2(const std::vector<uint32_t>& cpts, size_t ini, size_t end, const PieceSink& sink) {
+  ChunkSplitter s(cpts, ini, end, sink);
+  for (size_t pos = ini; pos < end && !s.stopped();) {
     if (const size_t n = contraction(s, pos, false)) {
       pos += s.emit(pos + n);
       continue;
@@ -202,14 +209,15 @@ void split_gpt2(const std::vector<uint32_t>& cpts, size_t ini, size_t end,
     }
     s.emit(++pos);  // nothing matched: the character stands alone
   }
+  return !s.stopped();
 }
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
 // \s*[\r\n]+|\s+(?!\S)|\s+
-void split_llama3(const std::vector<uint32_t>& cpts, size_t ini, size_t end,
-                  std::vector<size_t>* out) {
-  ChunkSplitter s(cpts, ini, end, out);
-  for (size_t pos = ini; pos < end;) {
+bool split_llama3(const std::vector<uint32_t>& cpts, size_t ini, size_t end,
+                  const PieceSink& sink) {
+  ChunkSplitter s(cpts, ini, end, sink);
+  for (size_t pos = ini; pos < end && !s.stopped();) {
     if (const size_t n = contraction(s, pos, true)) {
       pos += s.emit(pos + n);
       continue;
@@ -265,11 +273,12 @@ void split_llama3(const std::vector<uint32_t>& cpts, size_t ini, size_t end,
     }
     s.emit(++pos);
   }
+  return !s.stopped();
 }
 
 // std::regex_iterator over each chunk: matches and the gaps between them become pieces.
-void split_regex(const Regex& re, const std::vector<uint32_t>& symbols, size_t ini, size_t end,
-                 std::vector<size_t>* out) {
+bool split_regex(const Regex& re, const std::vector<uint32_t>& symbols, size_t ini, size_t end,
+                 const PieceSink& sink) {
   size_t last = ini, from = ini;
   bool retry_not_empty = false;
   while (from <= end) {
@@ -282,13 +291,13 @@ void split_regex(const Regex& re, const std::vector<uint32_t>& symbols, size_t i
       }
       break;
     }
-    if (mb > last) out->push_back(mb - last);
-    if (me > mb) out->push_back(me - mb);
+    if (mb > last && !sink(mb - last)) return false;
+    if (me > mb && !sink(me - mb)) return false;
     last = me;
     from = me;
     retry_not_empty = me == mb;
   }
-  if (last < end) out->push_back(end - last);
+  return last >= end || sink(end - last);
 }
 
 }  // namespace
@@ -326,49 +335,53 @@ Result<PreTokenizer> PreTokenizer::create(const PreTokenizerSpec& spec) {
   return p;
 }
 
-std::vector<std::string> PreTokenizer::split(std::string_view text) const {
+bool PreTokenizer::for_each_word(std::string_view text,
+                                 const std::function<bool(std::string_view)>& fn) const {
   const std::vector<uint32_t> cpts = unicode::decode(text);
   std::vector<uint32_t> collapsed, widened;  // built on first use
-  std::vector<size_t> pieces = {cpts.size()}, next;
-  for (const Step& step : steps_) {
-    const std::vector<uint32_t>* symbols = &cpts;
-    if (step.kind == Kind::kRegex) {
-      std::vector<uint32_t>& alt = step.regex->collapsed() ? collapsed : widened;
-      if (alt.empty() && !cpts.empty()) {
-        alt.resize(cpts.size());
-        for (size_t i = 0; i < cpts.size(); ++i)
-          alt[i] = step.regex->collapsed() ? Regex::collapse(cpts[i]) : Regex::widen(cpts[i]);
-      }
-      symbols = &alt;
+  std::string word;
+  // Each step splits the pieces the step before it found, so a piece goes through every step
+  // as soon as it is found (a piece's split depends on nothing outside it) and the caller
+  // can stop after any word without the rest of the text being split.
+  std::function<bool(size_t, size_t, size_t)> run = [&](size_t k, size_t ini, size_t end) {
+    if (k == steps_.size()) {
+      word.clear();
+      for (size_t i = ini; i < end; ++i) unicode::append_utf8(&word, cpts[i]);
+      return fn(word);
     }
-    next.clear();
-    size_t start = 0;
-    for (size_t len : pieces) {
-      switch (step.kind) {
-        case Kind::kGpt2:
-          split_gpt2(cpts, start, start + len, &next);
-          break;
-        case Kind::kLlama3:
-          split_llama3(cpts, start, start + len, &next);
-          break;
-        case Kind::kRegex:
-          split_regex(*step.regex, *symbols, start, start + len, &next);
-          break;
-      }
+    const Step& step = steps_[k];
+    size_t start = ini;
+    const PieceSink sink = [&](size_t len) {
+      const bool more = run(k + 1, start, start + len);
       start += len;
+      return more;
+    };
+    switch (step.kind) {
+      case Kind::kGpt2:
+        return split_gpt2(cpts, ini, end, sink);
+      case Kind::kLlama3:
+        return split_llama3(cpts, ini, end, sink);
+      case Kind::kRegex: {
+        std::vector<uint32_t>& alt = step.regex->collapsed() ? collapsed : widened;
+        if (alt.empty()) {
+          alt.resize(cpts.size());
+          for (size_t i = 0; i < cpts.size(); ++i)
+            alt[i] = step.regex->collapsed() ? Regex::collapse(cpts[i]) : Regex::widen(cpts[i]);
+        }
+        return split_regex(*step.regex, alt, ini, end, sink);
+      }
     }
-    pieces.swap(next);
-  }
+    return true;
+  };
+  return cpts.empty() || run(0, 0, cpts.size());
+}
+
+std::vector<std::string> PreTokenizer::split(std::string_view text) const {
   std::vector<std::string> words;
-  words.reserve(pieces.size());
-  size_t start = 0;
-  for (size_t len : pieces) {
-    if (len == 0) continue;
-    std::string w;
-    for (size_t i = start; i < start + len; ++i) unicode::append_utf8(&w, cpts[i]);
-    words.push_back(std::move(w));
-    start += len;
-  }
+  for_each_word(text, [&](std::string_view w) {
+    words.emplace_back(w);
+    return true;
+  });
   return words;
 }
 

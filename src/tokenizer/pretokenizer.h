@@ -6,6 +6,7 @@
 // tokenizer/regex.h.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,6 +38,10 @@ class PreTokenizer {
   // Splits `text` into words (UTF-8). Malformed UTF-8 is read as llama.cpp reads it: each
   // undecodable byte becomes U+FFFD, so the words hold that character instead.
   std::vector<std::string> split(std::string_view text) const;
+  // The same words, handed to `fn` one at a time as they are found; `fn` returning false
+  // stops the split there (the rest of the text is not split) and makes this return false.
+  bool for_each_word(std::string_view text,
+                     const std::function<bool(std::string_view word)>& fn) const;
 
   const PreTokenizerSpec& spec() const { return spec_; }
 

@@ -1,5 +1,6 @@
 #include "tokenizer/spm.h"
 
+#include <algorithm>
 #include <map>
 #include <queue>
 #include <string>
@@ -119,6 +120,30 @@ class SpmSession {
 
 void spm_encode(const Vocab& vocab, std::string_view text, std::vector<TokenId>* out) {
   SpmSession(vocab, text).encode(out);
+}
+
+bool spm_cuts_before_spaces(const Vocab& vocab) {
+  constexpr std::string_view kMarker = "\xE2\x96\x81";  // U+2581
+  for (const TokenData& t : vocab.tokens) {
+    const std::string_view text = t.text;
+    for (size_t i = text.find(kMarker, 1); i != std::string_view::npos;
+         i = text.find(kMarker, i + 1))
+      if (i < kMarker.size() || text.substr(i - kMarker.size(), kMarker.size()) != kMarker)
+        return false;
+  }
+  return true;
+}
+
+size_t spm_next_cut(std::string_view text, size_t from) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
+  for (size_t b = std::max<size_t>(from, 1); b < text.size(); ++b) {
+    if (text[b] != ' ' || byte(b - 1) >= 0x80 || text[b - 1] == ' ') continue;
+    // A lead byte up to three back could start a character that runs past b - 1.
+    bool aligned = true;
+    for (size_t j = b >= 4 ? b - 4 : 0; j + 1 < b; ++j) aligned = aligned && byte(j) < 0xC0;
+    if (aligned) return b;
+  }
+  return text.size();
 }
 
 }  // namespace pagoda

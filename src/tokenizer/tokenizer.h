@@ -3,6 +3,7 @@
 // Vocabulary-only GGUF files (no tensors) are enough to build one.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,6 +18,12 @@ namespace pagoda {
 
 using TokenId = int32_t;
 
+// An encoding that may have stopped early (Tokenizer::encode_bounded).
+struct BoundedEncoding {
+  std::vector<TokenId> ids;
+  bool over_limit = false;  // the text has more tokens than the limit
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -28,6 +35,13 @@ class Tokenizer {
   // content becomes that token instead of being split as ordinary text.
   virtual std::vector<TokenId> encode(std::string_view text, bool add_special,
                                       bool parse_special) const = 0;
+  // encode() for a caller that refuses more than max_tokens tokens: it stops as soon as the
+  // text is known to have more (a prompt longer than the context costs no more than one
+  // that fills it). Within the limit, ids are exactly encode()'s; over it, over_limit is set
+  // and ids are a prefix of encode()'s result, usually just past the limit (shorter where
+  // the text left was too long to fit whatever its tokens).
+  virtual BoundedEncoding encode_bounded(std::string_view text, bool add_special,
+                                         bool parse_special, size_t max_tokens) const = 0;
 
   // Bytes of one token as it appears in generated text (may be part of a UTF-8
   // character). Control tokens give "" unless render_special. A view into the

@@ -22,6 +22,27 @@ TEST(ServerApiError, OpenAiShapeAndStatusMapping) {
   EXPECT_EQ(overloaded("full", 1).retry_after_s, 1);
 }
 
+TEST(ServerApiError, QuoteForErrorCutsAndEscapes) {
+  EXPECT_EQ(quote_for_error("smollm2"), "'smollm2'");
+  EXPECT_EQ(quote_for_error(""), "''");
+  EXPECT_EQ(quote_for_error(std::string(300, 'm')), "'" + std::string(256, 'm') + "...'");
+  EXPECT_EQ(quote_for_error(std::string(256, 'm')), "'" + std::string(256, 'm') + "'");
+  EXPECT_EQ(quote_for_error("a\nb\x01\x7f"), "'a\\x0Ab\\x01\\x7F'");
+  EXPECT_EQ(quote_for_error("Gr\xC3\xBC\xC3\x9F"
+                            "e \xF0\x9F\xA6\x99"),
+            "'Gr\xC3\xBC\xC3\x9F"
+            "e \xF0\x9F\xA6\x99'");
+  // Bytes that are not UTF-8 (a stray continuation, a truncated sequence, a surrogate).
+  EXPECT_EQ(quote_for_error("\x80x\xE2\x82"), "'\\x80x\\xE2\\x82'");
+  EXPECT_EQ(quote_for_error("\xED\xA0\x80"), "'\\xED\\xA0\\x80'");
+  // The cut never splits a character: a 2-byte one that would end past `max` is left out.
+  EXPECT_EQ(quote_for_error("a\xC3\xA9\xC3\xA9", 4), "'a\xC3\xA9...'");
+  // Whatever comes in, the message can be written as JSON.
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
+  EXPECT_NO_THROW((void)bad_request(quote_for_error(all, 1000)).to_json().dump());
+}
+
 TEST(ServerMetrics, HistogramBucketsAreCumulative) {
   Histogram h({0.001, 0.01, 0.1});
   h.observe(0.0005);

@@ -34,6 +34,23 @@ def test_prompt_too_long_is_400(client, model):
         client.chat.completions.create(model=model, messages=[], max_tokens=4)
 
 
+def test_ten_megabyte_prompt_is_refused_quickly(server):
+    """A prompt far over the context is refused once its tokens pass the context, not after
+    all 10 MB are tokenized (which took seconds)."""
+    import time
+    text = "The quick brown fox jumps over the lazy dog. " * (10_000_000 // 45)
+    for path, body in (
+            ("/v1/completions", {"model": "smollm2", "prompt": text, "max_tokens": 4}),
+            ("/v1/chat/completions", {"model": "smollm2", "max_tokens": 4,
+                                      "messages": [{"role": "user", "content": text}]})):
+        t0 = time.monotonic()
+        st, _, payload = server.request("POST", path, body)
+        elapsed = time.monotonic() - t0
+        assert st == 400, payload
+        assert "context" in payload["error"]["message"]
+        assert elapsed < 2.0, (path, elapsed)  # about 0.2 s; generous for a busy 2-core CI
+
+
 def test_unknown_model_and_route_are_404(server, client):
     with pytest.raises(openai.NotFoundError) as e:
         client.completions.create(model="no-such-model", prompt="Hi", max_tokens=2)
