@@ -73,4 +73,39 @@ printf '\x01POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n
 printf '\x05GET /health?x HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.1\r\n\r\n' > "$HCORPUS/pipelined"
 build-fuzz/fuzz_http_request -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=16384 -rss_limit_mb=2048 \
   -timeout=10 -print_final_stats=1 "$HCORPUS" 2>&1 | tail -n 12
+
+echo "== OpenAI request fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
+cmake --build build-fuzz -j"$JOBS" --target fuzz_openai_request
+RCORPUS=$(mktemp -d)
+trap 'rm -rf "$CORPUS" "$TCORPUS" "$HCORPUS" "$RCORPUS"' EXIT
+# Seeds: a chat request (with tools), completions with text and token ids, and one with
+# stop strings and ids, a seed and log-probabilities. The target reads stories260K's
+# vocabulary (PAGODA_FUZZ_VOCAB names another).
+cat > "$RCORPUS/chat.json" <<'JSON'
+{"model": "smollm2", "messages": [{"role": "system", "content": "Be brief."},
+ {"role": "user", "content": [{"type": "text", "text": "Hi there"}]}],
+ "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "stream": true,
+ "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2}
+JSON
+cat > "$RCORPUS/chat_tools.json" <<'JSON'
+{"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": null,
+ "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get",
+ "arguments": "{\"city\": \"Oslo\"}"}}]}, {"role": "tool", "content": "3 C"}],
+ "tools": [{"type": "function", "function": {"name": "get", "parameters": {"type": "object",
+ "properties": {"city": {"type": "string"}}}}}], "add_generation_prompt": true}
+JSON
+cat > "$RCORPUS/completion_ids.json" <<'JSON'
+{"model": "smollm2", "prompt": [[1, 2, 3, 400], [5, 6]], "max_tokens": 4, "n": 2, "echo": true}
+JSON
+cat > "$RCORPUS/completion_text.json" <<'JSON'
+{"prompt": ["Once upon a time", "The end"], "max_completion_tokens": 8, "priority": -3,
+ "user": "u", "ignore_eos": true, "min_p": 0.05, "top_k": 40, "repetition_penalty": 1.1}
+JSON
+cat > "$RCORPUS/completion_stop.json" <<'JSON'
+{"prompt": "Hello", "stop": ["\n", "The"], "stop_token_ids": [2, 13], "seed": 18446744073709551615,
+ "logprobs": 3, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+ "include_stop_str_in_output": true}
+JSON
+build-fuzz/fuzz_openai_request -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 \
+  -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$RCORPUS" 2>&1 | tail -n 12
 echo "all tests passed"
