@@ -3,8 +3,9 @@
 // without being encoded whole.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <ctime>
 #include <memory>
 #include <string>
 
@@ -128,17 +129,24 @@ TEST(OpenAiRequest, PromptMustLeaveRoomInTheContext) {
   expect_400(chat(msgs, static_cast<int64_t>(chat_n)), "messages", "context");
 }
 
+// CPU time of this thread, so that the limit below holds on a busy machine too.
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 TEST(OpenAiRequest, TenMegabytePromptIsRefusedQuickly) {
   std::string text;
   while (text.size() < 10'000'000) text += "Once upon a time there was a little dog. ";
   const std::string body = R"({"prompt": ")" + text + R"("})";
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = thread_seconds();
   expect_400(completion(body), "prompt", "the prompt has 512 or more tokens");
   expect_400(chat(R"({"messages": [{"role": "user", "content": ")" + text + R"("}]})"), "messages",
              "context is 512");
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = thread_seconds() - t0;
   std::printf("[ perf     ] two 10 MB requests refused in %.1f ms\n", s * 1e3);
-  EXPECT_LT(s, 4.0);  // loose: sanitizers, a busy CI machine
+  EXPECT_LT(s, 5.0);  // 0.15 s; loose for the sanitizers (all of it takes seconds)
 }
 
 }  // namespace
