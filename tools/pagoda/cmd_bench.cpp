@@ -33,8 +33,7 @@ int cmd_bench(int argc, char** argv) {
       {"--threads", "-t", true, "threads (default: all cores)"},
       {"--repeats", "-r", true, "repetitions; the median is reported (default 5)"},
       {"--batch-size", "-b", true, "prompt tokens per forward pass (default 512)"},
-      {"--device", "", true, "cpu or cuda (default cpu)"},
-      {"--gpu", "", true, "GPU index for --device cuda (default 0)"},
+      {"--device", "", true, "cpu, cuda or cuda:N (default cpu)"},
       {"--depth", "", true,
        "tokens already in context before each test, as llama-bench's -d (default 0)"},
       {"--parallel", "", true, "--device cuda: sequences decoded together (default 1)"},
@@ -63,11 +62,11 @@ int cmd_bench(int argc, char** argv) {
   const int n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
   const int depth = static_cast<int>(flags.integer("--depth", 0, 0, 1 << 20));
   const int parallel = static_cast<int>(flags.integer("--parallel", 1, 1, 4096));
-  const int gpu = static_cast<int>(flags.integer("--gpu", 0, 0, 64));
   if (!flags.status()) return fail("bench", flags.status());
-  DeviceKind device = DeviceKind::kCpu;
-  if (!parse_device_kind(args->get_or("--device", "cpu"), &device))
-    return fail("bench", invalid_argument("--device must be cpu or cuda"));
+  const Result<DeviceSpec> spec = read_device_flag(*args, "cpu");
+  if (!spec) return fail("bench", spec.status());
+  const DeviceKind device = spec->kind;
+  const int gpu = spec->index;
   EngineConfig kv_flag;
   kv_flag.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
   kv_flag.quantization = args->get_or("--quantization", "");

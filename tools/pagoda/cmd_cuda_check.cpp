@@ -147,7 +147,7 @@ int cmd_cuda_check(int argc, char** argv) {
       {"--tokens-file", "", true, "prompts as token ids, one prompt per line"},
       {"--n-predict", "-n", true, "tokens to generate per prompt (default 64)"},
       {"--tie-margin", "", true, "logit gap below which a divergence is a tie (default 0.05)"},
-      {"--device", "", true, "GPU index (default 0)"},
+      {"--device", "", true, "the GPU to check: cuda or cuda:N (default cuda, GPU 0)"},
       {"--kv-cache-dtype", "", true,
        "the GPU's KV cache: auto (fp16, token-exact check) or fp8 (top-5 check)"},
       {"--quantization", "", true, "fp8: the GPU's layer weights in FP8 (top-5 check)"},
@@ -168,10 +168,16 @@ int cmd_cuda_check(int argc, char** argv) {
   FlagReader flags(*args);
   const int n_gen = static_cast<int>(flags.integer("--n-predict", 64, 1, 4096));
   const double margin = flags.number("--tie-margin", 0.05, 0, 100);
-  const int device = static_cast<int>(flags.integer("--device", 0, 0, 64));
   const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
   const int parallel = static_cast<int>(flags.integer("--parallel", 1, 1, 1024));
   if (!flags.status()) return fail("cuda-check", flags.status());
+  const Result<DeviceSpec> spec = read_device_flag(*args, "cuda");
+  if (!spec) return fail("cuda-check", spec.status());
+  if (!spec->is_cuda())
+    return fail(
+        "cuda-check",
+        invalid_argument("cuda-check compares the CPU with a GPU: --device cuda or cuda:N"));
+  const int device = spec->index;
 
   std::vector<std::vector<int32_t>> prompts;
   if (args->has("--tokens")) {

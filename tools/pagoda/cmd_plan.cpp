@@ -142,7 +142,8 @@ int cmd_plan(int argc, char** argv) {
        "KV cache type: bf16 fp16 fp8 int8 int4 (default bf16; cpu fp16)"},
       {"--context", "-c", true, "tokens per sequence (default: the model's trained context)"},
       {"--concurrency", "", true, "sequences at once (default 1)"},
-      {"--device", "", true, "cuda or cpu (default cuda; cpu plans for this machine's RAM)"},
+      {"--device", "", true,
+       "cpu, cuda or cuda:N (default cuda; cpu plans for this machine's RAM)"},
       {"--device-memory", "", true,
        "memory per device: 80GiB, 141GB, bytes, or H100-80G H200-141G A100-40G A100-80G "
        "L40S-48G RTX4090-24G B200-192G (default H100-80G; cpu: this machine's RAM)"},
@@ -176,11 +177,9 @@ int cmd_plan(int argc, char** argv) {
                 invalid_argument("unexpected argument '" + args->positional().back() + "'"));
 
   // Flags first, so a typo is reported before any file is read.
-  const std::string device_kind = args->get_or("--device", "cuda");
-  if (device_kind != "cuda" && device_kind != "cpu" && device_kind != "gpu")
-    return fail("plan",
-                invalid_argument("--device must be cuda or cpu, got '" + device_kind + "'"));
-  const bool gpu = device_kind != "cpu";
+  const Result<DeviceSpec> device = read_device_flag(*args, "cuda");
+  if (!device) return fail("plan", device.status());
+  const bool gpu = device->is_cuda();
   FlagReader flags(*args);
   L::PlanInput in;
   in.concurrency = flags.integer("--concurrency", 1, 1, int64_t{1} << 30);
