@@ -6,14 +6,13 @@
 //
 // With --kv-cache-dtype fp8 (or --quantization fp8) the GPU computes with rounded values,
 // so its tokens need not match: the CPU is then run over the GPU's tokens (teacher forcing) and
-// every token the GPU chose must be in the CPU's top 5 at that position (the criterion for
-// BF16); the top-1 agreement and the logit error are reported. The same holds for files whose
+// every token the GPU chose must be in the CPU's top 5 at that position; the top-1
+// agreement and the logit error are reported. The same holds for files whose
 // weights the CUDA loader converts (block types its kernels do not take), and for K-quant
 // weights: the CPU multiplies those, as llama.cpp does, with activations rounded to 8 bits
 // in blocks of 256 (Q8_K), the GPU with activations rounded in blocks of 32, so each side
-// differs from the exact product by its own rounding (on a random 4-layer Q4_K model,
-// logit nmse 1.3-1.8e-3 from the same model dequantized to F32, for llama.cpp as for
-// the CPU here).
+// differs from the exact product by its own rounding, as much as llama.cpp's CPU does
+// (bench/RESULTS.md, "K-quant files").
 //
 // --parallel N decodes N sequences (the prompts in turn) together on the GPU, as the
 // engine batches them: products of N rows (cuBLASLt above 8, FP8 ones with FP8 weights)
