@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/device.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "engine/engine_core.h"
@@ -116,16 +117,9 @@ class EngineImpl : public Engine {
     if (cfg.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
     if (cfg.max_num_batched_tokens < 1)
       return invalid_argument("--max-num-batched-tokens must be at least 1");
-    int gpu = -1;
-    if (cfg.device.rfind("cuda", 0) == 0) {
-      gpu = 0;
-      if (cfg.device.size() > 4 &&
-          (cfg.device[4] != ':' || std::sscanf(cfg.device.c_str() + 5, "%d", &gpu) != 1 || gpu < 0))
-        return invalid_argument("--device must be cpu, cuda or cuda:N, not '" + cfg.device + "'");
-    } else if (cfg.device != "cpu") {
-      return invalid_argument("--device must be cpu, cuda or cuda:N, not '" + cfg.device + "'");
-    }
-    PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, gpu < 0 ? load_cpu() : load_cuda(gpu));
+    PAGODA_ASSIGN_OR_RETURN(const DeviceSpec device, parse_device_spec(cfg.device));
+    PAGODA_ASSIGN_OR_RETURN(const KvBudget budget,
+                            device.is_cuda() ? load_cuda(device.index) : load_cpu());
     config_.kv_cache_memory = budget.pool_bytes;
     file_.reset();  // the weights are copied; the mapping is no longer needed
 

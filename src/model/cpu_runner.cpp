@@ -68,18 +68,6 @@ Status ModelRunner::collect(std::vector<int32_t>*) {
   return unsupported("this runner has no pipelined steps");
 }
 
-bool parse_device_kind(std::string_view s, DeviceKind* out) {
-  if (s == "cpu") {
-    *out = DeviceKind::kCpu;
-    return true;
-  }
-  if (s == "cuda" || s == "gpu") {
-    *out = DeviceKind::kCuda;
-    return true;
-  }
-  return false;
-}
-
 std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool,
                                              const RunnerOptions& options) {
   return std::make_unique<CpuRunner>(model, pool, options);

@@ -62,6 +62,50 @@ class Reader {
   size_t pos_ = 0;
 };
 
+Status read_value(Reader& r, GgufType type, GgufValue* v, int depth, const std::string& key);
+
+// An array value after its type: element type, count and elements (nested arrays
+// through read_value, at most kMaxArrayDepth deep).
+Status read_array(Reader& r, GgufValue* v, int depth, const std::string& key) {
+  if (depth >= kMaxArrayDepth)
+    return corrupt(
+        str_format("metadata '%s': arrays nested deeper than %d", key.c_str(), kMaxArrayDepth));
+  uint32_t et = 0;
+  PAGODA_RETURN_IF_ERROR(r.read(&et, "array element type"));
+  if (!valid_type(et))
+    return corrupt(str_format("metadata '%s': unknown array element type %u", key.c_str(), et));
+  v->elem_type = static_cast<GgufType>(et);
+  PAGODA_RETURN_IF_ERROR(r.read(&v->count, "array length"));
+  // Every element takes at least this many bytes, which bounds the count by the file.
+  const size_t min_elem = v->elem_type == GgufType::kString  ? 8
+                          : v->elem_type == GgufType::kArray ? 12
+                                                             : gguf_value_size(v->elem_type);
+  if (v->count > r.remaining() / min_elem)
+    return corrupt(str_format("metadata '%s': array of %" PRIu64 " elements cannot fit in the "
+                              "%zu bytes left in the file",
+                              key.c_str(), v->count, r.remaining()));
+  if (v->elem_type == GgufType::kString) {
+    v->strings.resize(static_cast<size_t>(v->count));
+    for (auto& s : v->strings)
+      PAGODA_RETURN_IF_ERROR(
+          r.read_string(&s, "string array element", std::numeric_limits<uint64_t>::max()));
+  } else if (v->elem_type == GgufType::kArray) {
+    v->arrays.resize(static_cast<size_t>(v->count));
+    for (auto& a : v->arrays)
+      PAGODA_RETURN_IF_ERROR(read_value(r, GgufType::kArray, &a, depth + 1, key));
+  } else {
+    v->array_data = r.here();
+    PAGODA_RETURN_IF_ERROR(r.skip(v->count * min_elem, "array data"));
+    if (v->elem_type == GgufType::kBool) {
+      for (uint64_t k = 0; k < v->count; ++k)
+        if (v->array_data[k] > 1)
+          return corrupt(
+              str_format("metadata '%s': bool array element is not 0 or 1", key.c_str()));
+    }
+  }
+  return Status::ok();
+}
+
 Status read_value(Reader& r, GgufType type, GgufValue* v, int depth, const std::string& key) {
   v->type = type;
   switch (type) {
@@ -141,45 +185,8 @@ Status read_value(Reader& r, GgufType type, GgufValue* v, int depth, const std::
       PAGODA_RETURN_IF_ERROR(
           r.read_string(&v->str, "string value", std::numeric_limits<uint64_t>::max()));
       break;
-    case GgufType::kArray: {
-      if (depth >= kMaxArrayDepth)
-        return corrupt(
-            str_format("metadata '%s': arrays nested deeper than %d", key.c_str(), kMaxArrayDepth));
-      uint32_t et = 0;
-      PAGODA_RETURN_IF_ERROR(r.read(&et, "array element type"));
-      if (!valid_type(et))
-        return corrupt(str_format("metadata '%s': unknown array element type %u", key.c_str(), et));
-      v->elem_type = static_cast<GgufType>(et);
-      PAGODA_RETURN_IF_ERROR(r.read(&v->count, "array length"));
-      // Every element takes at least this many bytes, which bounds the count by the file.
-      const size_t min_elem = v->elem_type == GgufType::kString  ? 8
-                              : v->elem_type == GgufType::kArray ? 12
-                                                                 : gguf_value_size(v->elem_type);
-      if (v->count > r.remaining() / min_elem)
-        return corrupt(str_format("metadata '%s': array of %" PRIu64 " elements cannot fit in the "
-                                  "%zu bytes left in the file",
-                                  key.c_str(), v->count, r.remaining()));
-      if (v->elem_type == GgufType::kString) {
-        v->strings.resize(static_cast<size_t>(v->count));
-        for (auto& s : v->strings)
-          PAGODA_RETURN_IF_ERROR(
-              r.read_string(&s, "string array element", std::numeric_limits<uint64_t>::max()));
-      } else if (v->elem_type == GgufType::kArray) {
-        v->arrays.resize(static_cast<size_t>(v->count));
-        for (auto& a : v->arrays)
-          PAGODA_RETURN_IF_ERROR(read_value(r, GgufType::kArray, &a, depth + 1, key));
-      } else {
-        v->array_data = r.here();
-        PAGODA_RETURN_IF_ERROR(r.skip(v->count * min_elem, "array data"));
-        if (v->elem_type == GgufType::kBool) {
-          for (uint64_t k = 0; k < v->count; ++k)
-            if (v->array_data[k] > 1)
-              return corrupt(
-                  str_format("metadata '%s': bool array element is not 0 or 1", key.c_str()));
-        }
-      }
-      break;
-    }
+    case GgufType::kArray:
+      return read_array(r, v, depth, key);
   }
   return Status::ok();
 }

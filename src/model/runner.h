@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/device.h"
 #include "core/sampling_row.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -15,10 +16,6 @@
 #include "model/model.h"
 
 namespace pagoda {
-
-enum class DeviceKind { kCpu, kCuda };
-// "cpu" / "cuda"; false when unknown.
-bool parse_device_kind(std::string_view s, DeviceKind* out);
 
 // How the runner stores the KV cache: 16-bit floats (the CPU's fp16, the GPU's fp16),
 // FP8 E4M3 with a scale per tensor (CUDA only), or 8-bit integers with an fp16 scale per 32

@@ -65,3 +65,43 @@ def test_help_exits_zero():
     for cmd in ("run", "logits", "bench", "tokenize", "quantize", "mkmodel", "info", "plan"):
         proc = run_pagoda(cmd, "--help")
         assert "usage: pagoda" in proc.stdout
+
+
+TEXT = os.path.join(SHARED, "testdata", "text", "tinyshakespeare.txt")
+
+
+def device_commands(tmp_path):
+    """Every command that takes --device, with arguments on which `--device cpu` finishes
+    quickly (serve instead stops at a later flag rather than listen)."""
+    requests = tmp_path / "in.jsonl"
+    requests.write_text('{"prompt": "Once", "max_tokens": 2, "temperature": 0}\n')
+    return {
+        "plan": ["plan", STORIES, "--device-memory", "4GiB"],
+        "bench": ["bench", "-m", STORIES, "-p", "8", "-n", "4", "-r", "1"],
+        "perplexity": ["perplexity", "-m", STORIES, "-f", TEXT, "-c", "128", "--chunks", "1"],
+        "generate": ["generate", "-m", STORIES, "--input", requests, "-q"],
+        "serve": ["serve", "-m", STORIES, "--scheduling-policy", "none"],
+        "cuda-check": ["cuda-check", "-m", STORIES, "--tokens", "1 2", "-n", "2"],
+    }
+
+
+def test_every_command_reads_device_one_way(tmp_path):
+    for name, args in device_commands(tmp_path).items():
+        probe = run_pagoda(*args, "--device", "gpu", check=False)
+        if name == "serve" and "has no HTTP server" in probe.stderr:
+            continue  # built without the server
+        for bad in ("gpu", "GPU", "cuda:", "cuda:x", "cuda1", "tpu"):
+            expect_error([*args, "--device", bad],
+                         f"pagoda {name}: error: --device must be cpu, cuda or cuda:N, "
+                         f"not '{bad}'")
+        # cuda and cuda:N are devices: whatever fails after is the backend's, not the flag's.
+        for good in ("cuda", "cuda:1"):
+            proc = run_pagoda(*args, "--device", good, check=False)
+            assert "--device must be" not in proc.stderr, (name, good, proc.stderr)
+        proc = run_pagoda(*args, "--device", "cpu", check=False)
+        if name == "serve":
+            assert "--scheduling-policy must be" in proc.stderr, proc.stderr
+        elif name == "cuda-check":  # the CPU is what it checks the GPU against
+            assert "cuda-check compares the CPU with a GPU" in proc.stderr, proc.stderr
+        else:
+            assert proc.returncode == 0, (name, proc.stderr)

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/env.h"
 #include "core/thread_pool.h"
@@ -77,6 +78,30 @@ TEST(Settings, UnsetOrEmptyVariableGivesTheDefault) {
   ::setenv(name, "three", 1);
   EXPECT_FALSE(env_integer(name, 7, 0, 10).is_ok());
   ::unsetenv(name);
+}
+
+TEST(Device, TakesCpuCudaAndCudaN) {
+  auto cpu = parse_device_spec("cpu");
+  ASSERT_TRUE(cpu.is_ok());
+  EXPECT_EQ(cpu->kind, DeviceKind::kCpu);
+  auto cuda = parse_device_spec("cuda");
+  ASSERT_TRUE(cuda.is_ok());
+  EXPECT_TRUE(cuda->is_cuda());
+  EXPECT_EQ(cuda->index, 0);
+  auto third = parse_device_spec("cuda:3");
+  ASSERT_TRUE(third.is_ok());
+  EXPECT_TRUE(third->is_cuda());
+  EXPECT_EQ(third->index, 3);
+}
+
+TEST(Device, RefusesEveryOtherSpellingWithOneMessage) {
+  for (const char* bad : {"", "gpu", "GPU", "CPU", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x",
+                          "cuda1", "cuda:12345", "cpu:0", " cuda", "tpu"}) {
+    auto d = parse_device_spec(bad);
+    ASSERT_FALSE(d.is_ok()) << bad;
+    EXPECT_EQ(d.status().message(),
+              std::string("--device must be cpu, cuda or cuda:N, not '") + bad + "'");
+  }
 }
 
 TEST(ThreadPool, RunsEveryIndexOnce) {

@@ -23,18 +23,15 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-}  // namespace
-
-int cmd_bench(int argc, char** argv) {
-  const std::vector<FlagSpec> specs = {
+std::vector<FlagSpec> bench_flag_specs() {
+  return {
       {"--model", "-m", true, "GGUF model file"},
       {"--prompt-len", "-p", true, "prompt tokens for the prefill test (default 512; 0 skips it)"},
       {"--gen-len", "-n", true, "tokens for the decode test (default 128; 0 skips it)"},
       {"--threads", "-t", true, "threads (default: all cores)"},
       {"--repeats", "-r", true, "repetitions; the median is reported (default 5)"},
       {"--batch-size", "-b", true, "prompt tokens per forward pass (default 512)"},
-      {"--device", "", true, "cpu or cuda (default cpu)"},
-      {"--gpu", "", true, "GPU index for --device cuda (default 0)"},
+      {"--device", "", true, "cpu, cuda or cuda:N (default cpu)"},
       {"--depth", "", true,
        "tokens already in context before each test, as llama-bench's -d (default 0)"},
       {"--parallel", "", true, "--device cuda: sequences decoded together (default 1)"},
@@ -46,70 +43,42 @@ int cmd_bench(int argc, char** argv) {
       {"--json", "", false, "print JSON"},
       {"--help", "-h", false, "show this help"},
   };
-  auto args = Args::parse(argc, argv, 1, specs);
-  if (!args) return fail("bench", args.status());
-  if (args->has("--help")) {
-    std::printf("%s", usage("bench",
-                            "-m MODEL [--prompt-len P] [--gen-len G] [--threads T] [--json]", specs)
-                          .c_str());
-    return 0;
-  }
-  if (!args->has("--model")) return fail("bench", invalid_argument("missing -m MODEL"));
-  FlagReader flags(*args);
-  const int P = static_cast<int>(flags.integer("--prompt-len", 512, 0, 1 << 20));
-  const int G = static_cast<int>(flags.integer("--gen-len", 128, 0, 1 << 20));
-  const int threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
-  const int64_t reps = flags.integer("--repeats", 5, 1, 1000);
-  const int n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
-  const int depth = static_cast<int>(flags.integer("--depth", 0, 0, 1 << 20));
-  const int parallel = static_cast<int>(flags.integer("--parallel", 1, 1, 4096));
-  const int gpu = static_cast<int>(flags.integer("--gpu", 0, 0, 64));
-  if (!flags.status()) return fail("bench", flags.status());
-  DeviceKind device = DeviceKind::kCpu;
-  if (!parse_device_kind(args->get_or("--device", "cpu"), &device))
-    return fail("bench", invalid_argument("--device must be cpu or cuda"));
+}
+
+// The flags as the CPU benchmark and bench_runner take them.
+Result<RunnerBenchConfig> read_bench_flags(const Args& args, DeviceSpec* device, int* threads) {
+  RunnerBenchConfig bc;
+  FlagReader flags(args);
+  bc.prompt_len = static_cast<int>(flags.integer("--prompt-len", 512, 0, 1 << 20));
+  bc.gen_len = static_cast<int>(flags.integer("--gen-len", 128, 0, 1 << 20));
+  *threads = static_cast<int>(flags.integer("--threads", 0, 0, 1024));
+  bc.repeats = flags.integer("--repeats", 5, 1, 1000);
+  bc.n_batch = static_cast<int>(flags.integer("--batch-size", 512, 1, 1 << 16));
+  bc.depth = static_cast<int>(flags.integer("--depth", 0, 0, 1 << 20));
+  bc.parallel = static_cast<int>(flags.integer("--parallel", 1, 1, 4096));
+  PAGODA_RETURN_IF_ERROR(flags.status());
+  PAGODA_ASSIGN_OR_RETURN(*device, read_device_flag(args, "cpu"));
+  bc.device = device->index;
   EngineConfig kv_flag;
-  kv_flag.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
-  kv_flag.quantization = args->get_or("--quantization", "");
-  const Result<KvCacheType> kv_type = kv_cache_type(kv_flag, device != DeviceKind::kCpu);
-  if (!kv_type) return fail("bench", kv_type.status());
-  const Result<bool> fp8 = fp8_weights(kv_flag, device != DeviceKind::kCpu);
-  if (!fp8) return fail("bench", fp8.status());
-  if (device != DeviceKind::kCpu) {
-    RunnerBenchConfig bc{P,
-                         G,
-                         depth,
-                         parallel,
-                         n_batch,
-                         reps,
-                         gpu,
-                         args->has("--json"),
-                         *kv_type,
-                         *fp8,
-                         args->has("--async-scheduling")};
-    return bench_runner(*args->get("--model"), bc);
-  }
-  if (parallel != 1 || args->has("--async-scheduling"))
-    return fail("bench",
-                unsupported("--parallel and --async-scheduling need --device cuda for now"));
+  kv_flag.kv_cache_dtype = args.get_or("--kv-cache-dtype", "auto");
+  kv_flag.quantization = args.get_or("--quantization", "");
+  PAGODA_ASSIGN_OR_RETURN(bc.kv_cache_type, kv_cache_type(kv_flag, device->is_cuda()));
+  PAGODA_ASSIGN_OR_RETURN(bc.fp8_weights, fp8_weights(kv_flag, device->is_cuda()));
+  bc.json = args.has("--json");
+  bc.pipelined = args.has("--async-scheduling");
+  return bc;
+}
 
-  auto loaded = load(*args->get("--model"), true, false);
-  if (!loaded) return fail("bench", loaded.status());
-  const Model& model = *loaded->model;
-  const ModelConfig& c = model.config();
-  const bool q8 = *kv_type == KvCacheType::kQ8_0;
-  const char* kv_name = q8 ? "q8_0" : "f16";
-  if (q8)
-    if (Status s = KvStorage::supports_q8(c); !s) return fail("bench", s);
-  const int n_ctx = depth + std::max({P, G, 1});
-  if (n_ctx > c.context_length)
-    return fail("bench", out_of_range(str_format("%d tokens exceed the model's context of %d",
-                                                 n_ctx, c.context_length)));
+// Tokens per second of each prefill (pp) and decode (tg) run.
+struct BenchRuns {
+  std::vector<double> pp, tg;
+};
 
-  ThreadPool pool(threads);
-  Session session(model, pool, n_ctx, n_batch, *kv_type);
+// The llama-bench tests on the CPU Model, each from `depth` tokens of random context.
+Result<BenchRuns> time_cpu(Session& session, const RunnerBenchConfig& bc, int n_vocab) {
+  const int P = bc.prompt_len, G = bc.gen_len, depth = bc.depth;
   std::mt19937 rng(1234);
-  std::uniform_int_distribution<int32_t> dist(0, c.n_vocab - 1);
+  std::uniform_int_distribution<int32_t> dist(0, n_vocab - 1);
   std::vector<int32_t> context(static_cast<size_t>(depth));
   for (int32_t& t : context) t = dist(rng);
   std::vector<int32_t> prompt(static_cast<size_t>(std::max(P, G)));
@@ -120,47 +89,91 @@ int cmd_bench(int argc, char** argv) {
     session.reset();
     return depth > 0 ? session.eval(context, false, &logits) : Status::ok();
   };
-
   // One untimed warm-up of each test so page faults and first-touch costs are excluded.
-  std::vector<double> pp, tg;
-  for (int64_t r = 0; r <= reps; ++r) {
+  BenchRuns runs;
+  for (int64_t r = 0; r <= bc.repeats; ++r) {
     if (P > 0) {
-      if (Status s = fill(); !s) return fail("bench", s);
+      PAGODA_RETURN_IF_ERROR(fill());
       const double t0 = now_seconds();
       std::vector<int32_t> p(prompt.begin(), prompt.begin() + P);
-      if (Status s = session.eval(p, false, &logits); !s) return fail("bench", s);
-      if (r > 0) pp.push_back(P / (now_seconds() - t0));
+      PAGODA_RETURN_IF_ERROR(session.eval(p, false, &logits));
+      if (r > 0) runs.pp.push_back(P / (now_seconds() - t0));
     }
     if (G > 0) {
-      if (Status s = fill(); !s) return fail("bench", s);
+      PAGODA_RETURN_IF_ERROR(fill());
       const double t0 = now_seconds();
       for (int i = 0; i < G; ++i)
-        if (Status s = session.eval({prompt[static_cast<size_t>(i)]}, false, &logits); !s)
-          return fail("bench", s);
-      if (r > 0) tg.push_back(G / (now_seconds() - t0));
+        PAGODA_RETURN_IF_ERROR(session.eval({prompt[static_cast<size_t>(i)]}, false, &logits));
+      if (r > 0) runs.tg.push_back(G / (now_seconds() - t0));
     }
   }
+  return runs;
+}
+
+Status bench_cpu(const std::string& model_path, const RunnerBenchConfig& bc, int threads) {
+  const int P = bc.prompt_len, G = bc.gen_len, depth = bc.depth;
+  PAGODA_ASSIGN_OR_RETURN(const Loaded loaded, load(model_path, true, false));
+  const Model& model = *loaded.model;
+  const ModelConfig& c = model.config();
+  const bool q8 = bc.kv_cache_type == KvCacheType::kQ8_0;
+  const char* kv_name = q8 ? "q8_0" : "f16";
+  if (q8) PAGODA_RETURN_IF_ERROR(KvStorage::supports_q8(c));
+  const int n_ctx = depth + std::max({P, G, 1});
+  if (n_ctx > c.context_length)
+    return out_of_range(
+        str_format("%d tokens exceed the model's context of %d", n_ctx, c.context_length));
+
+  ThreadPool pool(threads);
+  Session session(model, pool, n_ctx, bc.n_batch, bc.kv_cache_type);
+  PAGODA_ASSIGN_OR_RETURN(const BenchRuns runs, time_cpu(session, bc, c.n_vocab));
+  const std::vector<double>& pp = runs.pp;
+  const std::vector<double>& tg = runs.tg;
   // Bytes one decode step reads: the weights, plus the KV of the context at the run's
   // mean depth (depth + G/2).
   const double kv_read = static_cast<double>(KvStorage::bytes_per_token(c, q8)) * (depth + G / 2.0);
   const double bytes_per_token = static_cast<double>(model.decode_weight_bytes()) + kv_read;
   const double pp_tps = pp.empty() ? 0 : median(pp), tg_tps = tg.empty() ? 0 : median(tg);
-  if (args->has("--json")) {
+  if (bc.json) {
     std::printf(
         "{\"model\":%s,\"threads\":%d,\"prompt_len\":%d,\"gen_len\":%d,\"depth\":%d,"
         "\"kv_cache\":\"%s\",\"repeats\":%lld,"
         "\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prefill_runs\":%s,\"decode_runs\":%s,"
         "\"weight_bytes\":%zu,\"decode_bytes_per_token\":%.0f,\"load_s\":%.3f}\n",
-        json_string(*args->get("--model")).c_str(), pool.size(), P, G, depth, kv_name,
-        static_cast<long long>(reps), pp_tps, tg_tps, json_array(pp).c_str(),
-        json_array(tg).c_str(), model.weight_bytes(), bytes_per_token, loaded->load_seconds);
+        json_string(model_path).c_str(), pool.size(), P, G, depth, kv_name,
+        static_cast<long long>(bc.repeats), pp_tps, tg_tps, json_array(pp).c_str(),
+        json_array(tg).c_str(), model.weight_bytes(), bytes_per_token, loaded.load_seconds);
   } else {
-    std::printf("model %s (%s), %d threads, %s KV cache, depth %d\n", args->get("--model")->c_str(),
+    std::printf("model %s (%s), %d threads, %s KV cache, depth %d\n", model_path.c_str(),
                 c.name.c_str(), pool.size(), kv_name, depth);
     if (P > 0) std::printf("prefill pp%d: %.1f tok/s (median of %zu)\n", P, pp_tps, pp.size());
     if (G > 0) std::printf("decode  tg%d: %.1f tok/s (median of %zu)\n", G, tg_tps, tg.size());
     std::printf("bytes read per decoded token: %.1f MB\n", bytes_per_token / 1e6);
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = bench_flag_specs();
+  auto args = Args::parse(argc, argv, 1, specs);
+  if (!args) return fail("bench", args.status());
+  if (args->has("--help")) {
+    std::printf("%s", usage("bench",
+                            "-m MODEL [--prompt-len P] [--gen-len G] [--threads T] [--json]", specs)
+                          .c_str());
+    return 0;
+  }
+  if (!args->has("--model")) return fail("bench", invalid_argument("missing -m MODEL"));
+  DeviceSpec device;
+  int threads = 0;
+  const Result<RunnerBenchConfig> bc = read_bench_flags(*args, &device, &threads);
+  if (!bc) return fail("bench", bc.status());
+  if (device.is_cuda()) return bench_runner(*args->get("--model"), *bc);
+  if (bc->parallel != 1 || bc->pipelined)
+    return fail("bench",
+                unsupported("--parallel and --async-scheduling need --device cuda for now"));
+  if (Status s = bench_cpu(*args->get("--model"), *bc, threads); !s) return fail("bench", s);
   return 0;
 }
 

@@ -179,9 +179,7 @@ void progress(const Engine& engine, size_t total, std::atomic<bool>& stop, doubl
   if (tty) std::fprintf(stderr, "\n");
 }
 
-}  // namespace
-
-int cmd_generate(int argc, char** argv) {
+std::vector<FlagSpec> generate_flag_specs() {
   std::vector<FlagSpec> specs = engine_flag_specs();
   for (FlagSpec& f : sampling_flag_specs()) specs.push_back(f);
   specs.push_back({"--input", "-i", true, "requests, one JSON object per line"});
@@ -189,6 +187,124 @@ int cmd_generate(int argc, char** argv) {
   specs.push_back({"--stats-json", "", true, "write run statistics to this file"});
   specs.push_back({"--quiet", "-q", false, "no progress bar"});
   specs.push_back({"--help", "-h", false, "show this help"});
+  return specs;
+}
+
+// Every non-blank line of the input file.
+Result<std::vector<Job>> read_jobs(const std::string& path, const SamplingParams& defaults) {
+  PAGODA_ASSIGN_OR_RETURN(const std::string text, read_file(path));
+  std::vector<Job> jobs;
+  size_t lineno = 0, pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    PAGODA_ASSIGN_OR_RETURN(Job job, parse_job(line, lineno, defaults));
+    jobs.push_back(std::move(job));
+  }
+  if (jobs.empty()) return invalid_argument("the input has no requests");
+  return jobs;
+}
+
+// Time to first token over the requests that had one.
+struct Ttft {
+  double sum = 0;
+  int64_t n = 0;
+  double mean() const { return n ? sum / static_cast<double>(n) : 0.0; }
+};
+
+// A job's completions from its stream (each an error when the engine refused the request).
+std::vector<Completion> collect(const Job& j, RequestStream* stream, const std::string& rejected,
+                                Ttft* ttft) {
+  std::vector<Completion> comps(static_cast<size_t>(std::max(1, j.params.n)));
+  if (!stream) {
+    for (Completion& c : comps) {
+      c.reason = FinishReason::kError;
+      c.error = rejected;
+    }
+    return comps;
+  }
+  while (auto o = stream->next()) {
+    Completion& c = comps.at(static_cast<size_t>(o->index));
+    c.tokens.insert(c.tokens.end(), o->token_ids.begin(), o->token_ids.end());
+    c.text += o->text;
+    for (const TokenLogprob& lp : o->logprobs) {
+      json top = json::array();
+      for (const auto& [t, l] : lp.top) top.push_back({{"token", t}, {"logprob", l}});
+      c.logprobs.push_back({{"token", lp.token}, {"logprob", lp.logprob}, {"top", top}});
+    }
+    if (o->finished) {
+      c.reason = o->finish_reason;
+      c.error = o->error;
+      c.metrics = o->metrics;
+      if (o->metrics.first_token > 0) {
+        ttft->sum += o->metrics.first_token - o->metrics.arrival;
+        ++ttft->n;
+      }
+    }
+  }
+  return comps;
+}
+
+// Adds every job to the engine, then writes each one's results in input order as they
+// finish. Returns the number of failed completions.
+int run_jobs(Engine& e, const std::vector<Job>& jobs, FILE* out, Ttft* ttft) {
+  std::vector<std::shared_ptr<RequestStream>> streams(jobs.size());
+  std::vector<std::string> rejected(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& j = jobs[i];
+    auto s = j.tokens ? e.add_request(j.key, j.prompt, j.params, j.priority)
+                      : e.add_request(j.key, j.text, j.params, j.priority);
+    if (s)
+      streams[i] = *s;
+    else
+      rejected[i] = s.status().message();
+  }
+  int failures = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const std::vector<Completion> comps = collect(jobs[i], streams[i].get(), rejected[i], ttft);
+    for (size_t k = 0; k < comps.size(); ++k) {
+      if (comps[k].reason == FinishReason::kError) ++failures;
+      const std::string line = result_json(jobs[i], static_cast<int>(k), comps[k])
+                                   .dump(-1, ' ', false, json::error_handler_t::replace);
+      std::fprintf(out, "%s\n", line.c_str());
+    }
+  }
+  return failures;
+}
+
+json stats_json(const EngineStats& s, size_t requests, int failures, double elapsed,
+                const Ttft& ttft) {
+  json st;
+  st["requests"] = requests;
+  st["failed"] = failures;
+  st["elapsed_s"] = elapsed;
+  st["prompt_tokens"] = s.prompt_tokens;
+  st["generation_tokens"] = s.generation_tokens;
+  st["output_tokens_per_s"] = s.generation_tokens / elapsed;
+  st["computed_tokens"] = s.computed_tokens;
+  st["prompt_tokens_computed"] = s.prompt_tokens_computed;
+  st["prefix_cache_queries"] = s.prefix_queries;
+  st["prefix_cache_hits"] = s.prefix_hits;
+  st["preemptions"] = s.preemptions;
+  st["kv_waste"] = s.kv_waste;
+  st["kv_pool_bytes"] = s.kv_pool_bytes;
+  st["kv_blocks"] = s.kv_blocks_total;
+  st["steps"] = s.steps;
+  st["pipelined_steps"] = s.pipelined_steps;
+  st["step_s"] = s.step_s;
+  st["execute_s"] = s.execute_s;
+  st["mean_ttft_s"] = ttft.mean();
+  return st;
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = generate_flag_specs();
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("generate", args.status());
   if (args->has("--help")) {
@@ -207,23 +323,8 @@ int cmd_generate(int argc, char** argv) {
   SamplingParams defaults;
   if (Status s = read_sampling_flags(*args, &defaults); !s) return fail("generate", s);
   if (!args->has("--input")) return fail("generate", invalid_argument("missing --input FILE"));
-
-  auto text = read_file(*args->get("--input"));
-  if (!text) return fail("generate", text.status());
-  std::vector<Job> jobs;
-  size_t lineno = 0, pos = 0;
-  while (pos < text->size()) {
-    size_t end = text->find('\n', pos);
-    if (end == std::string::npos) end = text->size();
-    std::string line = text->substr(pos, end - pos);
-    pos = end + 1;
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto job = parse_job(line, lineno, defaults);
-    if (!job) return fail("generate", job.status());
-    jobs.push_back(std::move(job).value());
-  }
-  if (jobs.empty()) return fail("generate", invalid_argument("the input has no requests"));
+  const Result<std::vector<Job>> jobs = read_jobs(*args->get("--input"), defaults);
+  if (!jobs) return fail("generate", jobs.status());
 
   FILE* out = stdout;
   if (args->has("--output")) {
@@ -236,68 +337,20 @@ int cmd_generate(int argc, char** argv) {
   if (!engine) return fail("generate", engine.status());
   Engine& e = **engine;
   const double t0 = Engine::now();
-  if (!args->has("--quiet"))
+  const bool quiet = args->has("--quiet");
+  if (!quiet)
     std::fprintf(stderr,
                  "pagoda generate: %zu requests; loaded in %.2f s; KV pool %.1f MiB (%d blocks of "
                  "%d tokens), max_num_seqs %d, max_num_batched_tokens %d\n",
-                 jobs.size(), t0 - t_load, e.stats().kv_pool_bytes / 1048576.0,
+                 jobs->size(), t0 - t_load, e.stats().kv_pool_bytes / 1048576.0,
                  e.stats().kv_blocks_total, e.config().block_size, e.config().max_num_seqs,
                  e.config().max_num_batched_tokens);
 
-  std::vector<std::shared_ptr<RequestStream>> streams(jobs.size());
-  std::vector<std::string> rejected(jobs.size());
-  int failures = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Job& j = jobs[i];
-    auto s = j.tokens ? e.add_request(j.key, j.prompt, j.params, j.priority)
-                      : e.add_request(j.key, j.text, j.params, j.priority);
-    if (s)
-      streams[i] = *s;
-    else
-      rejected[i] = s.status().message();
-  }
-
   std::atomic<bool> stop{false};
   std::thread bar;
-  if (!args->has("--quiet")) bar = std::thread([&] { progress(e, jobs.size(), stop, t0); });
-  double ttft_sum = 0;
-  int64_t n_ttft = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Job& j = jobs[i];
-    std::vector<Completion> comps(static_cast<size_t>(std::max(1, j.params.n)));
-    if (!streams[i]) {
-      for (Completion& c : comps) {
-        c.reason = FinishReason::kError;
-        c.error = rejected[i];
-      }
-    } else {
-      while (auto o = streams[i]->next()) {
-        Completion& c = comps.at(static_cast<size_t>(o->index));
-        c.tokens.insert(c.tokens.end(), o->token_ids.begin(), o->token_ids.end());
-        c.text += o->text;
-        for (const TokenLogprob& lp : o->logprobs) {
-          json top = json::array();
-          for (const auto& [t, l] : lp.top) top.push_back({{"token", t}, {"logprob", l}});
-          c.logprobs.push_back({{"token", lp.token}, {"logprob", lp.logprob}, {"top", top}});
-        }
-        if (o->finished) {
-          c.reason = o->finish_reason;
-          c.error = o->error;
-          c.metrics = o->metrics;
-          if (o->metrics.first_token > 0) {
-            ttft_sum += o->metrics.first_token - o->metrics.arrival;
-            ++n_ttft;
-          }
-        }
-      }
-    }
-    for (size_t k = 0; k < comps.size(); ++k) {
-      if (comps[k].reason == FinishReason::kError) ++failures;
-      const std::string line = result_json(j, static_cast<int>(k), comps[k])
-                                   .dump(-1, ' ', false, json::error_handler_t::replace);
-      std::fprintf(out, "%s\n", line.c_str());
-    }
-  }
+  if (!quiet) bar = std::thread([&] { progress(e, jobs->size(), stop, t0); });
+  Ttft ttft;
+  const int failures = run_jobs(e, *jobs, out, &ttft);
   const double elapsed = Engine::now() - t0;
   stop = true;
   if (bar.joinable()) bar.join();
@@ -307,41 +360,21 @@ int cmd_generate(int argc, char** argv) {
     std::fflush(stdout);
 
   const EngineStats s = e.stats();
-  json st;
-  st["requests"] = jobs.size();
-  st["failed"] = failures;
-  st["elapsed_s"] = elapsed;
-  st["prompt_tokens"] = s.prompt_tokens;
-  st["generation_tokens"] = s.generation_tokens;
-  st["output_tokens_per_s"] = s.generation_tokens / elapsed;
-  st["computed_tokens"] = s.computed_tokens;
-  st["prompt_tokens_computed"] = s.prompt_tokens_computed;
-  st["prefix_cache_queries"] = s.prefix_queries;
-  st["prefix_cache_hits"] = s.prefix_hits;
-  st["preemptions"] = s.preemptions;
-  st["kv_waste"] = s.kv_waste;
-  st["kv_pool_bytes"] = s.kv_pool_bytes;
-  st["kv_blocks"] = s.kv_blocks_total;
-  st["steps"] = s.steps;
-  st["pipelined_steps"] = s.pipelined_steps;
-  st["step_s"] = s.step_s;
-  st["execute_s"] = s.execute_s;
-  st["mean_ttft_s"] = n_ttft ? ttft_sum / static_cast<double>(n_ttft) : 0.0;
   if (args->has("--stats-json")) {
     std::ofstream f(*args->get("--stats-json"));
-    f << st.dump(2) << "\n";
+    f << stats_json(s, jobs->size(), failures, elapsed, ttft).dump(2) << "\n";
     if (!f) return fail("generate", io_error("cannot write '" + *args->get("--stats-json") + "'"));
   }
-  if (!args->has("--quiet"))
+  if (!quiet)
     std::fprintf(stderr,
                  "pagoda generate: %zu requests in %.2f s: %lld prompt tokens (%lld computed, "
                  "%lld from the prefix cache), %lld generated (%.1f tok/s); %lld preemptions; "
                  "KV waste %.2f%%; mean TTFT %.3f s\n",
-                 jobs.size(), elapsed, static_cast<long long>(s.prompt_tokens),
+                 jobs->size(), elapsed, static_cast<long long>(s.prompt_tokens),
                  static_cast<long long>(s.prompt_tokens_computed),
                  static_cast<long long>(s.prefix_hits), static_cast<long long>(s.generation_tokens),
                  s.generation_tokens / elapsed, static_cast<long long>(s.preemptions),
-                 100 * s.kv_waste, n_ttft ? ttft_sum / static_cast<double>(n_ttft) : 0.0);
+                 100 * s.kv_waste, ttft.mean());
   return failures ? 1 : 0;
 }
 

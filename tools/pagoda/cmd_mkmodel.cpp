@@ -76,10 +76,8 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-}  // namespace
-
-int cmd_mkmodel(int argc, char** argv) {
-  const std::vector<FlagSpec> specs = {
+std::vector<FlagSpec> mkmodel_flag_specs() {
+  return {
       {"--output", "-o", true, "file to write"},
       {"--arch", "", true, "llama or qwen2 (default llama)"},
       {"--vocab", "", true, "GGUF file whose tokenizer.* metadata (vocabulary) is copied"},
@@ -107,6 +105,223 @@ int cmd_mkmodel(int argc, char** argv) {
       {"--threads", "-t", true, "threads for --preset files (default: all cores)"},
       {"--help", "-h", false, "show this help"},
   };
+}
+
+// The model to write, from the flags (and --preset's shapes where a flag is not given).
+struct Shape {
+  const Preset* preset = nullptr;
+  std::string arch;
+  int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, ctx = 0;
+  double theta = 0, factor = 0, lo_f = 0, hi_f = 0, orig_ctx = 0;  // RoPE
+  double stdev = 0, embd_std = 0;
+  uint64_t seed = 0;
+  std::string scaling;  // none, linear or llama3
+  int threads = 0;
+  DType wtype = DType::kF32;
+  bool tied = false;
+};
+
+Result<const Preset*> find_preset(const Args& args) {
+  if (!args.has("--preset")) return nullptr;
+  for (const Preset& p : kPresets)
+    if (*args.get("--preset") == p.name) return &p;
+  return invalid_argument("unknown --preset '" + *args.get("--preset") + "'");
+}
+
+Result<Shape> read_shape(const Args& args) {
+  Shape m;
+  PAGODA_ASSIGN_OR_RETURN(m.preset, find_preset(args));
+  const Preset* preset = m.preset;
+  m.arch = args.get_or("--arch", preset ? preset->arch : "llama");
+  if (m.arch != "llama" && m.arch != "qwen2")
+    return invalid_argument("--arch must be llama or qwen2");
+  FlagReader flags(args);
+  auto integer = [&](const char* flag, int64_t def, int64_t lo, int64_t hi) {
+    return flags.integer(flag, def, lo, hi);
+  };
+  auto num = [&](const char* flag, double def, double lo, double hi) {
+    return flags.number(flag, def, lo, hi);
+  };
+  m.dim = integer("--dim", preset ? preset->dim : 64, 2, 1 << 16);
+  m.layers = integer("--layers", preset ? preset->layers : 2, 1, 1024);
+  m.heads = integer("--heads", preset ? preset->heads : 4, 1, 1024);
+  m.kv_heads = integer("--kv-heads", preset ? preset->kv_heads : m.heads, 1, m.heads);
+  m.head_dim = integer("--head-dim",
+                       preset ? preset->head_dim : m.dim / std::max<int64_t>(m.heads, 1), 2, 1024);
+  m.ffn = integer("--ffn", preset ? preset->ffn : 4 * m.dim, 1, 1 << 20);
+  m.ctx = integer("--ctx", preset ? preset->ctx : 2048, 1, 1 << 24);
+  m.theta = num("--rope-theta", preset ? preset->rope_theta : 10000, 1.0001, 1e9);
+  m.factor = num("--rope-factor", preset ? preset->rope_factor : 8, 1e-3, 1e6);
+  m.lo_f = num("--rope-low-freq-factor", 1, 1e-6, 1e6);
+  m.hi_f = num("--rope-high-freq-factor", 4, 1e-6, 1e6);
+  m.orig_ctx = num("--rope-orig-ctx", 8192, 1, 1e9);
+  m.stdev = num("--std", 0.02, 0, 100);
+  m.embd_std = num("--embd-std", m.stdev, 0, 100);
+  m.seed = static_cast<uint64_t>(integer("--seed", 42, 0, INT64_MAX));
+  m.scaling = args.get_or("--rope-scaling", preset ? preset->rope_scaling : "none");
+  m.threads = static_cast<int>(integer("--threads", 0, 0, 1024));
+  PAGODA_RETURN_IF_ERROR(flags.status());
+  if (m.heads % m.kv_heads != 0)
+    return invalid_argument("--heads must be a multiple of --kv-heads");
+  if (m.head_dim % 2) return invalid_argument("head size must be even");
+  if (m.scaling != "none" && m.scaling != "linear" && m.scaling != "llama3")
+    return invalid_argument("--rope-scaling must be none, linear or llama3");
+  if (!parse_dtype(args.get_or("--type", "F32"), &m.wtype))
+    return invalid_argument("unknown --type");
+  m.tied = args.has("--tied") || (preset && preset->tied);
+  return m;
+}
+
+// The architecture's metadata, and the vocabulary copied from the --vocab file.
+void write_metadata(const Shape& m, const GgufFile& vocab, GgufWriter* w) {
+  const std::string& arch = m.arch;
+  w->set_string("general.architecture", arch);
+  w->set_string("general.name", "pagoda random " + arch);
+  w->set_u32(arch + ".block_count", static_cast<uint32_t>(m.layers));
+  w->set_u32(arch + ".context_length", static_cast<uint32_t>(m.ctx));
+  w->set_u32(arch + ".embedding_length", static_cast<uint32_t>(m.dim));
+  w->set_u32(arch + ".feed_forward_length", static_cast<uint32_t>(m.ffn));
+  w->set_u32(arch + ".attention.head_count", static_cast<uint32_t>(m.heads));
+  w->set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(m.kv_heads));
+  if (m.head_dim * m.heads != m.dim) {
+    w->set_u32(arch + ".attention.key_length", static_cast<uint32_t>(m.head_dim));
+    w->set_u32(arch + ".attention.value_length", static_cast<uint32_t>(m.head_dim));
+  }
+  w->set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w->set_f32(arch + ".rope.freq_base", static_cast<float>(m.theta));
+  w->set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(m.head_dim));
+  if (m.scaling == "linear") {
+    w->set_string(arch + ".rope.scaling.type", "linear");
+    w->set_f32(arch + ".rope.scaling.factor", static_cast<float>(m.factor));
+  }
+  for (const auto& [k, v] : vocab.metadata())
+    if (k.rfind("tokenizer.", 0) == 0) w->set_value(k, v);
+}
+
+// Adds tensors of normal random values to a writer. Without a preset one stream runs
+// through every tensor in order; with one each row has its own stream (seeded by tensor
+// and row), so rows are drawn on all cores with bytes independent of the thread count.
+class RandomTensors {
+ public:
+  RandomTensors(const Shape& m, GgufWriter* w)
+      : w_(w),
+        seed_(m.seed),
+        per_row_(m.preset != nullptr),
+        rng_(m.seed),
+        pool_(per_row_ ? m.threads : 1) {}
+
+  Status add(const std::string& name, std::vector<int64_t> ne, double sd, double mean, DType type) {
+    const int64_t cols = ne[0];
+    int64_t rows = 1;
+    for (size_t d = 1; d < ne.size(); ++d) rows *= ne[d];
+    const size_t rb = row_bytes(type, cols);
+    std::vector<uint8_t> data(rb * static_cast<size_t>(rows));
+    ++tensor_index_;
+    PAGODA_RETURN_IF_ERROR(per_row_ ? fill_per_row(type, rows, cols, sd, mean, data.data())
+                                    : fill_in_order(type, rows, cols, sd, mean, data.data()));
+    w_->add_tensor(name, type, std::move(ne), std::move(data));
+    return Status::ok();
+  }
+
+ private:
+  Status fill_in_order(DType type, int64_t rows, int64_t cols, double sd, double mean,
+                       uint8_t* out) {
+    const size_t rb = row_bytes(type, cols);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& x : row) x = static_cast<float>(mean + sd * rng_.normal());
+      PAGODA_RETURN_IF_ERROR(cpu::quantize_row(type, row.data(), out + rb * r, cols));
+    }
+    return Status::ok();
+  }
+
+  Status fill_per_row(DType type, int64_t rows, int64_t cols, double sd, double mean,
+                      uint8_t* out) {
+    const size_t rb = row_bytes(type, cols);
+    Status first;
+    std::mutex mu;
+    pool_.parallel_for(rows, 16, [&](int64_t b, int64_t e) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = b; r < e; ++r) {
+        NormalRng row_rng(mix(seed_ ^ mix(tensor_index_ << 32 ^ static_cast<uint64_t>(r))));
+        for (float& x : row) x = static_cast<float>(mean + sd * row_rng.normal());
+        Status s = cpu::quantize_row(type, row.data(), out + rb * r, cols);
+        if (!s) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first) first = s;
+        }
+      }
+    });
+    return first;
+  }
+
+  GgufWriter* w_;
+  uint64_t seed_;
+  bool per_row_;
+  NormalRng rng_;
+  ThreadPool pool_;
+  uint64_t tensor_index_ = 0;
+};
+
+// Llama 3.1's per-pair RoPE frequency divisors, as Meta's reference defines them.
+std::vector<uint8_t> llama3_rope_freqs(const Shape& m) {
+  std::vector<float> f(static_cast<size_t>(m.head_dim / 2));
+  const double lo_wavelen = m.orig_ctx / m.lo_f, hi_wavelen = m.orig_ctx / m.hi_f;
+  for (size_t i = 0; i < f.size(); ++i) {
+    const double freq =
+        std::pow(m.theta, -2.0 * static_cast<double>(i) / static_cast<double>(m.head_dim));
+    const double wavelen = 2 * M_PI / freq;
+    double div = 1;
+    if (wavelen > lo_wavelen) {
+      div = m.factor;
+    } else if (wavelen >= hi_wavelen) {
+      const double smooth = (m.orig_ctx / wavelen - m.lo_f) / (m.hi_f - m.lo_f);
+      div = 1 / ((1 - smooth) / m.factor + smooth);
+    }
+    f[i] = static_cast<float>(div);
+  }
+  std::vector<uint8_t> bytes(f.size() * 4);
+  std::memcpy(bytes.data(), f.data(), bytes.size());
+  return bytes;
+}
+
+Status add_layer(const Shape& m, int64_t l, RandomTensors& t) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  const int64_t qd = m.heads * m.head_dim, kvd = m.kv_heads * m.head_dim;
+  const double sd = m.stdev;
+  PAGODA_RETURN_IF_ERROR(t.add(p + "attn_norm.weight", {m.dim}, 0.1, 1.0, DType::kF32));
+  PAGODA_RETURN_IF_ERROR(t.add(p + "attn_q.weight", {m.dim, qd}, sd, 0, m.wtype));
+  PAGODA_RETURN_IF_ERROR(t.add(p + "attn_k.weight", {m.dim, kvd}, sd, 0, m.wtype));
+  PAGODA_RETURN_IF_ERROR(t.add(p + "attn_v.weight", {m.dim, kvd}, sd, 0, m.wtype));
+  if (m.arch == "qwen2") {
+    PAGODA_RETURN_IF_ERROR(t.add(p + "attn_q.bias", {qd}, sd * 10, 0, DType::kF32));
+    PAGODA_RETURN_IF_ERROR(t.add(p + "attn_k.bias", {kvd}, sd * 10, 0, DType::kF32));
+    PAGODA_RETURN_IF_ERROR(t.add(p + "attn_v.bias", {kvd}, sd * 10, 0, DType::kF32));
+  }
+  PAGODA_RETURN_IF_ERROR(t.add(p + "attn_output.weight", {qd, m.dim}, sd, 0, m.wtype));
+  PAGODA_RETURN_IF_ERROR(t.add(p + "ffn_norm.weight", {m.dim}, 0.1, 1.0, DType::kF32));
+  PAGODA_RETURN_IF_ERROR(t.add(p + "ffn_gate.weight", {m.dim, m.ffn}, sd, 0, m.wtype));
+  PAGODA_RETURN_IF_ERROR(t.add(p + "ffn_up.weight", {m.dim, m.ffn}, sd, 0, m.wtype));
+  return t.add(p + "ffn_down.weight", {m.ffn, m.dim}, sd, 0, m.wtype);
+}
+
+// Every tensor, in the order llama.cpp's converters write them.
+Status add_tensors(const Shape& m, int64_t n_vocab, GgufWriter* w) {
+  RandomTensors t(m, w);
+  PAGODA_RETURN_IF_ERROR(t.add("token_embd.weight", {m.dim, n_vocab}, m.embd_std, 0, m.wtype));
+  PAGODA_RETURN_IF_ERROR(t.add("output_norm.weight", {m.dim}, 0.1, 1.0, DType::kF32));
+  if (!m.tied)
+    PAGODA_RETURN_IF_ERROR(t.add("output.weight", {m.dim, n_vocab}, m.embd_std, 0, m.wtype));
+  if (m.scaling == "llama3")
+    w->add_tensor("rope_freqs.weight", DType::kF32, {m.head_dim / 2}, llama3_rope_freqs(m));
+  for (int64_t l = 0; l < m.layers; ++l) PAGODA_RETURN_IF_ERROR(add_layer(m, l, t));
+  return Status::ok();
+}
+
+}  // namespace
+
+int cmd_mkmodel(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = mkmodel_flag_specs();
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("mkmodel", args.status());
   if (args->has("--help")) {
@@ -116,163 +331,19 @@ int cmd_mkmodel(int argc, char** argv) {
   }
   if (!args->has("--output") || !args->has("--vocab"))
     return fail("mkmodel", invalid_argument("need --vocab VOCAB.gguf and -o OUT.gguf"));
-  const Preset* preset = nullptr;
-  if (args->has("--preset")) {
-    for (const Preset& p : kPresets)
-      if (*args->get("--preset") == p.name) preset = &p;
-    if (!preset)
-      return fail("mkmodel", invalid_argument("unknown --preset '" + *args->get("--preset") + "'"));
-  }
-  const std::string arch = args->get_or("--arch", preset ? preset->arch : "llama");
-  if (arch != "llama" && arch != "qwen2")
-    return fail("mkmodel", invalid_argument("--arch must be llama or qwen2"));
-  FlagReader flags(*args);
-  auto integer = [&](const char* flag, int64_t def, int64_t lo, int64_t hi) {
-    return flags.integer(flag, def, lo, hi);
-  };
-  auto num = [&](const char* flag, double def, double lo, double hi) {
-    return flags.number(flag, def, lo, hi);
-  };
-  const int64_t dim = integer("--dim", preset ? preset->dim : 64, 2, 1 << 16),
-                layers = integer("--layers", preset ? preset->layers : 2, 1, 1024);
-  const int64_t heads = integer("--heads", preset ? preset->heads : 4, 1, 1024);
-  const int64_t kv_heads = integer("--kv-heads", preset ? preset->kv_heads : heads, 1, heads);
-  const int64_t head_dim =
-      integer("--head-dim", preset ? preset->head_dim : dim / std::max<int64_t>(heads, 1), 2, 1024);
-  const int64_t ffn = integer("--ffn", preset ? preset->ffn : 4 * dim, 1, 1 << 20),
-                ctx = integer("--ctx", preset ? preset->ctx : 2048, 1, 1 << 24);
-  const double theta = num("--rope-theta", preset ? preset->rope_theta : 10000, 1.0001, 1e9);
-  const double factor = num("--rope-factor", preset ? preset->rope_factor : 8, 1e-3, 1e6);
-  const double lo_f = num("--rope-low-freq-factor", 1, 1e-6, 1e6),
-               hi_f = num("--rope-high-freq-factor", 4, 1e-6, 1e6);
-  const double orig_ctx = num("--rope-orig-ctx", 8192, 1, 1e9);
-  const double stdev = num("--std", 0.02, 0, 100);
-  const double embd_std = num("--embd-std", stdev, 0, 100);
-  const uint64_t seed = static_cast<uint64_t>(integer("--seed", 42, 0, INT64_MAX));
-  const std::string scaling =
-      args->get_or("--rope-scaling", preset ? preset->rope_scaling : "none");
-  const int threads = static_cast<int>(integer("--threads", 0, 0, 1024));
-  if (!flags.status()) return fail("mkmodel", flags.status());
-  if (heads % kv_heads != 0)
-    return fail("mkmodel", invalid_argument("--heads must be a multiple of --kv-heads"));
-  if (head_dim % 2) return fail("mkmodel", invalid_argument("head size must be even"));
-  if (scaling != "none" && scaling != "linear" && scaling != "llama3")
-    return fail("mkmodel", invalid_argument("--rope-scaling must be none, linear or llama3"));
-  DType wtype;
-  if (!parse_dtype(args->get_or("--type", "F32"), &wtype))
-    return fail("mkmodel", invalid_argument("unknown --type"));
+  const Result<Shape> shape = read_shape(*args);
+  if (!shape) return fail("mkmodel", shape.status());
 
   auto vocab = GgufFile::open(*args->get("--vocab"));
   if (!vocab) return fail("mkmodel", vocab.status());
   const GgufValue* tokens = (*vocab)->find("tokenizer.ggml.tokens");
   if (!tokens || tokens->type != GgufType::kArray || tokens->elem_type != GgufType::kString)
     return fail("mkmodel", corrupt("the --vocab file has no tokenizer.ggml.tokens"));
-  const int64_t n_vocab = static_cast<int64_t>(tokens->count);
 
   GgufWriter w;
-  w.set_string("general.architecture", arch);
-  w.set_string("general.name", "pagoda random " + arch);
-  w.set_u32(arch + ".block_count", static_cast<uint32_t>(layers));
-  w.set_u32(arch + ".context_length", static_cast<uint32_t>(ctx));
-  w.set_u32(arch + ".embedding_length", static_cast<uint32_t>(dim));
-  w.set_u32(arch + ".feed_forward_length", static_cast<uint32_t>(ffn));
-  w.set_u32(arch + ".attention.head_count", static_cast<uint32_t>(heads));
-  w.set_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(kv_heads));
-  if (head_dim * heads != dim) {
-    w.set_u32(arch + ".attention.key_length", static_cast<uint32_t>(head_dim));
-    w.set_u32(arch + ".attention.value_length", static_cast<uint32_t>(head_dim));
-  }
-  w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  w.set_f32(arch + ".rope.freq_base", static_cast<float>(theta));
-  w.set_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
-  if (scaling == "linear") {
-    w.set_string(arch + ".rope.scaling.type", "linear");
-    w.set_f32(arch + ".rope.scaling.factor", static_cast<float>(factor));
-  }
-  for (const auto& [k, v] : (*vocab)->metadata())
-    if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);
-
-  NormalRng rng(seed);
-  ThreadPool pool(preset ? threads : 1);
-  uint64_t tensor_index = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> ne, double sd, double mean,
-                 DType type) -> Status {
-    const int64_t cols = ne[0];
-    int64_t rows = 1;
-    for (size_t d = 1; d < ne.size(); ++d) rows *= ne[d];
-    const size_t rb = row_bytes(type, cols);
-    std::vector<uint8_t> data(rb * static_cast<size_t>(rows));
-    ++tensor_index;
-    if (!preset) {
-      std::vector<float> row(static_cast<size_t>(cols));
-      for (int64_t r = 0; r < rows; ++r) {
-        for (float& x : row) x = static_cast<float>(mean + sd * rng.normal());
-        PAGODA_RETURN_IF_ERROR(cpu::quantize_row(type, row.data(), data.data() + rb * r, cols));
-      }
-    } else {
-      Status first;
-      std::mutex mu;
-      pool.parallel_for(rows, 16, [&](int64_t b, int64_t e) {
-        std::vector<float> row(static_cast<size_t>(cols));
-        for (int64_t r = b; r < e; ++r) {
-          NormalRng row_rng(mix(seed ^ mix(tensor_index << 32 ^ static_cast<uint64_t>(r))));
-          for (float& x : row) x = static_cast<float>(mean + sd * row_rng.normal());
-          Status s = cpu::quantize_row(type, row.data(), data.data() + rb * r, cols);
-          if (!s) {
-            std::lock_guard<std::mutex> lock(mu);
-            if (first) first = s;
-          }
-        }
-      });
-      PAGODA_RETURN_IF_ERROR(first);
-    }
-    w.add_tensor(name, type, std::move(ne), std::move(data));
-    return Status::ok();
-  };
-  const int64_t qd = heads * head_dim, kvd = kv_heads * head_dim;
-  Status s = add("token_embd.weight", {dim, n_vocab}, embd_std, 0, wtype);
-  if (s) s = add("output_norm.weight", {dim}, 0.1, 1.0, DType::kF32);
-  const bool tied = args->has("--tied") || (preset && preset->tied);
-  if (s && !tied) s = add("output.weight", {dim, n_vocab}, embd_std, 0, wtype);
-  if (s && scaling == "llama3") {
-    // Per-pair frequency divisors as Meta's Llama 3.1 reference defines them.
-    std::vector<float> f(static_cast<size_t>(head_dim / 2));
-    const double lo_wavelen = orig_ctx / lo_f, hi_wavelen = orig_ctx / hi_f;
-    for (size_t i = 0; i < f.size(); ++i) {
-      const double freq =
-          std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-      const double wavelen = 2 * M_PI / freq;
-      double div = 1;
-      if (wavelen > lo_wavelen) {
-        div = factor;
-      } else if (wavelen >= hi_wavelen) {
-        const double smooth = (orig_ctx / wavelen - lo_f) / (hi_f - lo_f);
-        div = 1 / ((1 - smooth) / factor + smooth);
-      }
-      f[i] = static_cast<float>(div);
-    }
-    std::vector<uint8_t> bytes(f.size() * 4);
-    std::memcpy(bytes.data(), f.data(), bytes.size());
-    w.add_tensor("rope_freqs.weight", DType::kF32, {head_dim / 2}, std::move(bytes));
-  }
-  for (int64_t l = 0; l < layers && s; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    s = add(p + "attn_norm.weight", {dim}, 0.1, 1.0, DType::kF32);
-    if (s) s = add(p + "attn_q.weight", {dim, qd}, stdev, 0, wtype);
-    if (s) s = add(p + "attn_k.weight", {dim, kvd}, stdev, 0, wtype);
-    if (s) s = add(p + "attn_v.weight", {dim, kvd}, stdev, 0, wtype);
-    if (s && arch == "qwen2") {
-      s = add(p + "attn_q.bias", {qd}, stdev * 10, 0, DType::kF32);
-      if (s) s = add(p + "attn_k.bias", {kvd}, stdev * 10, 0, DType::kF32);
-      if (s) s = add(p + "attn_v.bias", {kvd}, stdev * 10, 0, DType::kF32);
-    }
-    if (s) s = add(p + "attn_output.weight", {qd, dim}, stdev, 0, wtype);
-    if (s) s = add(p + "ffn_norm.weight", {dim}, 0.1, 1.0, DType::kF32);
-    if (s) s = add(p + "ffn_gate.weight", {dim, ffn}, stdev, 0, wtype);
-    if (s) s = add(p + "ffn_up.weight", {dim, ffn}, stdev, 0, wtype);
-    if (s) s = add(p + "ffn_down.weight", {ffn, dim}, stdev, 0, wtype);
-  }
-  if (!s) return fail("mkmodel", s);
+  write_metadata(*shape, **vocab, &w);
+  if (Status s = add_tensors(*shape, static_cast<int64_t>(tokens->count), &w); !s)
+    return fail("mkmodel", s);
   if (Status ws = w.write(*args->get("--output")); !ws) return fail("mkmodel", ws);
   return 0;
 }

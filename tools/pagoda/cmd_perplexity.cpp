@@ -52,8 +52,7 @@ int cmd_perplexity(int argc, char** argv) {
       {"--kl-base", "", true,
        "reference model (the same vocabulary): report the KL divergence from it, its "
        "perplexity and how often both rank the same token first"},
-      {"--device", "", true, "cpu or cuda (default cpu)"},
-      {"--gpu", "", true, "GPU index for --device cuda (default 0)"},
+      {"--device", "", true, "cpu, cuda or cuda:N (default cpu)"},
       {"--kv-cache-dtype", "", true,
        "auto (16-bit) or fp8 (--device cuda); the base model keeps 16 bits"},
       {"--quantization", "", true,
@@ -74,12 +73,9 @@ int cmd_perplexity(int argc, char** argv) {
   const Result<ChunkFlags> cf = parse_chunk_flags(*args);
   if (!cf) return fail("perplexity", cf.status());
   PerplexityOptions po = cf->chunks;
-  FlagReader flags(*args);
-  const int gpu = static_cast<int>(flags.integer("--gpu", 0, 0, 64));
-  if (!flags.status()) return fail("perplexity", flags.status());
-  DeviceKind device = DeviceKind::kCpu;
-  if (!parse_device_kind(args->get_or("--device", "cpu"), &device))
-    return fail("perplexity", invalid_argument("--device must be cpu or cuda"));
+  const Result<DeviceSpec> spec = read_device_flag(*args, "cpu");
+  if (!spec) return fail("perplexity", spec.status());
+  const DeviceKind device = spec->kind;
   EngineConfig ef;  // the engine's reading of --kv-cache-dtype and --quantization
   ef.kv_cache_dtype = args->get_or("--kv-cache-dtype", "auto");
   ef.quantization = args->get_or("--quantization", "");
@@ -93,7 +89,7 @@ int cmd_perplexity(int argc, char** argv) {
 
   ThreadPool pool(cf->threads);
   RunnerOptions base_opts = perplexity_runner_options(po);
-  base_opts.device = gpu;
+  base_opts.device = spec->index;
   RunnerOptions opts = base_opts;
   opts.kv_cache_type = *kv_type;
   opts.fp8_weights = *fp8;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "args.h"
@@ -129,10 +130,8 @@ ordered_json overheads_json(const L::Overheads& o) {
           {"total_bytes", o.total()}};
 }
 
-}  // namespace
-
-int cmd_plan(int argc, char** argv) {
-  const std::vector<FlagSpec> specs = {
+std::vector<FlagSpec> plan_flag_specs() {
+  return {
       {"--model", "-m", true, "GGUF file, config.json, checkpoint folder or catalog name"},
       {"--list", "", false, "list the built-in catalog"},
       {"--dtype", "", true,
@@ -142,7 +141,8 @@ int cmd_plan(int argc, char** argv) {
        "KV cache type: bf16 fp16 fp8 int8 int4 (default bf16; cpu fp16)"},
       {"--context", "-c", true, "tokens per sequence (default: the model's trained context)"},
       {"--concurrency", "", true, "sequences at once (default 1)"},
-      {"--device", "", true, "cuda or cpu (default cuda; cpu plans for this machine's RAM)"},
+      {"--device", "", true,
+       "cpu, cuda or cuda:N (default cuda; cpu plans for this machine's RAM)"},
       {"--device-memory", "", true,
        "memory per device: 80GiB, 141GB, bytes, or H100-80G H200-141G A100-40G A100-80G "
        "L40S-48G RTX4090-24G B200-192G (default H100-80G; cpu: this machine's RAM)"},
@@ -157,32 +157,51 @@ int cmd_plan(int argc, char** argv) {
       {"--json", "", false, "print JSON"},
       {"--help", "-h", false, "show this help"},
   };
-  auto args = Args::parse(argc, argv, 1, specs);
-  if (!args) return fail("plan", args.status());
-  if (args->has("--help")) {
-    std::printf("%s", usage("plan", "MODEL [flags]  |  pagoda plan --list", specs).c_str());
-    return 0;
-  }
-  const bool json = args->has("--json");
-  if (args->has("--list")) {
-    print_list(json);
-    return 0;
-  }
-  std::string spec = args->get_or("--model", "");
-  if (spec.empty() && !args->positional().empty()) spec = args->positional()[0];
-  if (spec.empty()) return fail("plan", invalid_argument("missing MODEL (pagoda plan --list)"));
-  if (args->positional().size() > (args->has("--model") ? 0u : 1u))
-    return fail("plan",
-                invalid_argument("unexpected argument '" + args->positional().back() + "'"));
+}
 
-  // Flags first, so a typo is reported before any file is read.
-  const std::string device_kind = args->get_or("--device", "cuda");
-  if (device_kind != "cuda" && device_kind != "cpu" && device_kind != "gpu")
-    return fail("plan",
-                invalid_argument("--device must be cuda or cpu, got '" + device_kind + "'"));
-  const bool gpu = device_kind != "cpu";
-  FlagReader flags(*args);
+// MODEL: -m or the one positional argument.
+Result<std::string> read_model_spec(const Args& args) {
+  std::string spec = args.get_or("--model", "");
+  if (spec.empty() && !args.positional().empty()) spec = args.positional()[0];
+  if (spec.empty()) return invalid_argument("missing MODEL (pagoda plan --list)");
+  if (args.positional().size() > (args.has("--model") ? 0u : 1u))
+    return invalid_argument("unexpected argument '" + args.positional().back() + "'");
+  return spec;
+}
+
+// What the flags ask for: the workload and the device. The model's half of the plan's
+// input comes from its source later.
+struct PlanFlags {
   L::PlanInput in;
+  bool gpu = true;
+  bool default_device = false;         // no --device-memory on a GPU: the H100-80G
+  int64_t context = 0;                 // 0: the model's trained context
+  std::optional<L::WeightType> dtype;  // --dtype: weights counted from the shape in it
+};
+
+Status read_device_memory(const Args& args, PlanFlags* f) {
+  if (auto mem = args.get("--device-memory")) {
+    auto d = L::parse_device(*mem, f->gpu);
+    if (!d) return d.status().with_context("--device-memory");
+    f->in.device = *d;
+  } else if (f->gpu) {
+    f->in.device = *L::parse_device("H100-80G", true);
+    f->default_device = true;
+  } else {
+    f->in.device = {"cpu (this machine)", machine_memory(), false};
+    if (f->in.device.memory_bytes <= 0)
+      return io_error("cannot read this machine's memory size; pass --device-memory");
+  }
+  return Status::ok();
+}
+
+// Every flag but MODEL, read before any file so that a typo is reported first.
+Result<PlanFlags> read_plan_flags(const Args& args) {
+  PlanFlags f;
+  PAGODA_ASSIGN_OR_RETURN(const DeviceSpec device, read_device_flag(args, "cuda"));
+  f.gpu = device.is_cuda();
+  L::PlanInput& in = f.in;
+  FlagReader flags(args);
   in.concurrency = flags.integer("--concurrency", 1, 1, int64_t{1} << 30);
   in.gpu_memory_utilization = flags.number("--gpu-memory-utilization", 0.9, 0.01, 1.0);
   in.tp = static_cast<int>(flags.integer("--tensor-parallel-size", 1, 1, 1024));
@@ -191,170 +210,190 @@ int cmd_plan(int argc, char** argv) {
   in.max_num_batched_tokens = flags.integer("--max-num-batched-tokens", 2048, 1, int64_t{1} << 24);
   in.max_num_seqs = flags.integer("--max-num-seqs", 256, 1, int64_t{1} << 20);
   in.block_size = static_cast<int>(flags.integer("--block-size", 16, 1, 1 << 16));
-  const int64_t context = flags.integer("--context", 0, 1, int64_t{1} << 34);
-  if (!flags.status()) return fail("plan", flags.status());
-  if (!gpu) in.kv_dtype = L::KvDtype::kFp16;  // what the CPU engine's KvStorage holds
-  if (auto kv = args->get("--kv-cache-dtype")) {
-    auto t = L::parse_kv_dtype(*kv);
-    if (!t) return fail("plan", t.status());
-    in.kv_dtype = *t;
+  f.context = flags.integer("--context", 0, 1, int64_t{1} << 34);
+  PAGODA_RETURN_IF_ERROR(flags.status());
+  if (!f.gpu) in.kv_dtype = L::KvDtype::kFp16;  // what the CPU engine's KvStorage holds
+  if (auto kv = args.get("--kv-cache-dtype")) {
+    PAGODA_ASSIGN_OR_RETURN(in.kv_dtype, L::parse_kv_dtype(*kv));
   }
-  std::optional<L::WeightType> dtype;
-  if (auto d = args->get("--dtype")) {
+  if (auto d = args.get("--dtype")) {
     auto t = L::parse_weight_type(*d);
-    if (!t) return fail("plan", t.status().with_context("--dtype"));
-    dtype = *t;
+    if (!t) return t.status().with_context("--dtype");
+    f.dtype = *t;
   }
-  bool default_device = false;
-  if (auto mem = args->get("--device-memory")) {
-    auto d = L::parse_device(*mem, gpu);
-    if (!d) return fail("plan", d.status().with_context("--device-memory"));
-    in.device = *d;
-  } else if (gpu) {
-    in.device = *L::parse_device("H100-80G", true);
-    default_device = true;
-  } else {
-    in.device = {"cpu (this machine)", machine_memory(), false};
-    if (in.device.memory_bytes <= 0)
-      return fail("plan", io_error("cannot read this machine's memory size; pass --device-memory"));
-  }
-  if (auto kvm = args->get("--kv-cache-memory")) {
+  PAGODA_RETURN_IF_ERROR(read_device_memory(args, &f));
+  if (auto kvm = args.get("--kv-cache-memory")) {
     auto b = L::parse_bytes(*kvm);
-    if (!b) return fail("plan", b.status().with_context("--kv-cache-memory"));
-    if (*b <= 0) return fail("plan", invalid_argument("--kv-cache-memory must be positive"));
+    if (!b) return b.status().with_context("--kv-cache-memory");
+    if (*b <= 0) return invalid_argument("--kv-cache-memory must be positive");
     in.kv_cache_memory = *b;
   }
+  return f;
+}
 
-  auto src = L::resolve_model(spec);
-  if (!src) return fail("plan", src.status());
+// A plan with what the report says beside its numbers.
+struct PlanReport {
+  L::ModelSource src;
+  L::PlanInput in;
+  L::Plan plan;
+  std::vector<std::string> notes;
+  std::string weight_origin;  // where the weight bytes come from
+  int64_t mha_seq = 0;        // MHA-equivalent KV bytes of one sequence
+  const L::StagePlan& bottleneck() const { return plan.stages[plan.bottleneck]; }
+};
+
+// Resolves MODEL, fills the model's half of the input and plans it.
+Result<PlanReport> make_report(const std::string& spec, const PlanFlags& f) {
+  PlanReport r;
+  PAGODA_ASSIGN_OR_RETURN(r.src, L::resolve_model(spec));
   // As the backend's loader will store the file's tensors.
-  if (gpu)
-    L::restate_for_cuda(&*src);
+  if (f.gpu)
+    L::restate_for_cuda(&r.src);
   else
-    L::restate_for_cpu(&*src);
-  {
-    // The model half from the source; the flags read above are the workload and device.
-    const L::PlanInput model = L::input_from_source(*src);
-    in.shape = model.shape;
-    in.tensors = model.tensors;
-    in.checkpoint_bytes = model.checkpoint_bytes;
-    in.weight_type = model.weight_type;
-    in.exact_weights = model.exact_weights;
-    in.context = context > 0 ? context : model.context;
-  }
-  if (dtype) {
-    in.weight_type = *dtype;
+    L::restate_for_cpu(&r.src);
+  L::PlanInput& in = r.in;
+  in = f.in;
+  const L::PlanInput model = L::input_from_source(r.src);
+  in.shape = model.shape;
+  in.tensors = model.tensors;
+  in.checkpoint_bytes = model.checkpoint_bytes;
+  in.weight_type = model.weight_type;
+  in.exact_weights = model.exact_weights;
+  in.context = f.context > 0 ? f.context : model.context;
+  if (f.dtype) {
+    in.weight_type = *f.dtype;
     in.exact_weights = false;
   }
-
-  auto plan = L::make_plan(in);
-  if (!plan) return fail("plan", plan.status());
-  const L::Plan& p = *plan;
-  const L::StagePlan& b = p.stages[p.bottleneck];
-  const L::ModelShape& s = in.shape;
-  std::vector<std::string> notes = src->notes;
-  notes.insert(notes.end(), p.notes.begin(), p.notes.end());
-  if (default_device) notes.insert(notes.begin(), "device: H100-80G by default (--device-memory)");
-  std::string weight_origin = "counted from the shape in " + in.weight_type.name;
+  PAGODA_ASSIGN_OR_RETURN(r.plan, L::make_plan(in));
+  r.notes = r.src.notes;
+  r.notes.insert(r.notes.end(), r.plan.notes.begin(), r.plan.notes.end());
+  if (f.default_device)
+    r.notes.insert(r.notes.begin(), "device: H100-80G by default (--device-memory)");
+  r.weight_origin = "counted from the shape in " + in.weight_type.name;
   if (in.exact_weights && !in.tensors.empty())
-    weight_origin = "the file's tensors (mostly " + src->dtype + ")";
+    r.weight_origin = "the file's tensors (mostly " + r.src.dtype + ")";
   else if (in.exact_weights)
-    weight_origin = "the checkpoint's tensors (" + src->dtype + ")";
-  const int64_t mha_seq = p.mha_equivalent_kv_bytes_per_token * in.context;
+    r.weight_origin = "the checkpoint's tensors (" + r.src.dtype + ")";
+  r.mha_seq = r.plan.mha_equivalent_kv_bytes_per_token * in.context;
+  return r;
+}
 
-  if (json) {
-    ordered_json j;
-    j["model"] = s.name;
-    j["source"] = {{"kind", src->kind}, {"where", src->where}};
-    j["dtype"] = in.exact_weights ? src->dtype : in.weight_type.name;
-    j["weights_from"] = weight_origin;
-    j["kv_cache_dtype"] = L::kv_dtype_name(in.kv_dtype);
-    j["context"] = in.context;
-    j["concurrency"] = in.concurrency;
-    j["tensor_parallel_size"] = in.tp;
-    j["pipeline_parallel_size"] = in.pp;
-    j["device"] = {{"name", in.device.name},
-                   {"kind", in.device.gpu ? "cuda" : "cpu"},
-                   {"memory_bytes", in.device.memory_bytes}};
-    j["gpu_memory_utilization"] = in.gpu_memory_utilization;
-    j["budget_bytes"] = p.budget_bytes;
-    j["weight_params"] = p.weight_params;
-    j["weight_bytes"] = p.weight_bytes;
-    j["kv_bytes_per_token"] = p.kv_bytes_per_token;
-    j["kv_bytes_per_token_full_layers"] = b.kv.full;
-    j["kv_bytes_per_token_sliding_layers"] = b.kv.sliding;
-    j["kv_bytes_per_sequence"] = p.kv_bytes_per_sequence;
-    j["mha_equivalent_kv_bytes_per_token"] = p.mha_equivalent_kv_bytes_per_token;
-    j["mha_equivalent_kv_bytes_per_sequence"] = mha_seq;
-    j["overheads"] = overheads_json(p.overheads);
-    j["overheads"]["max_num_batched_tokens"] = in.max_num_batched_tokens;
-    j["overheads"]["max_num_seqs"] = in.max_num_seqs;
-    j["kv_pool_bytes"] = p.kv_pool_bytes;
-    j["kv_pool_blocks"] = p.kv_pool_blocks;
-    j["block_size"] = in.block_size;
-    j["shortfall_bytes"] = p.shortfall_bytes;
-    j["max_concurrent_sequences"] = p.max_concurrent_sequences;
-    j["max_context_tokens"] = p.max_context_tokens;
-    j["fits"] = p.fits;
-    j["shape"] = {{"arch", s.arch},
-                  {"layers", s.n_layers},
-                  {"hidden", s.hidden},
-                  {"heads", s.n_heads},
-                  {"kv_heads", s.n_kv_heads},
-                  {"head_dim", s.head_dim},
-                  {"ffn", s.ffn},
-                  {"vocab", s.vocab},
-                  {"max_context", s.max_context},
-                  {"tied_embeddings", s.tied_embeddings},
-                  {"experts", s.n_experts},
-                  {"active_experts", s.n_active_experts},
-                  {"shared_experts", s.n_shared_experts},
-                  {"expert_ffn", s.expert_ffn},
-                  {"kv_lora_rank", s.kv_lora_rank},
-                  {"qk_rope_head_dim", s.qk_rope_head_dim},
-                  {"sliding_window", s.sliding_window},
-                  {"sliding_layers", s.n_sliding_layers()}};
-    ordered_json stages = ordered_json::array();
-    for (const L::StagePlan& st : p.stages)
-      stages.push_back({{"layers", {st.layers.begin, st.layers.end}},
-                        {"weight_bytes", st.weight_bytes},
-                        {"kv_bytes_per_token", st.kv.total()},
-                        {"overheads", overheads_json(st.overheads)},
-                        {"kv_pool_bytes", st.kv_pool_bytes},
-                        {"max_concurrent_sequences", st.max_concurrent_sequences}});
-    j["stages"] = stages;
-    ordered_json sugg = ordered_json::array();
-    for (const L::Suggestion& g : p.suggestions)
-      sugg.push_back({{"flags", g.flags},
-                      {"why", g.why},
-                      {"max_concurrent_sequences", g.max_concurrent_sequences},
-                      {"max_context_tokens", g.max_context_tokens}});
-    j["suggestions"] = sugg;
-    j["notes"] = notes;
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
-  }
+ordered_json shape_json(const L::ModelShape& s) {
+  return {{"arch", s.arch},
+          {"layers", s.n_layers},
+          {"hidden", s.hidden},
+          {"heads", s.n_heads},
+          {"kv_heads", s.n_kv_heads},
+          {"head_dim", s.head_dim},
+          {"ffn", s.ffn},
+          {"vocab", s.vocab},
+          {"max_context", s.max_context},
+          {"tied_embeddings", s.tied_embeddings},
+          {"experts", s.n_experts},
+          {"active_experts", s.n_active_experts},
+          {"shared_experts", s.n_shared_experts},
+          {"expert_ffn", s.expert_ffn},
+          {"kv_lora_rank", s.kv_lora_rank},
+          {"qk_rope_head_dim", s.qk_rope_head_dim},
+          {"sliding_window", s.sliding_window},
+          {"sliding_layers", s.n_sliding_layers()}};
+}
 
-  std::printf("model        %s  [%s: %s]\n", s.name.c_str(), src->kind.c_str(), src->where.c_str());
-  std::string shape_line =
+ordered_json stages_json(const L::Plan& p) {
+  ordered_json stages = ordered_json::array();
+  for (const L::StagePlan& st : p.stages)
+    stages.push_back({{"layers", {st.layers.begin, st.layers.end}},
+                      {"weight_bytes", st.weight_bytes},
+                      {"kv_bytes_per_token", st.kv.total()},
+                      {"overheads", overheads_json(st.overheads)},
+                      {"kv_pool_bytes", st.kv_pool_bytes},
+                      {"max_concurrent_sequences", st.max_concurrent_sequences}});
+  return stages;
+}
+
+ordered_json suggestions_json(const L::Plan& p) {
+  ordered_json sugg = ordered_json::array();
+  for (const L::Suggestion& g : p.suggestions)
+    sugg.push_back({{"flags", g.flags},
+                    {"why", g.why},
+                    {"max_concurrent_sequences", g.max_concurrent_sequences},
+                    {"max_context_tokens", g.max_context_tokens}});
+  return sugg;
+}
+
+void print_json(const PlanReport& r) {
+  const L::PlanInput& in = r.in;
+  const L::Plan& p = r.plan;
+  ordered_json j;
+  j["model"] = in.shape.name;
+  j["source"] = {{"kind", r.src.kind}, {"where", r.src.where}};
+  j["dtype"] = in.exact_weights ? r.src.dtype : in.weight_type.name;
+  j["weights_from"] = r.weight_origin;
+  j["kv_cache_dtype"] = L::kv_dtype_name(in.kv_dtype);
+  j["context"] = in.context;
+  j["concurrency"] = in.concurrency;
+  j["tensor_parallel_size"] = in.tp;
+  j["pipeline_parallel_size"] = in.pp;
+  j["device"] = {{"name", in.device.name},
+                 {"kind", in.device.gpu ? "cuda" : "cpu"},
+                 {"memory_bytes", in.device.memory_bytes}};
+  j["gpu_memory_utilization"] = in.gpu_memory_utilization;
+  j["budget_bytes"] = p.budget_bytes;
+  j["weight_params"] = p.weight_params;
+  j["weight_bytes"] = p.weight_bytes;
+  j["kv_bytes_per_token"] = p.kv_bytes_per_token;
+  j["kv_bytes_per_token_full_layers"] = r.bottleneck().kv.full;
+  j["kv_bytes_per_token_sliding_layers"] = r.bottleneck().kv.sliding;
+  j["kv_bytes_per_sequence"] = p.kv_bytes_per_sequence;
+  j["mha_equivalent_kv_bytes_per_token"] = p.mha_equivalent_kv_bytes_per_token;
+  j["mha_equivalent_kv_bytes_per_sequence"] = r.mha_seq;
+  j["overheads"] = overheads_json(p.overheads);
+  j["overheads"]["max_num_batched_tokens"] = in.max_num_batched_tokens;
+  j["overheads"]["max_num_seqs"] = in.max_num_seqs;
+  j["kv_pool_bytes"] = p.kv_pool_bytes;
+  j["kv_pool_blocks"] = p.kv_pool_blocks;
+  j["block_size"] = in.block_size;
+  j["shortfall_bytes"] = p.shortfall_bytes;
+  j["max_concurrent_sequences"] = p.max_concurrent_sequences;
+  j["max_context_tokens"] = p.max_context_tokens;
+  j["fits"] = p.fits;
+  j["shape"] = shape_json(in.shape);
+  j["stages"] = stages_json(p);
+  j["suggestions"] = suggestions_json(p);
+  j["notes"] = r.notes;
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+// "32 layers, hidden 4096, 32 query heads, 8 KV heads of 128, vocab 128256".
+std::string shape_line(const L::ModelShape& s) {
+  std::string line =
       str_format("%lld layers, hidden %lld, %lld query heads, ", static_cast<long long>(s.n_layers),
                  static_cast<long long>(s.hidden), static_cast<long long>(s.n_heads));
   if (s.is_mla())
-    shape_line += str_format("MLA latent %lld + rope %lld", static_cast<long long>(s.kv_lora_rank),
-                             static_cast<long long>(s.qk_rope_head_dim));
+    line += str_format("MLA latent %lld + rope %lld", static_cast<long long>(s.kv_lora_rank),
+                       static_cast<long long>(s.qk_rope_head_dim));
   else
-    shape_line += str_format("%lld KV heads of %lld", static_cast<long long>(s.n_kv_heads),
-                             static_cast<long long>(s.head_dim));
+    line += str_format("%lld KV heads of %lld", static_cast<long long>(s.n_kv_heads),
+                       static_cast<long long>(s.head_dim));
   if (s.is_moe())
-    shape_line += str_format(", %lld experts (%lld active", static_cast<long long>(s.n_experts),
-                             static_cast<long long>(s.n_active_experts)) +
-                  (s.n_shared_experts > 0
-                       ? str_format(", %lld shared)", static_cast<long long>(s.n_shared_experts))
-                       : std::string(")"));
-  shape_line += str_format(", vocab %lld", static_cast<long long>(s.vocab));
-  std::printf("             %s\n", shape_line.c_str());
+    line += str_format(", %lld experts (%lld active", static_cast<long long>(s.n_experts),
+                       static_cast<long long>(s.n_active_experts)) +
+            (s.n_shared_experts > 0
+                 ? str_format(", %lld shared)", static_cast<long long>(s.n_shared_experts))
+                 : std::string(")"));
+  return line + str_format(", vocab %lld", static_cast<long long>(s.vocab));
+}
+
+// The model, the device and the parallelism.
+void print_setup(const PlanReport& r) {
+  const L::PlanInput& in = r.in;
+  const L::Plan& p = r.plan;
+  const L::StagePlan& b = r.bottleneck();
+  std::printf("model        %s  [%s: %s]\n", in.shape.name.c_str(), r.src.kind.c_str(),
+              r.src.where.c_str());
+  std::printf("             %s\n", shape_line(in.shape).c_str());
   std::printf("             %.2fB parameters, trained context %s tokens\n",
-              static_cast<double>(p.weight_params) / 1e9, commas(s.max_context).c_str());
+              static_cast<double>(p.weight_params) / 1e9, commas(in.shape.max_context).c_str());
   std::printf("device       %s: %s x %.2f = %s budget per rank\n", in.device.name.c_str(),
               both(in.device.memory_bytes).c_str(),
               in.kv_cache_memory > 0 ? 1.0 : in.gpu_memory_utilization,
@@ -366,62 +405,106 @@ int cmd_plan(int argc, char** argv) {
                                static_cast<long long>(b.layers.end - 1))
                         .c_str()
                   : "");
-  std::printf("\nmemory per rank\n");
-  std::printf("  %-34s %24s  %10s\n",
-              ("weights (" + (in.exact_weights ? src->dtype : in.weight_type.name) + ")").c_str(),
-              commas(p.weight_bytes).c_str(), human(p.weight_bytes).c_str());
-  std::printf(
-      "  %-34s %24s  %10s\n",
-      str_format("activations (%s tokens)", commas(in.max_num_batched_tokens).c_str()).c_str(),
-      commas(p.overheads.activations).c_str(), human(p.overheads.activations).c_str());
-  if (p.overheads.fp8_activations > 0)
-    std::printf("  %-34s %24s  %10s\n",
-                str_format("fp8 activations (%s tokens)", commas(in.max_num_batched_tokens).c_str())
-                    .c_str(),
-                commas(p.overheads.fp8_activations).c_str(),
-                human(p.overheads.fp8_activations).c_str());
-  std::printf("  %-34s %24s  %10s\n",
-              str_format("logits (%s sequences)", commas(in.max_num_seqs).c_str()).c_str(),
-              commas(p.overheads.logits).c_str(), human(p.overheads.logits).c_str());
-  std::printf("  %-34s %24s  %10s\n",
-              in.device.gpu ? "runtime (CUDA context, estimate)" : "runtime (process baseline)",
-              commas(p.overheads.runtime).c_str(), human(p.overheads.runtime).c_str());
-  std::printf("  %-34s %24s  %10s\n", "KV pool", commas(p.kv_pool_bytes).c_str(),
-              human(p.kv_pool_bytes).c_str());
-  if (p.shortfall_bytes > 0)
-    std::printf("  %-34s %24s  %10s\n", "short by", commas(p.shortfall_bytes).c_str(),
-                human(p.shortfall_bytes).c_str());
+}
 
+void print_memory_row(const std::string& what, int64_t bytes) {
+  std::printf("  %-34s %24s  %10s\n", what.c_str(), commas(bytes).c_str(), human(bytes).c_str());
+}
+
+void print_memory(const PlanReport& r) {
+  const L::PlanInput& in = r.in;
+  const L::Plan& p = r.plan;
+  std::printf("\nmemory per rank\n");
+  print_memory_row("weights (" + (in.exact_weights ? r.src.dtype : in.weight_type.name) + ")",
+                   p.weight_bytes);
+  print_memory_row(str_format("activations (%s tokens)", commas(in.max_num_batched_tokens).c_str()),
+                   p.overheads.activations);
+  if (p.overheads.fp8_activations > 0)
+    print_memory_row(
+        str_format("fp8 activations (%s tokens)", commas(in.max_num_batched_tokens).c_str()),
+        p.overheads.fp8_activations);
+  print_memory_row(str_format("logits (%s sequences)", commas(in.max_num_seqs).c_str()),
+                   p.overheads.logits);
+  print_memory_row(
+      in.device.gpu ? "runtime (CUDA context, estimate)" : "runtime (process baseline)",
+      p.overheads.runtime);
+  print_memory_row("KV pool", p.kv_pool_bytes);
+  if (p.shortfall_bytes > 0) print_memory_row("short by", p.shortfall_bytes);
+}
+
+void print_kv_cache(const PlanReport& r) {
+  const L::PlanInput& in = r.in;
+  const L::Plan& p = r.plan;
+  const L::StagePlan& b = r.bottleneck();
   std::printf("\nKV cache (%s)\n", std::string(L::kv_dtype_name(in.kv_dtype)).c_str());
   std::printf("  per token     %s bytes = %s\n", commas(p.kv_bytes_per_token).c_str(),
-              kv_formula(s, b.kv, b.layers, in.kv_dtype, in.tp).c_str());
+              kv_formula(in.shape, b.kv, b.layers, in.kv_dtype, in.tp).c_str());
   std::printf("  per sequence  %s at %s tokens\n", both(p.kv_bytes_per_sequence).c_str(),
               commas(in.context).c_str());
   std::printf(
       "  MHA-equivalent (every query head with its own K and V, as if there were no "
       "GQA/MLA/window):\n                %s bytes/token (%s), %s at %s tokens\n",
       commas(p.mha_equivalent_kv_bytes_per_token).c_str(),
-      human(p.mha_equivalent_kv_bytes_per_token).c_str(), both(mha_seq).c_str(),
+      human(p.mha_equivalent_kv_bytes_per_token).c_str(), both(r.mha_seq).c_str(),
       commas(in.context).c_str());
   std::printf("  pool          %s blocks of %d tokens%s\n", commas(p.kv_pool_blocks).c_str(),
               in.block_size,
               b.kv.sliding > 0 ? " in every layer (the sequence counts assume windowed layers "
                                  "free the blocks that leave their window)"
                                : "");
+}
 
+// Whether it fits, the notes, and what would fit instead.
+void print_result(const PlanReport& r) {
+  const L::PlanInput& in = r.in;
+  const L::Plan& p = r.plan;
   std::printf("\nresult       %s\n", p.fits ? "fits" : "does NOT fit");
   std::printf("  sequences of %s tokens at once: %s (wanted %s)\n", commas(in.context).c_str(),
               commas(p.max_concurrent_sequences).c_str(), commas(in.concurrency).c_str());
   std::printf("  longest context for %s sequence%s at once: %s tokens\n",
               commas(in.concurrency).c_str(), in.concurrency == 1 ? "" : "s",
               commas(p.max_context_tokens).c_str());
-  std::printf("  weights: %s\n", weight_origin.c_str());
-  for (const std::string& n : notes) std::printf("  note: %s\n", n.c_str());
+  std::printf("  weights: %s\n", r.weight_origin.c_str());
+  for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
   if (!p.suggestions.empty()) {
     std::printf("\nwhat would fit:\n");
     for (const L::Suggestion& g : p.suggestions)
       std::printf("  %-40s %s\n", g.flags.c_str(), g.why.c_str());
   }
+}
+
+void print_text(const PlanReport& r) {
+  print_setup(r);
+  print_memory(r);
+  print_kv_cache(r);
+  print_result(r);
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = plan_flag_specs();
+  auto args = Args::parse(argc, argv, 1, specs);
+  if (!args) return fail("plan", args.status());
+  if (args->has("--help")) {
+    std::printf("%s", usage("plan", "MODEL [flags]  |  pagoda plan --list", specs).c_str());
+    return 0;
+  }
+  const bool json = args->has("--json");
+  if (args->has("--list")) {
+    print_list(json);
+    return 0;
+  }
+  const Result<std::string> spec = read_model_spec(*args);
+  if (!spec) return fail("plan", spec.status());
+  const Result<PlanFlags> flags = read_plan_flags(*args);
+  if (!flags) return fail("plan", flags.status());
+  const Result<PlanReport> report = make_report(*spec, *flags);
+  if (!report) return fail("plan", report.status());
+  if (json)
+    print_json(*report);
+  else
+    print_text(*report);
   return 0;
 }
 

@@ -101,157 +101,158 @@ Result<std::vector<uint8_t>> quantize_weighted(const GgufFile& f, const GgufTens
   return out;
 }
 
-}  // namespace
+constexpr const char* kSynopsis =
+    "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q3_K Q4_K Q5_K (every "
+    "matrix in it), llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
+    "Q6_K, or CPU / CUDA: each matrix in the type that backend stores it as, so it loads "
+    "without converting)";
 
-int cmd_quantize(int argc, char** argv) {
-  const std::vector<FlagSpec> specs = {
-      {"--threads", "-t", true, "threads (default: all cores)"},
-      {"--tensor-type", "", true, "per-tensor overrides: NAME_PART=TYPE[,NAME_PART=TYPE...]"},
-      {"--imatrix", "", true,
-       "importance matrix (pagoda imatrix, or llama-imatrix's GGUF): weigh each weight's "
-       "rounding error by its input's mean square (4-, 5-bit and K types)"},
-      {"--help", "-h", false, "show this help"},
-  };
-  auto args = Args::parse(argc, argv, 1, specs);
-  if (!args) return fail("quantize", args.status());
-  const char* synopsis =
-      "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q3_K Q4_K Q5_K (every "
-      "matrix in it), llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
-      "Q6_K, or CPU / CUDA: each matrix in the type that backend stores it as, so it loads "
-      "without converting)";
-  if (args->has("--help")) {
-    std::printf("%s", usage("quantize", synopsis, specs).c_str());
-    return 0;
-  }
-  if (args->positional().size() != 3)
-    return fail("quantize", invalid_argument(std::string("expected ") + synopsis));
-  const std::string in = args->positional()[0], out = args->positional()[1];
+// The TYPE argument.
+struct Target {
   // CPU / CUDA: every matrix in the type that backend's loader stores it as
   // (model/weight_types.h), converted as the loader would, so it finds nothing to convert.
   std::optional<WeightBackend> backend;
-  if (args->positional()[2] == "CPU" || args->positional()[2] == "cpu")
-    backend = WeightBackend::kCpu;
-  if (args->positional()[2] == "CUDA" || args->positional()[2] == "cuda")
-    backend = WeightBackend::kCuda;
-  DType target = DType::kQ8_0;
   // A llama.cpp mix (Q4_K_M ...): its base type, with the rules of model/quant_mix.h.
-  const QuantMix* mix = backend ? nullptr : find_quant_mix(args->positional()[2]);
-  if (mix) target = mix->base;
-  if (!backend && !mix &&
-      (!parse_dtype(args->positional()[2], &target) || file_type_for(target) < 0))
-    return fail("quantize",
-                invalid_argument("unsupported target type '" + args->positional()[2] + "'"));
-  auto th = args->get_int("--threads", 0, 0, 1024);
-  if (!th) return fail("quantize", th.status());
+  const QuantMix* mix = nullptr;
+  DType type = DType::kQ8_0;  // every matrix's, or the mix's base
+};
 
-  // Tensors whose name contains NAME_PART get TYPE instead of the target type.
-  std::vector<std::pair<std::string, DType>> overrides;
-  for (std::string spec = args->get_or("--tensor-type", ""); !spec.empty();) {
+Result<Target> parse_target(const std::string& name) {
+  Target t;
+  if (name == "CPU" || name == "cpu") t.backend = WeightBackend::kCpu;
+  if (name == "CUDA" || name == "cuda") t.backend = WeightBackend::kCuda;
+  t.mix = t.backend ? nullptr : find_quant_mix(name);
+  if (t.mix) t.type = t.mix->base;
+  if (!t.backend && !t.mix && (!parse_dtype(name, &t.type) || file_type_for(t.type) < 0))
+    return invalid_argument("unsupported target type '" + name + "'");
+  return t;
+}
+
+// --tensor-type: tensors whose name contains NAME_PART get TYPE instead of the target type.
+using Overrides = std::vector<std::pair<std::string, DType>>;
+
+Result<Overrides> parse_overrides(std::string spec) {
+  Overrides overrides;
+  while (!spec.empty()) {
     const size_t comma = spec.find(',');
     const std::string item = spec.substr(0, comma);
     spec = comma == std::string::npos ? "" : spec.substr(comma + 1);
     const size_t eq = item.find('=');
     DType t;
     if (eq == std::string::npos || !parse_dtype(item.substr(eq + 1), &t) || file_type_for(t) < 0)
-      return fail("quantize", invalid_argument("bad --tensor-type item '" + item + "'"));
+      return invalid_argument("bad --tensor-type item '" + item + "'");
     overrides.emplace_back(item.substr(0, eq), t);
   }
+  return overrides;
+}
 
-  auto file = GgufFile::open(in);
-  if (!file) return fail("quantize", file.status());
-  const GgufFile& f = **file;
-  std::optional<Imatrix> imatrix;
-  if (args->has("--imatrix")) {
-    if (backend)
-      return fail("quantize", invalid_argument("--imatrix takes a target type, not CPU / CUDA"));
-    auto m = read_imatrix(*args->get("--imatrix"));
-    if (!m) return fail("quantize", m.status());
-    // Every entry must fit a matrix of this model: an importance matrix of another
-    // model is refused, not applied to whatever shares a name.
-    for (const auto& [name, v] : m->values) {
-      const GgufTensorInfo* t = f.find_tensor(name);
-      if (t == nullptr)
-        return fail("quantize", invalid_argument("the importance matrix has '" + name +
-                                                 "', which this model does not (another "
-                                                 "model's?)"));
-      if (t->ne[0] != static_cast<int64_t>(v.size()))
-        return fail("quantize", invalid_argument(str_format(
-                                    "the importance matrix has %zu columns for "
-                                    "'%s', whose rows have %lld (another model's?)",
-                                    v.size(), name.c_str(), static_cast<long long>(t->ne[0]))));
-    }
-    imatrix = std::move(m).value();
+// --imatrix, checked against the model: an importance matrix of another model is refused,
+// not applied to whatever shares a name.
+Result<Imatrix> read_model_imatrix(const std::string& path, const GgufFile& f) {
+  PAGODA_ASSIGN_OR_RETURN(Imatrix m, read_imatrix(path));
+  for (const auto& [name, v] : m.values) {
+    const GgufTensorInfo* t = f.find_tensor(name);
+    if (t == nullptr)
+      return invalid_argument("the importance matrix has '" + name +
+                              "', which this model does not (another model's?)");
+    if (t->ne[0] != static_cast<int64_t>(v.size()))
+      return invalid_argument(str_format(
+          "the importance matrix has %zu columns for '%s', whose rows have %lld (another "
+          "model's?)",
+          v.size(), name.c_str(), static_cast<long long>(t->ne[0])));
   }
-  GgufWriter w;
-  w.set_alignment(f.alignment());
+  return m;
+}
+
+// The input's metadata, and llama.cpp's keys for the importance matrix so that its tools
+// see what the file was made with.
+void copy_metadata(const GgufFile& f, const Imatrix* imatrix, const std::string& imatrix_path,
+                   GgufWriter* w) {
+  w->set_alignment(f.alignment());
   for (const auto& [k, v] : f.metadata())
-    if (k != "general.alignment") w.set_value(k, v);
-  if (imatrix) {  // llama.cpp's keys, so its tools see what the file was made with
-    w.set_string("quantize.imatrix.file", *args->get("--imatrix"));
-    if (!imatrix->datasets.empty())
-      w.set_string("quantize.imatrix.dataset", imatrix->datasets.front());
-    w.set_i32("quantize.imatrix.entries_count", static_cast<int32_t>(imatrix->values.size()));
-    w.set_i32("quantize.imatrix.chunks_count", static_cast<int32_t>(imatrix->chunks));
-  }
-  std::map<std::string, DType> stored;  // backend: matrix name -> type
-  if (backend) {
-    std::vector<std::pair<std::string, DType>> matrices;
-    for (const GgufTensorInfo& t : f.tensors())
-      if (is_weight_matrix(t)) matrices.emplace_back(t.name, t.type);
-    const std::vector<std::optional<DType>> types = stored_types(*backend, matrices);
-    std::map<DType, int64_t> elements;  // for general.file_type: the type most weights are in
-    for (size_t i = 0; i < matrices.size(); ++i) {
-      if (!types[i])
-        return fail("quantize", unsupported("'" + matrices[i].first + "' (" +
-                                            std::string(dtype_name(matrices[i].second)) +
-                                            "): the backend's loader cannot take it"));
-      stored[matrices[i].first] = *types[i];
-      elements[*types[i]] += f.find_tensor(matrices[i].first)->n_elements();
-    }
-    DType most = DType::kF32;
-    int64_t most_n = 0;
-    for (const auto& [t, n] : elements)
-      if (n > most_n) most = t, most_n = n;
-    if (most_n > 0 && file_type_for(most) >= 0)
-      w.set_u32("general.file_type", static_cast<uint32_t>(file_type_for(most)));
-  } else {
-    w.set_u32("general.file_type",
-              static_cast<uint32_t>(mix ? mix->file_type : file_type_for(target)));
-  }
-  MixModel mix_model;
-  if (mix) {
-    const std::string arch(f.get_string("general.architecture").value_or(""));
-    mix_model.n_layers = static_cast<int>(f.get_int(arch + ".block_count").value_or(0));
-    const int64_t heads = f.get_int(arch + ".attention.head_count").value_or(1);
-    const int64_t kv = f.get_int(arch + ".attention.head_count_kv").value_or(heads);
-    mix_model.n_gqa = kv > 0 ? static_cast<int>(heads / kv) : 1;
-    mix_model.tied = f.find_tensor(std::string_view("output.weight")) == nullptr;
-  }
+    if (k != "general.alignment") w->set_value(k, v);
+  if (!imatrix) return;
+  w->set_string("quantize.imatrix.file", imatrix_path);
+  if (!imatrix->datasets.empty())
+    w->set_string("quantize.imatrix.dataset", imatrix->datasets.front());
+  w->set_i32("quantize.imatrix.entries_count", static_cast<int32_t>(imatrix->values.size()));
+  w->set_i32("quantize.imatrix.chunks_count", static_cast<int32_t>(imatrix->chunks));
+}
 
-  ThreadPool pool(static_cast<int>(*th));
-  cpu::ConversionTally tally;
+// CPU / CUDA: each weight matrix's type as the backend's loader stores it; general.file_type
+// is the type that holds most weights.
+Result<std::map<std::string, DType>> backend_types(const GgufFile& f, WeightBackend backend,
+                                                   GgufWriter* w) {
+  std::vector<std::pair<std::string, DType>> matrices;
+  for (const GgufTensorInfo& t : f.tensors())
+    if (is_weight_matrix(t)) matrices.emplace_back(t.name, t.type);
+  const std::vector<std::optional<DType>> types = stored_types(backend, matrices);
+  std::map<std::string, DType> stored;
+  std::map<DType, int64_t> elements;
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    if (!types[i])
+      return unsupported("'" + matrices[i].first + "' (" +
+                         std::string(dtype_name(matrices[i].second)) +
+                         "): the backend's loader cannot take it");
+    stored[matrices[i].first] = *types[i];
+    elements[*types[i]] += f.find_tensor(matrices[i].first)->n_elements();
+  }
+  DType most = DType::kF32;
+  int64_t most_n = 0;
+  for (const auto& [t, n] : elements)
+    if (n > most_n) most = t, most_n = n;
+  if (most_n > 0 && file_type_for(most) >= 0)
+    w->set_u32("general.file_type", static_cast<uint32_t>(file_type_for(most)));
+  return stored;
+}
+
+// What a mix's rules need to know of the model.
+MixModel mix_model_of(const GgufFile& f) {
+  MixModel m;
+  const std::string arch(f.get_string("general.architecture").value_or(""));
+  m.n_layers = static_cast<int>(f.get_int(arch + ".block_count").value_or(0));
+  const int64_t heads = f.get_int(arch + ".attention.head_count").value_or(1);
+  const int64_t kv = f.get_int(arch + ".attention.head_count_kv").value_or(heads);
+  m.n_gqa = kv > 0 ? static_cast<int>(heads / kv) : 1;
+  m.tied = f.find_tensor(std::string_view("output.weight")) == nullptr;
+  return m;
+}
+
+// Everything that decides each tensor's new type.
+struct TypePlan {
+  Target target;
+  Overrides overrides;
+  std::map<std::string, DType> stored;  // backend: matrix name -> type
+  MixModel mix_model;
+};
+
+DType type_for(const GgufTensorInfo& t, const TypePlan& p) {
+  if (!is_weight_matrix(t)) return t.type;
+  if (p.target.backend) return p.stored.at(t.name);
+  DType to = p.target.mix ? mix_type(*p.target.mix, p.mix_model, t.name, t.ne[0]) : p.target.type;
+  for (const auto& [part, type] : p.overrides)
+    if (t.name.find(part) != std::string::npos) to = type;
+  if (t.ne[0] % dtype_info(to).block_elems != 0) {
+    const DType wanted = to;
+    to = fallback_for(to, t.ne[0]);
+    std::fprintf(stderr,
+                 "pagoda quantize: %s has rows of %lld, not a multiple of the %s block; using %s\n",
+                 t.name.c_str(), static_cast<long long>(t.ne[0]),
+                 std::string(dtype_name(wanted)).c_str(), std::string(dtype_name(to)).c_str());
+  }
+  return to;
+}
+
+// Adds every tensor to the writer, converted where its type changes. Returns how many were.
+Result<size_t> convert_tensors(const GgufFile& f, const TypePlan& p, const Imatrix* imatrix,
+                               int threads, cpu::ConversionTally* tally, GgufWriter* w) {
+  ThreadPool pool(threads);
   size_t n_converted = 0;
   for (const GgufTensorInfo& t : f.tensors()) {
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
-    DType to = t.type;
-    if (backend && is_weight_matrix(t)) {
-      to = stored.at(t.name);
-    } else if (is_weight_matrix(t)) {
-      to = mix ? mix_type(*mix, mix_model, t.name, t.ne[0]) : target;
-      for (const auto& [part, type] : overrides)
-        if (t.name.find(part) != std::string::npos) to = type;
-      if (t.ne[0] % dtype_info(to).block_elems != 0) {
-        const DType wanted = to;
-        to = fallback_for(to, t.ne[0]);
-        std::fprintf(
-            stderr,
-            "pagoda quantize: %s has rows of %lld, not a multiple of the %s block; using %s\n",
-            t.name.c_str(), static_cast<long long>(t.ne[0]),
-            std::string(dtype_name(wanted)).c_str(), std::string(dtype_name(to)).c_str());
-      }
-    }
+    const DType to = type_for(t, p);
     if (to == t.type) {
-      w.add_tensor_ref(t.name, t.type, ne, f.tensor_data(t), t.size);
+      w->add_tensor_ref(t.name, t.type, ne, f.tensor_data(t), t.size);
       continue;
     }
     // With an importance matrix entry: the weighted quantizers. Otherwise exact where
@@ -265,21 +266,76 @@ int cmd_quantize(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     auto data = weighted ? quantize_weighted(f, t, to, *importance, pool)
                          : cpu::convert_matrix(t.type, f.tensor_data(t), t.n_elements() / t.ne[0],
-                                               t.ne[0], to, pool, &tally);
-    if (!data) return fail("quantize", data.status().with_context("converting '" + t.name + "'"));
+                                               t.ne[0], to, pool, tally);
+    if (!data) return data.status().with_context("converting '" + t.name + "'");
     if (weighted)
-      tally.add(t.type, to, t.size, data->size(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    w.add_tensor(t.name, to, ne, std::move(data).value());
+      tally->add(t.type, to, t.size, data->size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    w->add_tensor(t.name, to, ne, std::move(data).value());
     ++n_converted;
   }
-  if (Status s = w.write(out); !s) return fail("quantize", s);
-  std::fprintf(stderr, "pagoda quantize: wrote %s (%zu tensors converted to %s%s%s)\n", out.c_str(),
-               n_converted,
-               !backend                           ? std::string(dtype_name(target)).c_str()
-               : *backend == WeightBackend::kCuda ? "the CUDA backend's types"
-                                                  : "the CPU backend's types",
-               n_converted ? ": " : "", tally.describe().c_str());
+  return n_converted;
+}
+
+// Reads the input and the flags, writes the output; returns a line for stderr.
+Result<std::string> quantize(const Args& args) {
+  const std::string in = args.positional()[0], out = args.positional()[1];
+  TypePlan p;
+  PAGODA_ASSIGN_OR_RETURN(p.target, parse_target(args.positional()[2]));
+  PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
+  PAGODA_ASSIGN_OR_RETURN(p.overrides, parse_overrides(args.get_or("--tensor-type", "")));
+  PAGODA_ASSIGN_OR_RETURN(const std::unique_ptr<GgufFile> file, GgufFile::open(in));
+  const GgufFile& f = *file;
+  std::optional<Imatrix> imatrix;
+  if (args.has("--imatrix")) {
+    if (p.target.backend) return invalid_argument("--imatrix takes a target type, not CPU / CUDA");
+    PAGODA_ASSIGN_OR_RETURN(imatrix, read_model_imatrix(*args.get("--imatrix"), f));
+  }
+  GgufWriter w;
+  copy_metadata(f, imatrix ? &*imatrix : nullptr, args.get_or("--imatrix", ""), &w);
+  if (p.target.backend) {
+    PAGODA_ASSIGN_OR_RETURN(p.stored, backend_types(f, *p.target.backend, &w));
+  } else {
+    w.set_u32("general.file_type",
+              static_cast<uint32_t>(p.target.mix ? p.target.mix->file_type
+                                                 : file_type_for(p.target.type)));
+  }
+  if (p.target.mix) p.mix_model = mix_model_of(f);
+  cpu::ConversionTally tally;
+  PAGODA_ASSIGN_OR_RETURN(
+      const size_t n_converted,
+      convert_tensors(f, p, imatrix ? &*imatrix : nullptr, static_cast<int>(threads), &tally, &w));
+  PAGODA_RETURN_IF_ERROR(w.write(out));
+  return str_format("pagoda quantize: wrote %s (%zu tensors converted to %s%s%s)\n", out.c_str(),
+                    n_converted,
+                    !p.target.backend ? std::string(dtype_name(p.target.type)).c_str()
+                    : *p.target.backend == WeightBackend::kCuda ? "the CUDA backend's types"
+                                                                : "the CPU backend's types",
+                    n_converted ? ": " : "", tally.describe().c_str());
+}
+
+}  // namespace
+
+int cmd_quantize(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = {
+      {"--threads", "-t", true, "threads (default: all cores)"},
+      {"--tensor-type", "", true, "per-tensor overrides: NAME_PART=TYPE[,NAME_PART=TYPE...]"},
+      {"--imatrix", "", true,
+       "importance matrix (pagoda imatrix, or llama-imatrix's GGUF): weigh each weight's "
+       "rounding error by its input's mean square (4-, 5-bit and K types)"},
+      {"--help", "-h", false, "show this help"},
+  };
+  auto args = Args::parse(argc, argv, 1, specs);
+  if (!args) return fail("quantize", args.status());
+  if (args->has("--help")) {
+    std::printf("%s", usage("quantize", kSynopsis, specs).c_str());
+    return 0;
+  }
+  if (args->positional().size() != 3)
+    return fail("quantize", invalid_argument(std::string("expected ") + kSynopsis));
+  const Result<std::string> done = quantize(*args);
+  if (!done) return fail("quantize", done.status());
+  std::fputs(done->c_str(), stderr);
   return 0;
 }
 

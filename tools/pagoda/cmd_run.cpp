@@ -24,10 +24,8 @@ Result<std::string> chatml(const Tokenizer& tok, const std::string& system,
   return s + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
 }
 
-}  // namespace
-
-int cmd_run(int argc, char** argv) {
-  const std::vector<FlagSpec> specs = {
+std::vector<FlagSpec> run_flag_specs() {
+  return {
       {"--model", "-m", true, "GGUF model file"},
       {"--prompt", "-p", true, "prompt text"},
       {"--tokens", "", true, "prompt as token ids instead of text: \"1 2 3\""},
@@ -49,18 +47,18 @@ int cmd_run(int argc, char** argv) {
       {"--json", "", false, "print one JSON object at the end instead of streaming"},
       {"--help", "-h", false, "show this help"},
   };
-  auto args = Args::parse(argc, argv, 1, specs);
-  if (!args) return fail("run", args.status());
-  if (args->has("--help")) {
-    std::printf("%s", usage("run", "-m MODEL -p PROMPT [flags]", specs).c_str());
-    return 0;
-  }
-  if (!args->has("--model")) return fail("run", invalid_argument("missing -m MODEL"));
-  if (args->has("--prompt") == args->has("--tokens"))
-    return fail("run", invalid_argument("give exactly one of -p PROMPT or --tokens IDS"));
+}
 
-  SamplingParams sp;
-  FlagReader flags(*args);
+struct RunFlags {
+  SamplingParams sp;  // llama-cli's defaults
+  int threads = 0;
+  int64_t ctx_size = 0;  // 0: the model's context, at most 4096
+};
+
+Result<RunFlags> read_run_flags(const Args& args) {
+  RunFlags r;
+  SamplingParams& sp = r.sp;
+  FlagReader flags(args);
   auto num = [&](const char* flag, double def, double lo, double hi) {
     return static_cast<float>(flags.number(flag, def, lo, hi));
   };
@@ -75,106 +73,141 @@ int cmd_run(int argc, char** argv) {
   sp.presence_penalty = num("--presence-penalty", 0, -2, 2);
   sp.frequency_penalty = num("--frequency-penalty", 0, -2, 2);
   sp.max_tokens = static_cast<int>(integer("--n-predict", 128, 0, 1 << 24));
-  sp.ignore_eos = args->has("--ignore-eos");
-  if (args->has("--stop-token-ids")) {
-    auto ids = parse_token_list(*args->get("--stop-token-ids"));
-    if (!ids) return fail("run", ids.status());
-    sp.stop_token_ids = *ids;
+  sp.ignore_eos = args.has("--ignore-eos");
+  if (args.has("--stop-token-ids")) {
+    PAGODA_ASSIGN_OR_RETURN(sp.stop_token_ids, parse_token_list(*args.get("--stop-token-ids")));
   }
-  if (args->has("--seed")) sp.seed = static_cast<uint64_t>(integer("--seed", 0, 0, INT64_MAX));
-  const int threads = static_cast<int>(integer("--threads", 0, 0, 1024));
-  const int64_t ctx_flag = integer("--ctx-size", 0, 0, 1 << 24);
-  if (!flags.status()) return fail("run", flags.status());
+  if (args.has("--seed")) sp.seed = static_cast<uint64_t>(integer("--seed", 0, 0, INT64_MAX));
+  r.threads = static_cast<int>(integer("--threads", 0, 0, 1024));
+  r.ctx_size = integer("--ctx-size", 0, 0, 1 << 24);
+  PAGODA_RETURN_IF_ERROR(flags.status());
+  return r;
+}
 
-  auto loaded = load(*args->get("--model"), true, true);
-  if (!loaded) return fail("run", loaded.status());
-  const Model& model = *loaded->model;
-  const Tokenizer& tok = *loaded->tokenizer;
-
+// --tokens as given, or -p tokenized (in ChatML with --chat).
+Result<std::vector<int32_t>> prompt_tokens(const Args& args, const Model& model,
+                                           const Tokenizer& tok) {
   std::vector<int32_t> tokens;
-  if (args->has("--tokens")) {
-    auto t = parse_token_list(*args->get("--tokens"));
-    if (!t) return fail("run", t.status());
-    tokens = *t;
+  if (args.has("--tokens")) {
+    PAGODA_ASSIGN_OR_RETURN(tokens, parse_token_list(*args.get("--tokens")));
     for (int32_t id : tokens)
       if (id >= model.config().n_vocab)
-        return fail("run",
-                    invalid_argument(str_format("token id %d is outside the vocabulary", id)));
+        return invalid_argument(str_format("token id %d is outside the vocabulary", id));
   } else {
-    std::string prompt = *args->get("--prompt");
-    if (args->has("--chat")) {
-      auto p = chatml(tok, args->get_or("--system", ""), prompt);
-      if (!p) return fail("run", p.status());
-      prompt = *p;
+    std::string prompt = *args.get("--prompt");
+    if (args.has("--chat")) {
+      PAGODA_ASSIGN_OR_RETURN(prompt, chatml(tok, args.get_or("--system", ""), prompt));
     }
     // Special-token text in a prompt becomes those tokens, as Hugging Face tokenizers and
     // vLLM treat prompts.
     tokens = tok.encode(prompt, true, true);
   }
-  if (tokens.empty()) return fail("run", invalid_argument("the prompt has no tokens"));
-  const int n_ctx =
-      ctx_flag > 0 ? static_cast<int>(std::min<int64_t>(ctx_flag, model.config().context_length))
-                   : std::min(model.config().context_length, 4096);
-  if (static_cast<int>(tokens.size()) >= n_ctx)
-    return fail("run",
-                out_of_range(str_format("the prompt has %zu tokens; the context holds %d "
-                                        "(use --ctx-size, at most the model's %d)",
-                                        tokens.size(), n_ctx, model.config().context_length)));
+  if (tokens.empty()) return invalid_argument("the prompt has no tokens");
+  return tokens;
+}
 
-  ThreadPool pool(threads);
-  Session session(model, pool, n_ctx);
-  Sampler sampler(sp, tokens);
-  std::vector<float> logits;
-  const double t0 = now_seconds();
-  if (Status s = session.eval(tokens, false, &logits); !s) return fail("run", s);
-  const double t_prompt = now_seconds() - t0;
-
-  const bool json = args->has("--json");
-  Utf8Stream stream;
-  std::vector<int32_t> generated;
+struct Generated {
+  std::vector<int32_t> tokens;
   std::string text;
   std::string finish = "length";
+  double seconds = 0;
+};
+
+// Samples up to max_tokens after the prompt's logits, streaming whole UTF-8 characters to
+// stdout unless `quiet`.
+Result<Generated> generate(Session& session, Sampler& sampler, const Tokenizer& tok,
+                           const SamplingParams& sp, int n_vocab, int n_ctx,
+                           std::vector<float>& logits, bool quiet) {
+  Generated g;
+  Utf8Stream stream;
   const double t1 = now_seconds();
   for (int i = 0; i < sp.max_tokens; ++i) {
-    const int32_t next = sampler.sample(logits.data(), model.config().n_vocab);
-    generated.push_back(next);
+    const int32_t next = sampler.sample(logits.data(), n_vocab);
+    g.tokens.push_back(next);
     const bool stop = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), next) !=
                       sp.stop_token_ids.end();
     if (!sp.ignore_eos && (tok.is_end_of_generation(next) || stop)) {
-      finish = "stop";
+      g.finish = "stop";
       break;
     }
     const std::string piece(tok.token_to_piece(next));
-    text += piece;
-    if (!json) {
+    g.text += piece;
+    if (!quiet) {
       const std::string out = stream.push(piece);
       std::fwrite(out.data(), 1, out.size(), stdout);
       std::fflush(stdout);
     }
     if (i + 1 == sp.max_tokens) break;
     if (session.n_past() >= n_ctx) {
-      finish = "length";
+      g.finish = "length";
       break;
     }
-    if (Status s = session.eval({next}, false, &logits); !s) return fail("run", s);
+    PAGODA_RETURN_IF_ERROR(session.eval({next}, false, &logits));
   }
-  const double t_gen = now_seconds() - t1;
-  if (json) {
-    std::printf("{\"prompt_tokens\":%s,\"tokens\":%s,\"text\":%s,\"finish_reason\":\"%s\"}\n",
-                json_array(tokens).c_str(), json_array(generated).c_str(),
-                json_string(text).c_str(), finish.c_str());
-  } else {
+  g.seconds = now_seconds() - t1;
+  if (!quiet) {
     const std::string rest = stream.flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::printf("\n");
   }
+  return g;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  const std::vector<FlagSpec> specs = run_flag_specs();
+  auto args = Args::parse(argc, argv, 1, specs);
+  if (!args) return fail("run", args.status());
+  if (args->has("--help")) {
+    std::printf("%s", usage("run", "-m MODEL -p PROMPT [flags]", specs).c_str());
+    return 0;
+  }
+  if (!args->has("--model")) return fail("run", invalid_argument("missing -m MODEL"));
+  if (args->has("--prompt") == args->has("--tokens"))
+    return fail("run", invalid_argument("give exactly one of -p PROMPT or --tokens IDS"));
+  const Result<RunFlags> flags = read_run_flags(*args);
+  if (!flags) return fail("run", flags.status());
+  const SamplingParams& sp = flags->sp;
+
+  auto loaded = load(*args->get("--model"), true, true);
+  if (!loaded) return fail("run", loaded.status());
+  const Model& model = *loaded->model;
+  const Tokenizer& tok = *loaded->tokenizer;
+  const Result<std::vector<int32_t>> tokens = prompt_tokens(*args, model, tok);
+  if (!tokens) return fail("run", tokens.status());
+  const int n_ctx =
+      flags->ctx_size > 0
+          ? static_cast<int>(std::min<int64_t>(flags->ctx_size, model.config().context_length))
+          : std::min(model.config().context_length, 4096);
+  if (static_cast<int>(tokens->size()) >= n_ctx)
+    return fail("run",
+                out_of_range(str_format("the prompt has %zu tokens; the context holds %d "
+                                        "(use --ctx-size, at most the model's %d)",
+                                        tokens->size(), n_ctx, model.config().context_length)));
+
+  ThreadPool pool(flags->threads);
+  Session session(model, pool, n_ctx);
+  Sampler sampler(sp, *tokens);
+  std::vector<float> logits;
+  const double t0 = now_seconds();
+  if (Status s = session.eval(*tokens, false, &logits); !s) return fail("run", s);
+  const double t_prompt = now_seconds() - t0;
+  const bool json = args->has("--json");
+  const Result<Generated> g =
+      generate(session, sampler, tok, sp, model.config().n_vocab, n_ctx, logits, json);
+  if (!g) return fail("run", g.status());
+  if (json)
+    std::printf("{\"prompt_tokens\":%s,\"tokens\":%s,\"text\":%s,\"finish_reason\":\"%s\"}\n",
+                json_array(*tokens).c_str(), json_array(g->tokens).c_str(),
+                json_string(g->text).c_str(), g->finish.c_str());
   std::fflush(stdout);
   std::fprintf(stderr,
                "pagoda run: load %.2f s; prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu "
                "tokens in %.3f s (%.1f tok/s)\n",
-               loaded->load_seconds, tokens.size(), t_prompt, tokens.size() / t_prompt,
-               generated.size(), t_gen,
-               generated.size() > 1 ? (generated.size() - 1) / t_gen : 0.0);
+               loaded->load_seconds, tokens->size(), t_prompt, tokens->size() / t_prompt,
+               g->tokens.size(), g->seconds,
+               g->tokens.size() > 1 ? (g->tokens.size() - 1) / g->seconds : 0.0);
   return 0;
 }
 

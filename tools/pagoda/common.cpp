@@ -52,6 +52,10 @@ Result<ChunkFlags> parse_chunk_flags(const Args& args) {
   return c;
 }
 
+Result<DeviceSpec> read_device_flag(const Args& args, const std::string& def) {
+  return parse_device_spec(args.get_or("--device", def));
+}
+
 Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
   std::vector<int32_t> out;
   size_t i = 0;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/status.h"
 #include "engine/detokenizer.h"
 #include "engine/perplexity.h"
@@ -35,6 +36,9 @@ struct ChunkFlags {
 };
 class Args;
 Result<ChunkFlags> parse_chunk_flags(const Args& args);
+
+// --device: cpu, cuda or cuda:N (core/device.h); `def` when the flag is not given.
+Result<DeviceSpec> read_device_flag(const Args& args, const std::string& def);
 
 // "1 2 3" or "1,2,3" to ids.
 Result<std::vector<int32_t>> parse_token_list(const std::string& s);

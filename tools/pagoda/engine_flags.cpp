@@ -59,6 +59,8 @@ Status read_engine_flags(const Args& args, EngineConfig* c) {
   c->kv_cache_dtype = args.get_or("--kv-cache-dtype", c->kv_cache_dtype);
   c->quantization = args.get_or("--quantization", c->quantization);
   PAGODA_RETURN_IF_ERROR(f.status());
+  // Checked here too, so that a mistyped device fails before the model loads.
+  PAGODA_RETURN_IF_ERROR(parse_device_spec(c->device).status());
   if (args.has("--kv-cache-memory")) {
     PAGODA_ASSIGN_OR_RETURN(c->kv_cache_memory, parse_bytes(*args.get("--kv-cache-memory")));
     if (c->kv_cache_memory <= 0) return invalid_argument("--kv-cache-memory must be positive");

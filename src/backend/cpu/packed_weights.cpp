@@ -108,20 +108,140 @@ void k4_values(const Block& b, const uint8_t* qs, uint8_t* q) {
     for (int l = 0; l < 32; ++l) q[32 * j + l] = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
 }
 
+// The pack_* functions below write row r's block b into slot i of a row group's packed
+// block: quants to q, scales to s.
+
+void pack_q4_0(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q, uint8_t* s) {
+  const auto blk = load_block<BlockQ4_0>(src, cols, r, b, 32);
+  for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = blk.qs[e];
+  put_f16(s, i, blk.d);
+}
+
+void pack_q4_1(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q, uint8_t* s) {
+  const auto blk = load_block<BlockQ4_1>(src, cols, r, b, 32);
+  for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = blk.qs[e];
+  put_f16(s, i, blk.d);
+  put_f16(s + 32, i, blk.m);
+}
+
+// Q5_0 and Q5_1: the low nibbles as Q4_0's, the fifth bits after them.
+void pack_q5(DType type, const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q,
+             uint8_t* s) {
+  uint16_t d, m = 0;
+  const uint8_t *qs, *qh;
+  BlockQ5_0 b0;
+  BlockQ5_1 b1;
+  if (type == DType::kQ5_0) {
+    b0 = load_block<BlockQ5_0>(src, cols, r, b, 32);
+    d = b0.d, qs = b0.qs, qh = b0.qh;
+  } else {
+    b1 = load_block<BlockQ5_1>(src, cols, r, b, 32);
+    d = b1.d, m = b1.m, qs = b1.qs, qh = b1.qh;
+  }
+  for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = qs[e];
+  uint32_t bits;  // bit e is column e's fifth
+  std::memcpy(&bits, qh, 4);
+  uint8_t v[32];
+  for (int e = 0; e < 32; ++e) v[e] = static_cast<uint8_t>((bits >> e) & 1);
+  put_bits(q + 256, i, v, 0);
+  put_f16(s, i, d);
+  if (type == DType::kQ5_1) put_f16(s + 32, i, m);
+}
+
+void pack_q8_0(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q, uint8_t* s) {
+  const auto blk = load_block<BlockQ8_0>(src, cols, r, b, 32);
+  for (int e = 0; e < 32; ++e)
+    q[64 * (e >> 2) + 4 * i + (e & 3)] = static_cast<uint8_t>(blk.qs[e]) ^ 0x80;
+  put_f16(s, i, blk.d);
+}
+
+// Q4_K and Q5_K: eight sub-blocks of nibbles (and Q5_K's fifth bits), 6-bit scales and
+// mins, and the super-block's d and dmin.
+void pack_q45_k(DType type, const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q,
+                uint8_t* s) {
+  uint8_t v[kQKK];
+  uint16_t d, dmin;
+  const uint8_t* scales;
+  BlockQ4_K b4;
+  BlockQ5_K b5;
+  if (type == DType::kQ4_K) {
+    b4 = load_block<BlockQ4_K>(src, cols, r, b, kQKK);
+    k4_values(b4, b4.qs, v);
+    d = b4.d, dmin = b4.dmin, scales = b4.scales;
+  } else {
+    b5 = load_block<BlockQ5_K>(src, cols, r, b, kQKK);
+    k4_values(b5, b5.qs, v);
+    for (int e = 0; e < kQKK; ++e)
+      v[e] |= static_cast<uint8_t>(((b5.qh[e & 31] >> (e / 32)) & 1) << 4);
+    d = b5.d, dmin = b5.dmin, scales = b5.scales;
+  }
+  const int sub_bytes = type == DType::kQ4_K ? 256 : 320;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* qj = q + j * sub_bytes;
+    put_nibbles(qj, i, v + 32 * j);
+    if (type == DType::kQ5_K) put_bits(qj + 256, i, v + 32 * j, 4);
+    uint8_t sc, m;
+    k4_scale_min(j, scales, &sc, &m);
+    s[kKsc + 16 * j + i] = sc;
+    s[kKmin + 32 * (j / 2) + 2 * i + (j & 1)] = m;
+  }
+  put_f16(s + kKd, i, d);
+  put_f16(s + kKdmin, i, dmin);
+}
+
+void pack_q6_k(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q, uint8_t* s) {
+  const auto blk = load_block<BlockQ6_K>(src, cols, r, b, kQKK);
+  uint8_t v[kQKK];
+  q6k_values(blk, v);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* qj = q + j * 384;
+    put_nibbles(qj, i, v + 32 * j);
+    uint8_t top[32];  // bits 4..5
+    for (int e = 0; e < 32; ++e) top[e] = v[32 * j + e] >> 4;
+    put_crumbs(qj + 256, i, top);
+  }
+  for (int j = 0; j < 16; ++j) s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(blk.scales[j]);
+  put_f16(s, i, blk.d);
+}
+
+void pack_q3_k(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q, uint8_t* s) {
+  const auto blk = load_block<BlockQ3_K>(src, cols, r, b, kQKK);
+  uint8_t v[kQKK];
+  q3k_values(blk, v);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* qj = q + j * 192;
+    put_crumbs(qj, i, v + 32 * j);
+    put_bits(qj + 128, i, v + 32 * j, 2);
+  }
+  for (int j = 0; j < 16; ++j)
+    s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(q3k_scale(j, blk.scales) - 32);
+  put_f16(s, i, blk.d);
+}
+
+void pack_q2_k(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q, uint8_t* s) {
+  const auto blk = load_block<BlockQ2_K>(src, cols, r, b, kQKK);
+  uint8_t v[kQKK];
+  for (int n = 0; n < 2; ++n)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l) v[128 * n + 32 * k + l] = (blk.qs[32 * n + l] >> (2 * k)) & 3;
+  for (int j = 0; j < 8; ++j) put_crumbs(q + j * 128, i, v + 32 * j);
+  for (int j = 0; j < 16; ++j) s[kQ2scm + 16 * j + i] = blk.scales[j];
+  put_f16(s + kKd, i, blk.d);
+  put_f16(s + kKdmin, i, blk.dmin);
+}
+
 // Packs block b of the row group starting at row r0; rows past `rows` stay zero.
 void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t r0, int64_t b,
                 uint8_t* q, uint8_t* s) {
   for (int i = 0; i < kRowGroup && r0 + i < rows; ++i) {
     const int64_t r = r0 + i;
     switch (type) {
-      case DType::kF32: {
+      case DType::kF32:
         std::memcpy(q + 4 * i, static_cast<const float*>(src) + r * cols + b, 4);
         break;
-      }
-      case DType::kF16: {
+      case DType::kF16:
         std::memcpy(q + 2 * i, static_cast<const uint16_t*>(src) + r * cols + b, 2);
         break;
-      }
       case DType::kBF16: {
         // An odd last column pairs with a zero.
         const uint16_t* row = static_cast<const uint16_t*>(src) + r * cols;
@@ -130,123 +250,32 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         if (c + 1 < cols) std::memcpy(q + 4 * i + 2, row + c + 1, 2);
         break;
       }
-      case DType::kQ4_0: {
-        const auto blk = load_block<BlockQ4_0>(src, cols, r, b, 32);
-        for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = blk.qs[e];
-        put_f16(s, i, blk.d);
+      case DType::kQ4_0:
+        pack_q4_0(src, cols, r, b, i, q, s);
         break;
-      }
-      case DType::kQ4_1: {
-        const auto blk = load_block<BlockQ4_1>(src, cols, r, b, 32);
-        for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = blk.qs[e];
-        put_f16(s, i, blk.d);
-        put_f16(s + 32, i, blk.m);
+      case DType::kQ4_1:
+        pack_q4_1(src, cols, r, b, i, q, s);
         break;
-      }
       case DType::kQ5_0:
-      case DType::kQ5_1: {
-        uint16_t d, m = 0;
-        const uint8_t *qs, *qh;
-        BlockQ5_0 b0;
-        BlockQ5_1 b1;
-        if (type == DType::kQ5_0) {
-          b0 = load_block<BlockQ5_0>(src, cols, r, b, 32);
-          d = b0.d, qs = b0.qs, qh = b0.qh;
-        } else {
-          b1 = load_block<BlockQ5_1>(src, cols, r, b, 32);
-          d = b1.d, m = b1.m, qs = b1.qs, qh = b1.qh;
-        }
-        for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = qs[e];
-        uint32_t bits;  // bit e is column e's fifth
-        std::memcpy(&bits, qh, 4);
-        uint8_t v[32];
-        for (int e = 0; e < 32; ++e) v[e] = static_cast<uint8_t>((bits >> e) & 1);
-        put_bits(q + 256, i, v, 0);
-        put_f16(s, i, d);
-        if (type == DType::kQ5_1) put_f16(s + 32, i, m);
+      case DType::kQ5_1:
+        pack_q5(type, src, cols, r, b, i, q, s);
         break;
-      }
-      case DType::kQ8_0: {
-        const auto blk = load_block<BlockQ8_0>(src, cols, r, b, 32);
-        for (int e = 0; e < 32; ++e)
-          q[64 * (e >> 2) + 4 * i + (e & 3)] = static_cast<uint8_t>(blk.qs[e]) ^ 0x80;
-        put_f16(s, i, blk.d);
+      case DType::kQ8_0:
+        pack_q8_0(src, cols, r, b, i, q, s);
         break;
-      }
       case DType::kQ4_K:
-      case DType::kQ5_K: {
-        uint8_t v[kQKK];
-        uint16_t d, dmin;
-        const uint8_t* scales;
-        BlockQ4_K b4;
-        BlockQ5_K b5;
-        if (type == DType::kQ4_K) {
-          b4 = load_block<BlockQ4_K>(src, cols, r, b, kQKK);
-          k4_values(b4, b4.qs, v);
-          d = b4.d, dmin = b4.dmin, scales = b4.scales;
-        } else {
-          b5 = load_block<BlockQ5_K>(src, cols, r, b, kQKK);
-          k4_values(b5, b5.qs, v);
-          for (int e = 0; e < kQKK; ++e)
-            v[e] |= static_cast<uint8_t>(((b5.qh[e & 31] >> (e / 32)) & 1) << 4);
-          d = b5.d, dmin = b5.dmin, scales = b5.scales;
-        }
-        const int sub_bytes = type == DType::kQ4_K ? 256 : 320;
-        for (int j = 0; j < 8; ++j) {
-          uint8_t* qj = q + j * sub_bytes;
-          put_nibbles(qj, i, v + 32 * j);
-          if (type == DType::kQ5_K) put_bits(qj + 256, i, v + 32 * j, 4);
-          uint8_t sc, m;
-          k4_scale_min(j, scales, &sc, &m);
-          s[kKsc + 16 * j + i] = sc;
-          s[kKmin + 32 * (j / 2) + 2 * i + (j & 1)] = m;
-        }
-        put_f16(s + kKd, i, d);
-        put_f16(s + kKdmin, i, dmin);
+      case DType::kQ5_K:
+        pack_q45_k(type, src, cols, r, b, i, q, s);
         break;
-      }
-      case DType::kQ6_K: {
-        const auto blk = load_block<BlockQ6_K>(src, cols, r, b, kQKK);
-        uint8_t v[kQKK];
-        q6k_values(blk, v);
-        for (int j = 0; j < 8; ++j) {
-          uint8_t* qj = q + j * 384;
-          put_nibbles(qj, i, v + 32 * j);
-          uint8_t top[32];  // bits 4..5
-          for (int e = 0; e < 32; ++e) top[e] = v[32 * j + e] >> 4;
-          put_crumbs(qj + 256, i, top);
-        }
-        for (int j = 0; j < 16; ++j) s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(blk.scales[j]);
-        put_f16(s, i, blk.d);
+      case DType::kQ6_K:
+        pack_q6_k(src, cols, r, b, i, q, s);
         break;
-      }
-      case DType::kQ3_K: {
-        const auto blk = load_block<BlockQ3_K>(src, cols, r, b, kQKK);
-        uint8_t v[kQKK];
-        q3k_values(blk, v);
-        for (int j = 0; j < 8; ++j) {
-          uint8_t* qj = q + j * 192;
-          put_crumbs(qj, i, v + 32 * j);
-          put_bits(qj + 128, i, v + 32 * j, 2);
-        }
-        for (int j = 0; j < 16; ++j)
-          s[kQ6sc + 16 * j + i] = static_cast<uint8_t>(q3k_scale(j, blk.scales) - 32);
-        put_f16(s, i, blk.d);
+      case DType::kQ3_K:
+        pack_q3_k(src, cols, r, b, i, q, s);
         break;
-      }
-      case DType::kQ2_K: {
-        const auto blk = load_block<BlockQ2_K>(src, cols, r, b, kQKK);
-        uint8_t v[kQKK];
-        for (int n = 0; n < 2; ++n)
-          for (int k = 0; k < 4; ++k)
-            for (int l = 0; l < 32; ++l)
-              v[128 * n + 32 * k + l] = (blk.qs[32 * n + l] >> (2 * k)) & 3;
-        for (int j = 0; j < 8; ++j) put_crumbs(q + j * 128, i, v + 32 * j);
-        for (int j = 0; j < 16; ++j) s[kQ2scm + 16 * j + i] = blk.scales[j];
-        put_f16(s + kKd, i, blk.d);
-        put_f16(s + kKdmin, i, blk.dmin);
+      case DType::kQ2_K:
+        pack_q2_k(src, cols, r, b, i, q, s);
         break;
-      }
       default:
         break;
     }

@@ -1,6 +1,6 @@
 // The architectures Pagoda can run. Each lives in its own file in this folder and says
 // how its GGUF metadata maps onto ModelConfig and which optional tensors it uses; the
-// layer computation they share is in model/transformer.cpp.
+// layer computation they share is in model/forward.cpp (and model/cuda/cuda_forward.cpp).
 #pragma once
 
 #include <string_view>
