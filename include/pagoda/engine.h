@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
 #include "pagoda/sampling_params.h"
+#include "pagoda/status.h"
 
 namespace pagoda {
 

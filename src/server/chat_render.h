@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "tokenizer/chat_template/chat_template.h"
+#include "pagoda/chat_template.h"
 
 namespace pagoda {
 class Tokenizer;

@@ -5,8 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tokenizer/chat_template/chat_template.h"
-#include "tokenizer/chat_template/interpreter.h"
+#include "pagoda/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const nlohmann::ordered_json kContext = nlohmann::ordered_json::parse(R"({
@@ -18,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
                "properties": {"a": {"type": "array"}}}}}],
     "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "documents": null})");
-  pagoda::jinja::Limits limits;
+  pagoda::ChatTemplateLimits limits;
   limits.max_steps = 200000;
   limits.max_output = 1 << 20;
   // Well under libFuzzer's RSS limit: a template that allocates past it is a finding only

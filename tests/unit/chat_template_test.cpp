@@ -2,7 +2,7 @@
 // jinja2 set up as Hugging Face sets it up), errors with line numbers, and the limits that
 // keep hostile templates from crashing or hanging the process. The broad comparison with
 // jinja2 lives in tests/model/test_jinja_semantics.py and test_chat_templates.py.
-#include "tokenizer/chat_template/chat_template.h"
+#include "pagoda/chat_template.h"
 
 #include <gtest/gtest.h>
 
@@ -15,8 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "tokenizer/chat_template/interpreter.h"
 
 namespace pagoda {
 namespace {
@@ -236,7 +234,7 @@ TEST(ChatTemplateLimits, HostileTemplatesFailCleanly) {
                          "{% set ns.s = ns.s + ns.s %}{% endfor %}")
                 .find("bytes"),
             std::string::npos);
-  jinja::Limits tight;
+  ChatTemplateLimits tight;
   tight.max_output = 1000;
   auto t = ChatTemplate::parse("{% for i in range(10000) %}xx{% endfor %}");
   ASSERT_TRUE(t.is_ok());
@@ -350,7 +348,7 @@ TEST(ChatTemplateLimits, AllocationBudgetStopsRunawayTemplates) {
   auto t = ChatTemplate::parse("{{ (['x' * 1000] * 2000)|join }}");
   ASSERT_TRUE(t.is_ok());
   EXPECT_TRUE(t->render(Json::object()).is_ok());
-  jinja::Limits small;
+  ChatTemplateLimits small;
   small.max_alloc = 1 << 20;
   auto r = t->render(Json::object(), small);
   ASSERT_FALSE(r.is_ok());
@@ -388,7 +386,7 @@ TEST(ChatTemplateLimits, RealTemplatesRenderLongConversationsWithinBudget) {
       in.bos_token = "<s>";
       in.eos_token = "</s>";
       Json ctx = make_chat_context(in);
-      jinja::Limits unbounded;
+      ChatTemplateLimits unbounded;
       unbounded.max_alloc = SIZE_MAX;
       auto want = t->render(ctx, unbounded);
       auto got = t->render(ctx);

@@ -5,7 +5,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common.h"
-#include "tokenizer/chat_template/chat_template.h"
+#include "pagoda/chat_template.h"
 
 namespace pagoda::cli {
 namespace {

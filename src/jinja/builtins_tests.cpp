@@ -2,10 +2,10 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/builtins.h"
+#include "jinja/error.h"
+#include "jinja/interpreter.h"
+#include "jinja/pystr.h"
 
 namespace pagoda::jinja {
 namespace {

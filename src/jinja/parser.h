@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "tokenizer/chat_template/ast.h"
+#include "jinja/ast.h"
 
 namespace pagoda::jinja {
 

@@ -1,10 +1,10 @@
-#include "tokenizer/chat_template/value.h"
+#include "jinja/value.h"
 
 #include <cmath>
 
-#include "tokenizer/chat_template/alloc_budget.h"
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/alloc_budget.h"
+#include "jinja/error.h"
+#include "jinja/pystr.h"
 
 namespace pagoda::jinja {
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/chat_template/value.h"
+#include "jinja/value.h"
 
 namespace pagoda::jinja {
 

@@ -4,12 +4,12 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "tokenizer/chat_template/alloc_budget.h"
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/json_io.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/alloc_budget.h"
+#include "jinja/builtins.h"
+#include "jinja/error.h"
+#include "jinja/interpreter.h"
+#include "jinja/json_io.h"
+#include "jinja/pystr.h"
 
 namespace pagoda::jinja {
 namespace {

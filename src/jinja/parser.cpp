@@ -1,9 +1,9 @@
-#include "tokenizer/chat_template/parser.h"
+#include "jinja/parser.h"
 
 #include <initializer_list>
 
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/lexer.h"
+#include "jinja/error.h"
+#include "jinja/lexer.h"
 
 namespace pagoda::jinja {
 namespace {

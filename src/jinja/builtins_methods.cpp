@@ -6,11 +6,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "tokenizer/chat_template/alloc_budget.h"
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/alloc_budget.h"
+#include "jinja/builtins.h"
+#include "jinja/error.h"
+#include "jinja/interpreter.h"
+#include "jinja/pystr.h"
 
 namespace pagoda::jinja {
 

@@ -10,21 +10,14 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/chat_template/ast.h"
-#include "tokenizer/chat_template/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
+#include "pagoda/chat_template.h"
 
 namespace pagoda::jinja {
 
-// Bounds on one rendering, so a hostile template cannot hang or exhaust the process.
-struct Limits {
-  int64_t max_steps = 5'000'000;  // expressions, statements and loop iterations
-  size_t max_output = 64u << 20;  // bytes of output, and of any one string
-  int max_depth = 1500;           // nested evaluation (macro recursion included)
-  // Bytes of strings, lists and dicts one rendering may create, all told (alloc_budget.h).
-  // Real templates create a few times their prompt: 64 MiB renders prompts of millions of
-  // tokens, and 64 renderings at once still fit in 4 GiB.
-  size_t max_alloc = 64u << 20;
-};
+// The interpreter's name for the public bounds (pagoda/chat_template.h).
+using Limits = ChatTemplateLimits;
 
 // A scope holds few names (a loop variable, `loop`, a macro's parameters), so a flat list
 // is cheaper to build per iteration than a hash map.

@@ -1,11 +1,11 @@
-#include "tokenizer/chat_template/interpreter.h"
+#include "jinja/interpreter.h"
 
 #include <cmath>
 
-#include "tokenizer/chat_template/alloc_budget.h"
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/alloc_budget.h"
+#include "jinja/builtins.h"
+#include "jinja/error.h"
+#include "jinja/pystr.h"
 #include "tokenizer/unicode.h"
 
 namespace pagoda::jinja {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "tokenizer/chat_template/value.h"
+#include "jinja/value.h"
 
 namespace pagoda::jinja {
 

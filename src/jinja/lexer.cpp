@@ -1,12 +1,12 @@
-#include "tokenizer/chat_template/lexer.h"
+#include "jinja/lexer.h"
 
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/error.h"
+#include "jinja/pystr.h"
 #include "tokenizer/unicode.h"
 
 namespace pagoda::jinja {

@@ -3,7 +3,7 @@
 // from jinja2's AST: a template that loops over a message's content expects the parts.
 #pragma once
 
-#include "tokenizer/chat_template/ast.h"
+#include "jinja/ast.h"
 
 namespace pagoda::jinja {
 

@@ -1,15 +1,16 @@
-#include "tokenizer/chat_template/chat_template.h"
+#include "pagoda/chat_template.h"
 
 #include <new>
 
-#include "tokenizer/chat_template/ast.h"
-#include "tokenizer/chat_template/builtins.h"
-#include "tokenizer/chat_template/content_format.h"
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/interpreter.h"
-#include "tokenizer/chat_template/json_io.h"
-#include "tokenizer/chat_template/parser.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "core/status.h"
+#include "jinja/ast.h"
+#include "jinja/builtins.h"
+#include "jinja/content_format.h"
+#include "jinja/error.h"
+#include "jinja/interpreter.h"
+#include "jinja/json_io.h"
+#include "jinja/parser.h"
+#include "jinja/pystr.h"
 
 namespace pagoda {
 
@@ -128,11 +129,11 @@ Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
 }
 
 Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context) const {
-  return render(context, jinja::Limits());
+  return render(context, ChatTemplateLimits());
 }
 
 Result<std::string> ChatTemplate::render(const nlohmann::ordered_json& context,
-                                         const jinja::Limits& limits) const {
+                                         const ChatTemplateLimits& limits) const {
   if (!context.is_object()) return invalid_argument("chat template context must be a JSON object");
   int line = 0;
   try {

@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template/content_format.h"
+#include "jinja/content_format.h"
 
 #include <map>
 #include <set>

@@ -1,9 +1,9 @@
-#include "tokenizer/chat_template/alloc_budget.h"
+#include "jinja/alloc_budget.h"
 
 #include <cstdint>
 
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/value.h"
+#include "jinja/error.h"
+#include "jinja/value.h"
 
 namespace pagoda::jinja {
 namespace {

@@ -5,21 +5,31 @@
 //
 // Parse once, render many times; a ChatTemplate is immutable and safe to share between
 // threads. Pass JSON as nlohmann::ordered_json: key order matters (tojson keeps it).
+// The interpreter itself is src/jinja/ (namespace pagoda::jinja), library pagoda_jinja.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 
-#include "core/status.h"
+#include "pagoda/status.h"
 
 namespace pagoda {
 
-namespace jinja {
-struct Stmt;
-struct Limits;
-}  // namespace jinja
+// Bounds on one rendering, so a hostile template cannot hang or exhaust the process.
+struct ChatTemplateLimits {
+  int64_t max_steps = 5'000'000;  // expressions, statements and loop iterations
+  size_t max_output = 64u << 20;  // bytes of output, and of any one string
+  int max_depth = 1500;           // nested evaluation (macro recursion included)
+  // Bytes of strings, lists and dicts one rendering may create, all told (see
+  // src/jinja/alloc_budget.h). Real templates create a few times their prompt: 64 MiB
+  // renders prompts of millions of tokens, and 64 renderings at once still fit in 4 GiB.
+  size_t max_alloc = 64u << 20;
+};
 
 // How a template takes a message's content (vLLM's "content format"): kOpenAI templates
 // loop over it as OpenAI's list of parts ({"type": "text", "text": ...}), kString ones
@@ -34,9 +44,9 @@ class ChatTemplate {
   // Renders with `context` (a JSON object) as the template's variables.
   Result<std::string> render(const nlohmann::ordered_json& context) const;
   Result<std::string> render(const nlohmann::ordered_json& context,
-                             const jinja::Limits& limits) const;
+                             const ChatTemplateLimits& limits) const;
 
-  // Decided once, when parsing (content_format.h).
+  // Decided once, when parsing (src/jinja/content_format.h).
   ChatContentFormat content_format() const;
 
  private:
@@ -45,7 +55,9 @@ class ChatTemplate {
   std::shared_ptr<const Parsed> parsed_;
 };
 
-// What a chat request supplies; make_chat_context lays it out as transformers does.
+// The variables transformers' apply_chat_template gives a template. The layout is Hugging
+// Face's, not a request's: the server (src/server/chat_render) and `pagoda template` turn
+// their inputs into these fields, and make_chat_context lays them out.
 struct ChatTemplateInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   std::optional<nlohmann::ordered_json> tools;  // none: the template sees tools = None

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/chat_template/value.h"
+#include "jinja/value.h"
 
 namespace pagoda::jinja {
 

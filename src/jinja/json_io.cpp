@@ -1,12 +1,12 @@
-#include "tokenizer/chat_template/json_io.h"
+#include "jinja/json_io.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/chat_template/alloc_budget.h"
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/alloc_budget.h"
+#include "jinja/error.h"
+#include "jinja/pystr.h"
 #include "tokenizer/unicode.h"
 
 namespace pagoda::jinja {

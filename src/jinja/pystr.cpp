@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template/pystr.h"
+#include "jinja/pystr.h"
 
 #include <locale.h>
 #include <wctype.h>
@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "tokenizer/chat_template/alloc_budget.h"
-#include "tokenizer/chat_template/error.h"
-#include "tokenizer/chat_template/value.h"
+#include "jinja/alloc_budget.h"
+#include "jinja/error.h"
+#include "jinja/value.h"
 #include "tokenizer/unicode.h"
 
 namespace pagoda::jinja {
