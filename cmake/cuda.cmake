@@ -18,7 +18,7 @@ option(PAGODA_CUDA_TESTS "Build the CUDA op and model tests (tests/cuda)" ON)
 file(GLOB PAGODA_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu)
 add_library(pagoda_cuda_kernels STATIC ${PAGODA_CUDA_SOURCES})
 set_target_properties(pagoda_cuda_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)
-target_include_directories(pagoda_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(pagoda_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include)
 # Warnings as errors for device code (nvcc's own) and for the host half of .cu files.
 target_compile_options(pagoda_cuda_kernels PRIVATE
   --Werror all-warnings -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-Werror -lineinfo)
