@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <limits>
 #include <optional>
 
 #include "core/status.h"
+#include "server/chunked_body.h"
 
 namespace pagoda::server {
 
@@ -48,7 +49,11 @@ int status_for(const boost::system::error_code& ec) {
 }  // namespace
 
 struct RequestReader::Impl {
-  http::request_parser<http::string_body> parser;
+  // Beast reads the header only; the body's framing is ours (ChunkedBody, or a count).
+  http::request_parser<http::empty_body> parser;
+  std::optional<ChunkedBody> chunked;
+  uint64_t length_left = 0;  // of a Content-Length body
+  std::string body;
 };
 
 RequestReader::RequestReader(const HttpLimits& limits)
@@ -56,8 +61,8 @@ RequestReader::RequestReader(const HttpLimits& limits)
   // Beast counts the request line and every header line, CRLFs included.
   impl_->parser.header_limit(static_cast<std::uint32_t>(
       std::min<size_t>(limits.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
-  impl_->parser.body_limit(static_cast<std::uint64_t>(std::max<int64_t>(0, limits.max_body_bytes)));
-  impl_->parser.eager(true);
+  // The message is complete, for Beast, once its header is: the body is read in body().
+  impl_->parser.skip(true);
 }
 
 RequestReader::~RequestReader() = default;
@@ -68,32 +73,68 @@ void RequestReader::fail(int status, std::string message) {
   error_message_ = std::move(message);
 }
 
+size_t RequestReader::header_prefix(std::string_view data) {
+  // Beast judges a header on whatever it was handed, and once it has said "need more" it
+  // looks again only when a blank line arrives; so the same bytes split differently could
+  // read differently. It is handed the same prefixes however they arrived: up to each blank
+  // line in turn, within the header limit, which is enforced here.
+  const size_t room = limits_.max_header_bytes - std::min(header_used_, limits_.max_header_bytes);
+  const std::string_view window = data.substr(0, room);
+  const size_t from = header_scanned_ > 3 ? header_scanned_ - 3 : 0;
+  const size_t blank = window.find("\r\n\r\n", from);
+  if (blank != std::string_view::npos) {
+    header_scanned_ = blank + 4;
+    return blank + 4;
+  }
+  header_scanned_ = window.size();
+  if (data.size() >= room)
+    fail(431, str_format("the request header is larger than %zu bytes", limits_.max_header_bytes));
+  return 0;
+}
+
 size_t RequestReader::feed(std::string_view data) {
   size_t used = 0;
-  while (state_ == State::kNeedMore) {
-    boost::system::error_code ec;
-    const size_t n =
-        impl_->parser.put(boost::asio::const_buffer(data.data() + used, data.size() - used), ec);
+  while (state_ == State::kNeedMore && !headers_done_) {
+    const size_t end = header_prefix(data.substr(used));
+    if (end == 0) return used;
+    const size_t n = parse_header(data.substr(used, end));
     used += n;
-    if (ec == http::error::need_more) {
-      // A whole header with nothing after it reads as need_more too; check it now, so a
-      // bad header is refused before its body is waited for.
-      if (!headers_done_ && impl_->parser.is_header_done()) check_headers();
-      break;
-    }
-    if (ec) {
-      fail(status_for(ec), "the request could not be read: " + ec.message());
-      break;
-    }
-    if (!headers_done_ && impl_->parser.is_header_done()) check_headers();
-    if (state_ != State::kNeedMore) break;
-    if (impl_->parser.is_done()) {
-      state_ = State::kDone;
-      break;
-    }
-    if (n == 0 && used == data.size()) break;
+    header_used_ += n;
+    // What Beast consumed of a header it could not finish is gone from the caller's buffer.
+    header_scanned_ -= std::min(header_scanned_, n);
+    if (!headers_done_ && used + header_scanned_ == data.size()) return used;
   }
+  if (state_ == State::kNeedMore) used += read_body(data.substr(used));
   return used;
+}
+
+size_t RequestReader::read_body(std::string_view data) {
+  Impl& m = *impl_;
+  if (m.chunked) {
+    const size_t n = m.chunked->feed(data, m.body);
+    if (m.chunked->state() == ChunkedBody::State::kError)
+      fail(m.chunked->error_status(), m.chunked->error_message());
+    else if (m.chunked->state() == ChunkedBody::State::kDone)
+      state_ = State::kDone;
+    return n;
+  }
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(m.length_left, data.size()));
+  m.body.append(data.substr(0, n));
+  m.length_left -= n;
+  if (m.length_left == 0) state_ = State::kDone;
+  return n;
+}
+
+size_t RequestReader::parse_header(std::string_view data) {
+  boost::system::error_code ec;
+  const size_t n = impl_->parser.put(boost::asio::const_buffer(data.data(), data.size()), ec);
+  if (ec == http::error::need_more) return n;
+  if (ec) {
+    fail(status_for(ec), "the request could not be read: " + ec.message());
+    return n;
+  }
+  if (impl_->parser.is_header_done()) check_headers();
+  return n;
 }
 
 void RequestReader::check_headers() {
@@ -131,10 +172,29 @@ void RequestReader::check_headers() {
   }
   if (h.version() >= 11 && h.find(http::field::host) == h.end())
     return fail(400, "an HTTP/1.1 request needs a Host header");
+  const int64_t max_body = std::max<int64_t>(0, limits_.max_body_bytes);
+  if (encodings == 1) {
+    impl_->chunked.emplace(max_body, limits_.max_header_bytes);
+    return;
+  }
+  if (lengths == 1) {
+    const std::string_view v = trim_ows(h[http::field::content_length]);
+    const std::string_view digits = v.substr(std::min(v.find_first_not_of('0'), v.size()));
+    uint64_t length = 0;
+    if (digits.size() > 18)
+      length = UINT64_MAX;  // past any limit; no overflow below
+    else
+      for (char c : digits) length = length * 10 + static_cast<uint64_t>(c - '0');
+    if (length > static_cast<uint64_t>(max_body))
+      return fail(
+          413, str_format("the body is larger than %lld bytes", static_cast<long long>(max_body)));
+    impl_->length_left = length;
+  }
+  if (impl_->length_left == 0) state_ = State::kDone;
 }
 
 size_t RequestReader::body_bytes() const {
-  return impl_->parser.get().body().size();
+  return impl_->body.size();
 }
 
 HttpRequest RequestReader::take() {
@@ -146,7 +206,7 @@ HttpRequest RequestReader::take() {
   r.version = static_cast<int>(m.version());
   for (const auto& f : m)
     r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-  r.body = std::move(m.body());
+  r.body = std::move(impl_->body);
   return r;
 }
 

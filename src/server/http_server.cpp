@@ -484,10 +484,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
 bool wants_close(const HttpRequest& req) {
   const auto v = req.header("Connection");
   if (!v) return req.version < 11;
-  // A token list: "close" anywhere in it.
-  std::string s = *v;
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s.find("close") != std::string::npos || req.version < 11;
+  if (req.version < 11) return true;  // HTTP/1.0 keep-alive is not offered
+  // A comma-separated token list; "close" must be one of its tokens.
+  std::string_view rest = *v;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view token = rest.substr(0, comma);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+      token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (iequals_ascii(token, "close")) return true;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return false;
 }
 
 }  // namespace

@@ -125,6 +125,56 @@ TEST(HttpReader, AmbiguousFramingIsRefused) {
   EXPECT_EQ(read_both("GET / HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n").status, 417);
 }
 
+TEST(HttpReader, ChunkedBodyIsReadStrictly) {
+  const std::string te = kHead + "Transfer-Encoding: chunked\r\n\r\n";
+  // Extensions and trailers are allowed and ignored; hex sizes in either case.
+  Outcome o = read_both(te + "3;name=\"q v\"\r\nabc\r\nA\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n");
+  EXPECT_EQ(o.state, RequestReader::State::kDone);
+  EXPECT_EQ(o.body, "abc0123456789");
+  o = read_both(te + "a\r\n0123456789\r\n00\r\n\r\nGET");  // the next request is left
+  EXPECT_EQ(o.state, RequestReader::State::kDone);
+  EXPECT_EQ(o.used, te.size() + 21);
+  // Bare LF, data longer than its size, no size, a control byte: each is refused.
+  EXPECT_EQ(read_both(te + "3\nabc\r\n0\r\n\r\n").status, 400);
+  EXPECT_EQ(read_both(te + "3\r\nabcd\r\n0\r\n\r\n").status, 400);
+  EXPECT_EQ(read_both(te + "3\r\nabc\n0\r\n\r\n").status, 400);
+  EXPECT_EQ(read_both(te + ";x\r\n").status, 400);
+  EXPECT_EQ(read_both(te + "3;x=\"\n\"\r\nabc\r\n0\r\n\r\n").status, 400);
+  EXPECT_EQ(read_both(te + "0\r\nX: \x01\r\n\r\n").status, 400);
+  EXPECT_EQ(read_both(te + "0\r\n\r\r").status, 400);
+  // Sizes past 16 hex digits, and extensions or trailers past the header limit.
+  EXPECT_EQ(read_both(te + "00000000000000001\r\n").status, 413);
+  HttpLimits l;
+  l.max_header_bytes = 512;
+  EXPECT_EQ(read_both(te + "1;" + std::string(600, 'x') + "\r\n", l).status, 431);
+  EXPECT_EQ(read_both(te + "0\r\nX: " + std::string(600, 'x') + "\r\n", l).status, 431);
+}
+
+TEST(HttpReader, HeaderIsReadOnlyOnceItEnds) {
+  // A bad start line is judged when the header's blank line (or its limit) arrives, the
+  // same whether it came whole or byte by byte.
+  const std::string line = "POST /v1/completions H\x05GET /x HTTP/1.0\r\n";
+  EXPECT_EQ(read_both(line).state, RequestReader::State::kNeedMore);
+  const Outcome o = read_both(line + "Host: x\r\n\r\n");
+  EXPECT_EQ(o.state, RequestReader::State::kError);
+  EXPECT_EQ(o.status, 505);
+  HttpLimits small;
+  small.max_header_bytes = 256;
+  const Outcome big = read_both(line + std::string(300, 'a'), small);
+  EXPECT_EQ(big.state, RequestReader::State::kError);
+  // A bad field within the limit, with no blank line before it: both hit the limit first.
+  const Outcome field = read_both(kHead + "Bad\x0b: x\r\n" + std::string(300, 'a'), small);
+  EXPECT_EQ(field.state, RequestReader::State::kError);
+}
+
+TEST(HttpReader, HeaderFaultIsReportedBeforeABodyFault) {
+  // Seen whole, the parser must not run on into the bad chunk and report that instead.
+  const Outcome o =
+      read_both(kHead + "Transfer-Encoding: chunked\r\nExpect: 050-continue\r\n\r\n3\xc4x\r\r\n");
+  EXPECT_EQ(o.state, RequestReader::State::kError);
+  EXPECT_EQ(o.status, 417);
+}
+
 TEST(HttpReader, ExpectContinueIsReported) {
   RequestReader r{HttpLimits{}};
   r.feed(kHead + "Content-Length: 5\r\nExpect: 100-continue\r\n\r\n");

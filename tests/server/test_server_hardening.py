@@ -5,6 +5,7 @@ import http.client
 import json
 import os
 import random
+import select
 import signal
 import string
 import socket
@@ -213,9 +214,9 @@ def test_many_streams_do_not_starve_health():
             worst = max(worst, health_time(s))
             time.sleep(0.1)
         assert worst < 1.0
-        # The first streams are served meanwhile.
-        st, _, _ = response_of(socks[0])
-        assert st == 200
+        # Streams are served meanwhile: some connection gets its 200 and first events.
+        ready, _, _ = select.select(socks, [], [], 60)
+        assert ready and ready[0].recv(64).startswith(b"HTTP/1.1 200 ")
         for c in socks:
             c.close()
         assert_alive_and_idle(s)
