@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 
+#include "core/arith.h"
+
 namespace pagoda {
 
 int32_t argmax(const float* v, int32_t n) {
@@ -21,11 +23,8 @@ uint64_t random_seed() {
     return (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }();
   static std::atomic<uint64_t> count{0};
-  // splitmix64: distinct, well-mixed seeds from consecutive counts.
-  uint64_t x = base + 0x9e3779b97f4a7c15ull * (count.fetch_add(1, std::memory_order_relaxed) + 1);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  // splitmix64 over base + golden * count: distinct, well-mixed seeds from consecutive counts.
+  return splitmix64(base + 0x9e3779b97f4a7c15ull * count.fetch_add(1, std::memory_order_relaxed));
 }
 
 Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt)

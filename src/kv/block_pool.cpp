@@ -2,24 +2,15 @@
 
 #include <cassert>
 
+#include "core/arith.h"
+
 namespace pagoda::kv {
-namespace {
-
-// splitmix64's finaliser: a cheap, well-mixed 64-bit step.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 BlockHash hash_block(const BlockKey& key) {
-  uint64_t h = mix(key.parent ^ 0x5bd1e9955bd1e995ull);
-  h = mix(h ^ key.extra);
-  for (int32_t t : key.tokens) h = mix(h ^ static_cast<uint32_t>(t));
-  return mix(h ^ key.tokens.size());
+  uint64_t h = splitmix64(key.parent ^ 0x5bd1e9955bd1e995ull);
+  h = splitmix64(h ^ key.extra);
+  for (int32_t t : key.tokens) h = splitmix64(h ^ static_cast<uint32_t>(t));
+  return splitmix64(h ^ key.tokens.size());
 }
 
 BlockPool::BlockPool(int n_blocks, bool enable_caching)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "core/text.h"
 #include "ledger/sources.h"
 
 namespace pagoda::ledger {
@@ -147,12 +148,6 @@ constexpr CatalogEntry kCatalog[] = {
      "dense, GQA 9q/3kv, tied embeddings", smollm2_135m},
 };
 
-std::string lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return o;
-}
-
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -175,14 +170,14 @@ std::span<const CatalogEntry> catalog() {
 }
 
 const CatalogEntry* find_in_catalog(std::string_view name) {
-  const std::string n = lower(name);
+  const std::string n = ascii_lower(name);
   for (const CatalogEntry& e : kCatalog)
     if (e.name == n) return &e;
   return nullptr;
 }
 
 std::string_view closest_catalog_name(std::string_view name) {
-  const std::string n = lower(name);
+  const std::string n = ascii_lower(name);
   std::string_view best;
   size_t best_d = SIZE_MAX;
   for (const CatalogEntry& e : kCatalog) {

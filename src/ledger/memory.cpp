@@ -3,20 +3,12 @@
 #include <algorithm>
 #include <cctype>
 
+#include "core/arith.h"
 #include "core/dtype.h"
+#include "core/text.h"
 
 namespace pagoda::ledger {
 namespace {
-
-int64_t cdiv(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-std::string lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return o;
-}
 
 // Types of the serving formats, in bits per block.
 struct ServeType {
@@ -60,7 +52,7 @@ WeightType storage_type(WeightRole role, const WeightType& type) {
 }  // namespace
 
 Result<WeightType> parse_weight_type(std::string_view name) {
-  std::string n = lower(name);
+  std::string n = ascii_lower(name);
   if (n == "f32" || n == "float32") n = "fp32";
   if (n == "f16" || n == "float16" || n == "half") n = "fp16";
   if (n == "bfloat16") n = "bf16";
@@ -70,7 +62,7 @@ Result<WeightType> parse_weight_type(std::string_view name) {
     if (n == t.name) return make(t);
   for (DType d : kGgufTypes) {
     const DTypeInfo& info = dtype_info(d);
-    if (n == lower(info.name)) {
+    if (n == ascii_lower(info.name)) {
       return WeightType{n, WeightFamily::kGguf, info.block_elems,
                         static_cast<int64_t>(info.block_bytes) * 8, 0};
     }
@@ -82,12 +74,12 @@ Result<WeightType> parse_weight_type(std::string_view name) {
 std::string weight_type_names() {
   std::string s;
   for (const ServeType& t : kServeTypes) s += std::string(s.empty() ? "" : " ") + t.name;
-  for (DType d : kGgufTypes) s += " " + lower(dtype_info(d).name);
+  for (DType d : kGgufTypes) s += " " + ascii_lower(dtype_info(d).name);
   return s;
 }
 
 Result<KvDtype> parse_kv_dtype(std::string_view name) {
-  const std::string n = lower(name);
+  const std::string n = ascii_lower(name);
   if (n == "auto" || n == "bf16" || n == "bfloat16") return KvDtype::kBf16;
   if (n == "fp16" || n == "f16" || n == "float16") return KvDtype::kFp16;
   if (n == "fp8" || n == "fp8_e4m3" || n == "fp8_e5m2") return KvDtype::kFp8;
@@ -121,9 +113,9 @@ int64_t kv_vector_bytes(KvDtype t, int64_t elems) {
     case KvDtype::kFp8:
       return elems;
     case KvDtype::kInt8:
-      return cdiv(elems, 32) * 34;  // q8_0: 32 int8 + fp16 scale
+      return ceil_div(elems, 32) * 34;  // q8_0: 32 int8 + fp16 scale
     case KvDtype::kInt4:
-      return cdiv(elems, 32) * 18;  // q4_0: 32 nibbles + fp16 scale
+      return ceil_div(elems, 32) * 18;  // q4_0: 32 nibbles + fp16 scale
   }
   return 0;
 }
@@ -184,10 +176,10 @@ int64_t kv_bytes_per_token(const ModelShape& s, KvDtype t, int tp) {
 
 int64_t kv_bytes_per_sequence(const KvRate& r, int64_t tokens, int block_size) {
   if (tokens <= 0) return 0;
-  const int64_t blocks = cdiv(tokens, block_size);
+  const int64_t blocks = ceil_div(tokens, block_size);
   int64_t bytes = r.full * blocks * block_size;
   if (r.sliding > 0) {
-    const int64_t window_blocks = cdiv(r.window + block_size - 1, block_size);
+    const int64_t window_blocks = ceil_div(r.window + block_size - 1, block_size);
     bytes += r.sliding * std::min(blocks, window_blocks) * block_size;
   }
   return bytes;
@@ -212,7 +204,7 @@ std::vector<WeightPart> stage_weight_parts(const ModelShape& s, int tp, LayerRan
   using R = WeightRole;
   std::vector<WeightPart> p;
   const int64_t h = s.hidden;
-  const int64_t vocab_rank = cdiv(s.vocab, tp);
+  const int64_t vocab_rank = ceil_div(s.vocab, tp);
   if (first_stage) p.push_back({"embedding", R::kEmbedding, vocab_rank, h, 1});
   for (int64_t l = layers.begin; l < layers.end; ++l) {
     p.push_back({"norms", R::kVector, 1, h, s.norms_per_layer});
@@ -245,16 +237,16 @@ std::vector<WeightPart> stage_weight_parts(const ModelShape& s, int tp, LayerRan
     if (s.layer_is_moe(l)) {
       p.push_back({"router", R::kRouter, s.n_experts, h, 1});
       if (s.expert_score_bias) p.push_back({"router", R::kVector, 1, s.n_experts, 1});
-      const int64_t e = cdiv(s.expert_ffn, tp);
+      const int64_t e = ceil_div(s.expert_ffn, tp);
       p.push_back({"experts", R::kLinear, e, h, 2 * s.n_experts});
       p.push_back({"experts", R::kLinear, h, e, s.n_experts});
       if (s.n_shared_experts > 0) {
-        const int64_t se = cdiv(s.shared_ffn(), tp);
+        const int64_t se = ceil_div(s.shared_ffn(), tp);
         p.push_back({"shared experts", R::kLinear, se, h, 2 * s.n_shared_experts});
         p.push_back({"shared experts", R::kLinear, h, se, s.n_shared_experts});
       }
     } else {
-      const int64_t f = cdiv(s.ffn, tp);
+      const int64_t f = ceil_div(s.ffn, tp);
       p.push_back({"ffn", R::kLinear, f, h, 2});
       p.push_back({"ffn", R::kLinear, h, f, 1});
     }
@@ -272,8 +264,8 @@ std::vector<WeightPart> stage_weight_parts(const ModelShape& s, int tp, LayerRan
 int64_t part_bytes(const WeightPart& part, const WeightType& type) {
   const WeightType t = storage_type(part.role, type);
   const int64_t extra = part.role == WeightRole::kLinear ? t.row_extra_bits : 0;
-  const int64_t row_bits = cdiv(part.cols, t.block_elems) * t.block_bits + extra;
-  return part.count * cdiv(part.rows * row_bits, 8);
+  const int64_t row_bits = ceil_div(part.cols, t.block_elems) * t.block_bits + extra;
+  return part.count * ceil_div(part.rows * row_bits, 8);
 }
 
 int64_t stage_weight_bytes(const ModelShape& s, const WeightType& type, int tp, LayerRange layers,

@@ -8,22 +8,14 @@
 #include <limits>
 #include <optional>
 
+#include "core/arith.h"
 #include "core/fp8_scratch.h"
+#include "core/text.h"
 
 namespace pagoda::ledger {
 namespace {
 
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
-
-int64_t cdiv(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-std::string lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return o;
-}
 
 constexpr NamedGpu kGpus[] = {
     {"H100-80G", 81559}, {"H200-141G", 143771},  {"A100-40G", 40960},   {"A100-80G", 81920},
@@ -45,11 +37,11 @@ int64_t tensor_stage_bytes(const PlanInput& in, LayerRange r, bool first, bool l
       case TensorSplit::kReplicated:
         return t.bytes;
       case TensorSplit::kTensorParallel:
-        return cdiv(t.bytes, tp);
+        return ceil_div(t.bytes, tp);
       case TensorSplit::kKvHeads:
         return in.shape.n_kv_heads > 0
                    ? t.bytes / in.shape.n_kv_heads * kv_heads_per_rank(in.shape, in.tp)
-                   : cdiv(t.bytes, tp);
+                   : ceil_div(t.bytes, tp);
     }
     return t.bytes;
   };
@@ -271,7 +263,7 @@ Result<int64_t> parse_bytes(std::string_view text) {
   const double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || errno != 0 || !(v >= 0))
     return invalid_argument("'" + s + "' is not a memory size (try 80GiB, 141GB or a byte count)");
-  std::string unit = lower(std::string_view(end));
+  std::string unit = ascii_lower(std::string_view(end));
   unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
   struct Unit {
     const char* name;
@@ -305,9 +297,9 @@ Result<int64_t> parse_bytes(std::string_view text) {
 }
 
 Result<Device> parse_device(std::string_view spec, bool gpu) {
-  const std::string want = lower(spec);
+  const std::string want = ascii_lower(spec);
   for (const NamedGpu& g : kGpus) {
-    if (lower(g.name) != want) continue;
+    if (ascii_lower(g.name) != want) continue;
     if (!gpu) return invalid_argument("'" + std::string(spec) + "' is a GPU, not CPU memory");
     return Device{std::string(g.name), g.memory_mib << 20, true};
   }
@@ -324,7 +316,7 @@ Result<Device> parse_device(std::string_view spec, bool gpu) {
 }
 
 int64_t activation_elems_per_token(const ModelShape& s, int tp, LayerRange layers) {
-  const int64_t q = cdiv(s.q_dim(), tp), attn = cdiv(s.attn_out_dim(), tp);
+  const int64_t q = ceil_div(s.q_dim(), tp), attn = ceil_div(s.attn_out_dim(), tp);
   const int64_t kv = s.is_mla() ? s.kv_lora_rank + s.qk_rope_head_dim +
                                       s.n_heads / tp * (s.qk_nope_head_dim + s.v_head_dim)
                                 : 2 * kv_heads_per_rank(s, tp) * s.head_dim;
@@ -333,7 +325,7 @@ int64_t activation_elems_per_token(const ModelShape& s, int tp, LayerRange layer
     ffn = std::max(ffn, s.layer_is_moe(l) ? s.n_active_experts * s.expert_ffn +
                                                 s.n_shared_experts * s.shared_ffn()
                                           : s.ffn);
-  return 4 * s.hidden + q + kv + attn + 3 * cdiv(ffn, tp) + s.rotary_dims();
+  return 4 * s.hidden + q + kv + attn + 3 * ceil_div(ffn, tp) + s.rotary_dims();
 }
 
 int64_t fp8_activation_bytes(const ModelShape& s, int tp, LayerRange layers, int64_t max_tokens) {
@@ -343,11 +335,11 @@ int64_t fp8_activation_bytes(const ModelShape& s, int tp, LayerRange layers, int
     ffn = std::max(ffn, s.layer_is_moe(l)
                             ? std::max(s.expert_ffn, s.n_shared_experts * s.shared_ffn())
                             : s.ffn);
-  ffn = cdiv(ffn, tp);
+  ffn = ceil_div(ffn, tp);
   const int64_t qkv =
-      cdiv(s.q_dim(), tp) + (s.is_mla() ? s.kv_lora_rank + s.qk_rope_head_dim
-                                        : 2 * kv_heads_per_rank(s, tp) * s.head_dim);
-  const int64_t cols = std::max({s.hidden, cdiv(s.attn_out_dim(), tp), ffn});
+      ceil_div(s.q_dim(), tp) + (s.is_mla() ? s.kv_lora_rank + s.qk_rope_head_dim
+                                            : 2 * kv_heads_per_rank(s, tp) * s.head_dim);
+  const int64_t cols = std::max({s.hidden, ceil_div(s.attn_out_dim(), tp), ffn});
   const int64_t rows = std::max({qkv, 2 * ffn, s.hidden});
   return fp8_activation_scratch_bytes(max_tokens, cols, rows);
 }

@@ -7,17 +7,12 @@
 #include <optional>
 #include <sstream>
 
+#include "core/text.h"
 #include "model/arch/arch.h"
 #include "model/weight_types.h"
 
 namespace pagoda::ledger {
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return o;
-}
 
 bool starts_with(std::string_view s, std::string_view p) {
   return s.substr(0, p.size()) == p;
@@ -33,7 +28,7 @@ std::string type_name(DType t) {
     case DType::kBF16:
       return "bf16";
     default:
-      return lower(dtype_name(t));
+      return ascii_lower(dtype_name(t));
   }
 }
 
@@ -314,7 +309,7 @@ Result<ModelSource> resolve_model(const std::string& spec) {
   if (fs::exists(p, ec)) {
     if (!fs::is_regular_file(p, ec))
       return invalid_argument("'" + spec + "' is not a regular file");
-    if (lower(p.extension().string()) == ".json") {
+    if (ascii_lower(p.extension().string()) == ".json") {
       PAGODA_ASSIGN_OR_RETURN(const std::string text, slurp(spec));
       return source_from_hf_config(text, spec);
     }

@@ -4,29 +4,19 @@
 #include <string>
 
 #include "tokenizer/byte_alphabet.h"
+#include "tokenizer/merge_symbols.h"
 #include "tokenizer/unicode.h"
 
 namespace pagoda {
 namespace {
 
-struct Symbol {
-  int prev;
-  int next;
-  size_t offset;
-  size_t length;  // 0 once merged into its left neighbour
-};
-
-struct Bigram {
-  int left;
-  int right;
-  int32_t rank;
-  size_t length;  // of left + right when the pair was queued
-};
+using tokenizer_detail::Symbol;
+using Bigram = tokenizer_detail::Bigram<int32_t>;
 
 // Lowest rank first; among equal ranks the leftmost pair.
 struct BigramOrder {
   bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+    return a.priority > b.priority || (a.priority == b.priority && a.left > b.left);
   }
 };
 

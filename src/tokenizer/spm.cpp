@@ -6,29 +6,19 @@
 #include <string>
 
 #include "core/status.h"
+#include "tokenizer/merge_symbols.h"
 #include "tokenizer/unicode.h"
 
 namespace pagoda {
 namespace {
 
-struct Symbol {
-  int prev;
-  int next;
-  size_t offset;
-  size_t length;  // 0 once merged into its left neighbour
-};
-
-struct Bigram {
-  int left;
-  int right;
-  float score;
-  size_t length;
-};
+using tokenizer_detail::Symbol;
+using Bigram = tokenizer_detail::Bigram<float>;
 
 // Highest score first; among equal scores the leftmost pair, so results are deterministic.
 struct BigramOrder {
   bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
+    return a.priority < b.priority || (a.priority == b.priority && a.left > b.left);
   }
 };
 

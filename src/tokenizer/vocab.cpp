@@ -5,6 +5,7 @@
 #include <cinttypes>
 
 #include "core/log.h"
+#include "core/text.h"
 
 namespace pagoda {
 namespace {
@@ -56,12 +57,6 @@ uint32_t attr_of_type(int64_t type) {
     default:
       return kAttrUndefined;
   }
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 // Which tokens end generation, and which ones serve as EOT and FIM markers when the file
@@ -365,7 +360,7 @@ class Loader {
   // for a few model families by name, and so do we.
   void apply_model_quirks() {
     std::string name, arch;
-    if (auto s = f_.get_string("general.name")) name = lower(*s);
+    if (auto s = f_.get_string("general.name")) name = ascii_lower(*s);
     if (auto s = f_.get_string("general.architecture")) arch = std::string(*s);
     const auto has = [](const std::string& s, std::initializer_list<std::string_view> parts) {
       for (auto p : parts)
