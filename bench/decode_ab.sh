@@ -9,7 +9,7 @@
 # Environment: TYPES (default "BF16 Q4_0"; "BF16+fp8": the BF16 file with
 # --quantization fp8; a llama.cpp mix name such as "Q4_K_M": an F16 file quantized by
 # `pagoda quantize` with that mix), VARIANTS (';'-separated environment
-# settings and `pagoda bench` flags, "-" for none; default "-;PAGODA_CUDA_FUSE=0"; for
+# settings and `pagoda bench` flags, "-" for none; default "-;PAGODA_CUDA_FUSE=none"; for
 # example "-;--async-scheduling;PAGODA_CUDA_SPLIT_KEYS=0 --async-scheduling"; "omit":
 # each kind of op left out in turn), REPS (bench -r; default 3),
 # PAGODA_DATA (default ../shared), OUT_DIR (default build-gpu/ab), MODEL_DIR (default
@@ -21,7 +21,7 @@ OUT_DIR=${OUT_DIR:-build-gpu/ab}
 MODEL_DIR=${MODEL_DIR:-/dev/shm}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 TYPES=${TYPES:-"BF16 Q4_0"}
-VARIANTS=${VARIANTS:-"-;PAGODA_CUDA_FUSE=0"}
+VARIANTS=${VARIANTS:-"-;PAGODA_CUDA_FUSE=none"}
 # VARIANTS=omit: each kind of op left out in turn (PAGODA_CUDA_OMIT), so the differences
 # from "-" are what each kind costs inside the step's graph.
 if [ "$VARIANTS" = omit ]; then

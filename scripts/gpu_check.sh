@@ -278,7 +278,7 @@ if [ $SKIP_BENCH = 0 ]; then
         > "$OUT_DIR/bench_${TYPE}_b128_fp8w.json" 2>&1
     fi
     PAGODA_CUDA_PDL=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nopdl.json" 2>&1
-    PAGODA_CUDA_FUSE=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nofuse.json" 2>&1
+    PAGODA_CUDA_FUSE=none $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_nofuse.json" 2>&1
     # Decode KV splits from the batch size alone (the default picks them from the context).
     PAGODA_CUDA_SPLIT_KEYS=0 $B -p 0 -n 128 -r 3 > "$OUT_DIR/bench_${TYPE}_tg128_batchsplits.json" 2>&1
     PAGODA_CUDA_SPLIT_KEYS=0 $B -p 0 -n 64 --depth 4096 -r 3 --kv-cache-dtype fp8 \

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pagoda/sampling_params.h"
+#include "pagoda/settings.h"
 #include "pagoda/status.h"
 
 namespace pagoda {
@@ -53,6 +54,8 @@ struct EngineConfig {
   // Weight quantization at load, as vLLM's --quantization: "" (none) or "fp8" (the
   // blocks' float matrices to FP8 E4M3 with one scale each; CUDA only).
   std::string quantization;
+  // Developer and test switches (PAGODA_* in the CLI; include/pagoda/settings.h).
+  Settings settings;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

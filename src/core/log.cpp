@@ -1,24 +1,13 @@
 #include "core/log.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
+#include <cstdio>
 
 namespace pagoda {
 namespace {
 
-LogLevel level_from_env() {
-  const char* v = std::getenv("PAGODA_LOG");
-  if (v == nullptr) return LogLevel::kWarn;
-  if (std::strcmp(v, "debug") == 0) return LogLevel::kDebug;
-  if (std::strcmp(v, "info") == 0) return LogLevel::kInfo;
-  if (std::strcmp(v, "error") == 0) return LogLevel::kError;
-  if (std::strcmp(v, "silent") == 0) return LogLevel::kSilent;
-  return LogLevel::kWarn;
-}
-
 std::atomic<int>& level_storage() {
-  static std::atomic<int> level{static_cast<int>(level_from_env())};
+  static std::atomic<int> level{static_cast<int>(LogLevel::kWarn)};  // set_log_level: PAGODA_LOG
   return level;
 }
 

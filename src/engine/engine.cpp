@@ -15,7 +15,6 @@
 #include <unordered_set>
 
 #include "core/device.h"
-#include "core/env.h"
 #include "core/log.h"
 #include "engine/engine_core.h"
 #include "engine/fault_injection.h"
@@ -104,9 +103,8 @@ class EngineImpl : public Engine {
 
   Status init(const EngineConfig& cfg) {
     config_ = cfg;
-    // Read before the load, so that a mistyped value fails at once.
-    PAGODA_ASSIGN_OR_RETURN(const int64_t device_sampling,
-                            env_integer("PAGODA_DEVICE_SAMPLING", 1, 0, 1));
+    // Checked before the load, so that a mistyped value fails at once.
+    PAGODA_ASSIGN_OR_RETURN(const FaultPlan faults, parse_fault_plan(cfg.settings.fault_inject));
     PAGODA_ASSIGN_OR_RETURN(file_, GgufFile::open(cfg.model_path));
     auto tok = Tokenizer::from_gguf(*file_);
     if (!tok) return tok.status().with_context("loading the tokenizer of '" + cfg.model_path + "'");
@@ -123,12 +121,10 @@ class EngineImpl : public Engine {
     config_.kv_cache_memory = budget.pool_bytes;
     file_.reset();  // the weights are copied; the mapping is no longer needed
 
-    // Read once, here: tests set it to make forward passes fail (fault_injection.h).
-    const char* fault_env = std::getenv(kFaultInjectEnv);
-    PAGODA_ASSIGN_OR_RETURN(const FaultPlan faults, parse_fault_plan(fault_env ? fault_env : ""));
+    // Tests make forward passes fail so (fault_injection.h).
     Executor* exec = exec_.get();
     if (faults.active()) {
-      log_warn(std::string(kFaultInjectEnv) + "=" + fault_env + ": forward passes will fail");
+      log_warn("PAGODA_FAULT_INJECT=" + cfg.settings.fault_inject + ": forward passes will fail");
       faulty_ = std::make_unique<FaultInjectingExecutor>(*exec_, faults);
       exec = faulty_.get();
     }
@@ -137,7 +133,7 @@ class EngineImpl : public Engine {
     cc.block_size = cfg.block_size;
     cc.enable_prefix_caching = cfg.enable_prefix_caching;
     cc.async_scheduling = cfg.async_scheduling;
-    cc.device_sampling = device_sampling != 0;
+    cc.device_sampling = cfg.settings.device_sampling;
     cc.sched.max_num_seqs = cfg.max_num_seqs;
     cc.sched.max_num_batched_tokens = cfg.max_num_batched_tokens;
     cc.sched.max_model_len = config_.max_model_len;
@@ -192,6 +188,7 @@ class EngineImpl : public Engine {
     o.device = gpu;
     o.kv_cache_type = g.kv_cache_type;
     o.fp8_weights = g.fp8_weights;
+    o.cuda = config_.settings.cuda;
     auto runner = make_cuda_runner(*file_, o);
     if (!runner)
       return runner.status().with_context("loading '" + config_.model_path + "' on " +

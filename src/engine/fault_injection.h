@@ -1,9 +1,10 @@
 // Fault injection for tests of error paths above the engine: an Executor wrapper that
 // makes chosen forward passes fail, as a device or model fault would.
 //
-// The Engine reads PAGODA_FAULT_INJECT once, when it is created:
+// The Engine takes the plan from EngineConfig::settings.fault_inject (the CLI's
+// PAGODA_FAULT_INJECT), when it is created:
 //
-//   PAGODA_FAULT_INJECT=forward_fail_after=N[,forward_fail_count=K]
+//   forward_fail_after=N[,forward_fail_count=K]
 //
 // The first N forward passes run normally; the K passes after them (default 1; 0: every
 // one from then on) return an internal error without running the model. The engine then

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "pagoda/settings.h"
 
 namespace pagoda {
 
@@ -38,6 +39,7 @@ struct RunnerOptions {
   // CPU: sees each layer product's input in every forward pass (importance matrices);
   // the CUDA backend refuses one.
   ActivationObserver* observer = nullptr;
+  CudaSwitches cuda;  // the CUDA backend's A/B switches (PAGODA_CUDA_*)
 };
 
 class ModelRunner {
@@ -83,8 +85,8 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& poo
 // Pagoda was built without CUDA, its plugin cannot be loaded, or no GPU is present.
 //
 // The backend is a plugin (libpagoda_cuda.so beside the executable, or the file named by
-// PAGODA_CUDA_PLUGIN) opened on first use: linking cuBLASLt into the executable cost
-// every CPU process ~180 MB of resident memory (its relocations, data and static
+// set_cuda_plugin_path: PAGODA_CUDA_PLUGIN) opened on first use: linking cuBLASLt into the
+// executable cost every CPU process ~180 MB of resident memory (its relocations, data and static
 // initialisers) and its load time, for a GPU it never touches.
 Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const GgufFile& file,
                                                       const RunnerOptions& options);
@@ -93,10 +95,12 @@ struct GpuMemory {
 };
 // Free and total memory of GPU `device` (creating its context on first use).
 Result<GpuMemory> cuda_memory_info(int device);
+// The plugin's path, "" for the default places; only before the backend's first use.
+void set_cuda_plugin_path(const std::string& path);
 // Whether this build produced the CUDA plugin (it may still fail to load or find no GPU).
 bool cuda_built();
 // Bumped whenever make_cuda_runner's types change, so a stale plugin is refused rather
 // than called with the wrong layout.
-inline constexpr int kCudaPluginAbi = 6;
+inline constexpr int kCudaPluginAbi = 7;
 
 }  // namespace pagoda

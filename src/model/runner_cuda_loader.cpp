@@ -21,10 +21,16 @@ using MemFn = void (*)(int, Result<GpuMemory>*);
 
 constexpr const char* kPluginName = "libpagoda_cuda.so";
 
-// The plugin beside the running executable (the build tree and an installed bin/ alike),
-// or ../lib/ from it.
+std::mutex g_path_mu;
+std::string g_plugin_path;  // set_cuda_plugin_path; "": the default places
+
+// The plugin named by set_cuda_plugin_path, or the one beside the running executable (the
+// build tree and an installed bin/ alike), or ../lib/ from it.
 std::vector<std::string> candidate_paths() {
-  if (const char* env = std::getenv("PAGODA_CUDA_PLUGIN"); env && *env) return {env};
+  {
+    std::lock_guard<std::mutex> l(g_path_mu);
+    if (!g_plugin_path.empty()) return {g_plugin_path};
+  }
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return {kPluginName};  // the loader's own search path
@@ -83,6 +89,11 @@ const Plugin& plugin() {
 }
 
 }  // namespace
+
+void set_cuda_plugin_path(const std::string& path) {
+  std::lock_guard<std::mutex> l(g_path_mu);
+  g_plugin_path = path;
+}
 
 Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const GgufFile& file,
                                                       const RunnerOptions& options) {

@@ -4,10 +4,14 @@
 
 #include <atomic>
 #include <cmath>
+#include <map>
+#include <set>
+#include <string>
 
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/env.h"
+#include "core/settings.h"
 #include "core/thread_pool.h"
 
 namespace pagoda {
@@ -68,16 +72,51 @@ TEST(Settings, TakeWholeIntegersInRangeOnly) {
 }
 
 TEST(Settings, UnsetOrEmptyVariableGivesTheDefault) {
-  const char* name = "PAGODA_TEST_SETTING_XYZ";
-  ::unsetenv(name);
-  EXPECT_EQ(*env_integer(name, 7, 0, 10), 7);
-  ::setenv(name, "", 1);
-  EXPECT_EQ(*env_integer(name, 7, 0, 10), 7);
-  ::setenv(name, "3", 1);
-  EXPECT_EQ(*env_integer(name, 7, 0, 10), 3);
-  ::setenv(name, "three", 1);
-  EXPECT_FALSE(env_integer(name, 7, 0, 10).is_ok());
-  ::unsetenv(name);
+  std::map<std::string, std::string> env;
+  const auto lookup = [&](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  Result<Settings> s = read_settings(lookup);
+  ASSERT_TRUE(s.is_ok());
+  EXPECT_EQ(s->cuda.fuse, CudaSwitches::kFuseAll);
+  EXPECT_EQ(s->cuda.split_keys, 256);
+  EXPECT_TRUE(s->device_sampling);
+  env["PAGODA_CUDA_SPLIT_KEYS"] = "";
+  env["PAGODA_CUDA_FUSE"] = "rope,norm_ffn";
+  env["PAGODA_DEVICE_SAMPLING"] = "0";
+  env["PAGODA_CUDA_OMIT"] = "attention,down";
+  s = read_settings(lookup);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  EXPECT_EQ(s->cuda.split_keys, 256);
+  EXPECT_EQ(s->cuda.fuse, CudaSwitches::kFuseRope | CudaSwitches::kFuseNormFfn);
+  EXPECT_EQ(s->cuda.omit, CudaSwitches::kOmitAttention | CudaSwitches::kOmitDown);
+  EXPECT_FALSE(s->device_sampling);
+  const std::string table = describe_settings(*s);
+  EXPECT_NE(table.find("rope,norm_ffn"), std::string::npos) << table;
+  env["PAGODA_CUDA_FUSE"] = "none";
+  EXPECT_EQ(read_settings(lookup)->cuda.fuse, 0u);
+}
+
+TEST(Settings, MalformedValueIsAnErrorNamingIt) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"PAGODA_CUDA_FUSE", "29"},      {"PAGODA_CUDA_FUSE", "rope,,quant"},
+      {"PAGODA_CUDA_OMIT", "nothing"}, {"PAGODA_CUDA_SPLIT_KEYS", "256k"},
+      {"PAGODA_CUDA_Q8_UNROLL", "3"},  {"PAGODA_CUDA_GRAPHS", "off"},
+      {"PAGODA_DEVICE_SAMPLING", "2"}, {"PAGODA_ISA", "avx3"},
+      {"PAGODA_LOG", "loud"}};
+  for (const auto& [name, value] : bad) {
+    const auto lookup = [&](const char* n) -> const char* {
+      return std::string_view(n) == name ? value : nullptr;
+    };
+    const Result<Settings> s = read_settings(lookup);
+    ASSERT_FALSE(s.is_ok()) << name << "=" << value;
+    EXPECT_NE(s.status().message().find(std::string(name) + "="), std::string::npos)
+        << s.status().message();
+  }
+  // Every variable of the table is named once.
+  std::set<std::string> names;
+  for (const SettingSpec& spec : setting_table()) EXPECT_TRUE(names.insert(spec.name).second);
 }
 
 TEST(Device, TakesCpuCudaAndCudaN) {

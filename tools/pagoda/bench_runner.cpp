@@ -35,6 +35,7 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
   o.device = bc.device;
   o.kv_cache_type = bc.kv_cache_type;
   o.fp8_weights = bc.fp8_weights;
+  o.cuda = settings().cuda;
   auto runner = make_cuda_runner(**file, o);
   if (!runner) return fail("bench", runner.status());
   ModelRunner& r = **runner;

@@ -217,6 +217,7 @@ Result<size_t> longest_prompt(const Prompts& prompts, int n_vocab) {
 // the engine reads --kv-cache-dtype and --quantization.
 Result<RunnerOptions> runner_options(const Args& args, int n_ctx, int gpu) {
   RunnerOptions o;
+  o.cuda = settings().cuda;
   o.n_kv_blocks = (n_ctx + 15) / 16;
   o.device = gpu;
   EngineConfig engine_flags;

@@ -1,9 +1,11 @@
-// pagoda info: what a GGUF file holds (metadata, tensors, model configuration).
+// pagoda info: what a GGUF file holds (metadata, tensors, model configuration), or with
+// --env the PAGODA_* switches and the values in force.
 #include <cstdio>
 
 #include "args.h"
 #include "commands.h"
 #include "common.h"
+#include "core/settings.h"
 
 namespace pagoda::cli {
 
@@ -11,12 +13,17 @@ int cmd_info(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
       {"--model", "-m", true, "GGUF file"},
       {"--tensors", "", false, "list every tensor"},
+      {"--env", "", false, "list the PAGODA_* environment switches and the values in force"},
       {"--help", "-h", false, "show this help"},
   };
   auto args = Args::parse(argc, argv, 1, specs);
   if (!args) return fail("info", args.status());
   if (args->has("--help")) {
-    std::printf("%s", usage("info", "-m FILE [--tensors]", specs).c_str());
+    std::printf("%s", usage("info", "-m FILE [--tensors] | --env", specs).c_str());
+    return 0;
+  }
+  if (args->has("--env")) {
+    std::printf("%s", describe_settings(settings()).c_str());
     return 0;
   }
   std::string path =

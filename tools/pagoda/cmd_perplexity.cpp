@@ -90,6 +90,7 @@ int cmd_perplexity(int argc, char** argv) {
   ThreadPool pool(cf->threads);
   RunnerOptions base_opts = perplexity_runner_options(po);
   base_opts.device = spec->index;
+  base_opts.cuda = settings().cuda;
   RunnerOptions opts = base_opts;
   opts.kv_cache_type = *kv_type;
   opts.fp8_weights = *fp8;

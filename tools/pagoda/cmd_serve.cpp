@@ -54,8 +54,7 @@ Status read_server_flags(const Args& args, server::ServerConfig* sc) {
     l.max_header_bytes = static_cast<size_t>(b);
   }
   sc->open_health_metrics = args.has("--open-health-metrics");
-  if (const char* k = std::getenv("PAGODA_API_KEY")) sc->api_key = k;
-  sc->api_key = args.get_or("--api-key", sc->api_key);
+  sc->api_key = args.get_or("--api-key", settings().api_key);
   if (sc->open_health_metrics && sc->api_key.empty())
     return invalid_argument("--open-health-metrics needs --api-key (without a key all is open)");
   return Status::ok();

@@ -7,6 +7,10 @@
 #include <sstream>
 
 #include "args.h"
+#include "backend/cpu/cpu_features.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "model/runner.h"
 
 namespace pagoda::cli {
 
@@ -75,6 +79,30 @@ Result<std::vector<int32_t>> parse_token_list(const std::string& s) {
 int fail(const std::string& command, const Status& s) {
   std::fprintf(stderr, "pagoda %s: error: %s\n", command.c_str(), s.message().c_str());
   return 1;
+}
+
+namespace {
+Settings g_settings;
+}  // namespace
+
+Status init_settings() {
+  PAGODA_ASSIGN_OR_RETURN(g_settings, read_settings());
+  const Settings& s = g_settings;
+  static constexpr std::pair<const char*, LogLevel> kLevels[] = {{"debug", LogLevel::kDebug},
+                                                                 {"info", LogLevel::kInfo},
+                                                                 {"warn", LogLevel::kWarn},
+                                                                 {"error", LogLevel::kError},
+                                                                 {"silent", LogLevel::kSilent}};
+  for (const auto& [name, level] : kLevels)
+    if (s.log == name) set_log_level(level);
+  if (s.isa == "generic") cpu::set_isa_override(cpu::Isa::kGeneric);
+  if (s.isa == "avx2") cpu::set_isa_override(cpu::Isa::kAvx2);
+  set_cuda_plugin_path(s.cuda_plugin);
+  return Status::ok();
+}
+
+const Settings& settings() {
+  return g_settings;
 }
 
 }  // namespace pagoda::cli

@@ -12,6 +12,7 @@
 #include "engine/perplexity.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "pagoda/settings.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
@@ -47,5 +48,11 @@ Result<std::vector<int32_t>> parse_token_list(const std::string& s);
 int fail(const std::string& command, const Status& s);
 
 double now_seconds();
+
+// The PAGODA_* switches (core/settings.h), read once by main before any command runs and
+// applied to the process-wide ones (log level, ISA cap, CUDA plugin path); commands pass
+// the rest down in EngineConfig::settings and RunnerOptions::cuda.
+Status init_settings();
+const Settings& settings();
 
 }  // namespace pagoda::cli

@@ -45,6 +45,7 @@ Result<int64_t> parse_bytes(const std::string& s) {
 Status read_engine_flags(const Args& args, EngineConfig* c) {
   if (!args.has("--model")) return invalid_argument("missing -m MODEL");
   c->model_path = *args.get("--model");
+  c->settings = settings();
   FlagReader f(args);
   c->threads = static_cast<int>(f.integer("--threads", 0, 0, 1024));
   c->max_num_seqs = static_cast<int>(f.integer("--max-num-seqs", c->max_num_seqs, 1, 1 << 20));

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "commands.h"
+#include "common.h"
 
 namespace {
 
@@ -50,6 +51,11 @@ int main(int argc, char** argv) {
       !std::strcmp(argv[1], "help")) {
     print_usage(stdout);
     return 0;
+  }
+  // Every PAGODA_* variable, once, before any command: a mistyped one fails here.
+  if (const pagoda::Status s = pagoda::cli::init_settings(); !s.is_ok()) {
+    std::fprintf(stderr, "pagoda: %s\n", s.message().c_str());
+    return 2;
   }
   for (const Command& c : kCommands)
     if (!std::strcmp(argv[1], c.name)) return c.fn(argc - 1, argv + 1);

@@ -45,14 +45,6 @@ Isa hardware_isa() {
   return Isa::kGeneric;
 }
 
-Isa env_cap() {
-  const char* v = std::getenv("PAGODA_ISA");
-  if (v == nullptr) return Isa::kAvx512;
-  if (std::strcmp(v, "generic") == 0) return Isa::kGeneric;
-  if (std::strcmp(v, "avx2") == 0) return Isa::kAvx2;
-  return Isa::kAvx512;
-}
-
 std::atomic<int> g_override{-1};
 
 }  // namespace
@@ -64,9 +56,7 @@ const CpuFeatures& cpu_features() {
 
 Isa best_isa() {
   static const Isa hw = hardware_isa();
-  static const Isa cap = env_cap();
-  int best =
-      static_cast<int>(hw) < static_cast<int>(cap) ? static_cast<int>(hw) : static_cast<int>(cap);
+  int best = static_cast<int>(hw);
   const int o = g_override.load(std::memory_order_relaxed);
   if (o >= 0 && o < best) best = o;
   return static_cast<Isa>(best);

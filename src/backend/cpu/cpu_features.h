@@ -19,9 +19,9 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();
 // The best ISA level usable here: avx512 needs F/BW/VL/DQ/VNNI/BF16, avx2 needs AVX2/FMA/F16C;
-// lowered by PAGODA_ISA or set_isa_override().
+// lowered by set_isa_override() (the CLI's PAGODA_ISA).
 Isa best_isa();
-// For tests: force a lower ISA level (never above what the CPU has). Affects only
+// Tests and PAGODA_ISA: force a lower ISA level (never above what the CPU has). Affects only
 // modules that pick their implementation after this call, or that consult best_isa()
 // on each call.
 void set_isa_override(Isa isa);

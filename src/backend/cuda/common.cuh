@@ -144,9 +144,10 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-// Whether the kernels of a step launch as programmatic dependents (Hopper and later;
-// PAGODA_CUDA_PDL=0 turns it off).
+// Whether the kernels of a step launch as programmatic dependents (Hopper and later,
+// unless set_pdl_allowed(false): CudaSwitches::pdl, PAGODA_CUDA_PDL=0).
 bool pdl_enabled();
+void set_pdl_allowed(bool allowed);
 
 // Launches `kernel` on `stream` (with `smem` bytes of dynamic shared memory), as a
 // programmatic dependent of the previous kernel when pdl_enabled(). Every kernel launched

@@ -6,7 +6,6 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemv_q8.h"
-#include "core/env.h"
 #include "core/fp8_scratch.h"
 
 namespace pagoda::cuda {
@@ -43,8 +42,6 @@ struct Gemm::Plan {
 
 Result<std::unique_ptr<Gemm>> Gemm::create() {
   std::unique_ptr<Gemm> g(new Gemm());
-  PAGODA_ASSIGN_OR_RETURN(const int64_t fast, env_integer("PAGODA_FP8_FAST_ACCUM", 0, 0, 1));
-  g->fp8_fast_accum_ = fast != 0;
   PAGODA_CUBLAS_TRY(cublasLtCreate(&g->lt_));
   PAGODA_CUDA_TRY(cudaMalloc(&g->workspace_, kWorkspaceBytes));
   g->workspace_bytes_ = kWorkspaceBytes;

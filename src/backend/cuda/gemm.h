@@ -62,6 +62,8 @@ class Gemm {
   // (cuBLASLt's fast accumulation; PAGODA_FP8_FAST_ACCUM=1), rather than promoting
   // partial sums to f32 along k.
   bool fp8_fast_accum() const { return fp8_fast_accum_; }
+  // CudaSwitches::fp8_fast_accum (PAGODA_FP8_FAST_ACCUM); off by default.
+  void set_fp8_fast_accum(bool on) { fp8_fast_accum_ = on; }
 
  private:
   Gemm() = default;

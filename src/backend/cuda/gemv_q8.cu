@@ -14,7 +14,6 @@
 #include "backend/cuda/gemv_fusion.cuh"
 #include "backend/cuda/gemv_q8.h"
 #include "backend/cuda/kquant_layout.h"
-#include "core/env.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -434,14 +433,10 @@ void launch_u(const DeviceMatrix& w, const Q8Act& x, const void* xin, int n, flo
     go(gemv_q8_kernel<T, NT, R, 4, PRO, EPI, U>, 4);
 }
 
-// U of every block type: 2, or 4 with PAGODA_CUDA_Q8_UNROLL=4 (kept for A/B runs; the
-// runner checks the value at load), or the tests' override.
+// U of every block type: 2, or 4 when set (CudaSwitches::q8_unroll, PAGODA_CUDA_Q8_UNROLL=4,
+// kept for A/B runs; or the tests).
 int q8_unroll() {
-  static const int u = [] {
-    const Result<int64_t> e = env_integer("PAGODA_CUDA_Q8_UNROLL", 2, 2, 4);
-    return e.is_ok() && *e == 4 ? 4 : 2;
-  }();
-  return g_q8_unroll_override > 0 ? g_q8_unroll_override : u;
+  return g_q8_unroll_override > 0 ? g_q8_unroll_override : 2;
 }
 
 template <DType T, int NT, int R, Pro PRO, GemvFusion::Kind EPI>

@@ -2,9 +2,9 @@
 // SiLU-and-multiply, each writing the next GEMM's activation type directly.
 #include <cstdlib>
 
+#include <atomic>
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
-#include "core/env.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -220,11 +220,16 @@ Status silu_mul_q8(const float* gu, int n, int ff, const Q8Act& out, cudaStream_
   return launch_status("silu_mul_q8");
 }
 
+namespace {
+std::atomic<bool> g_pdl_allowed{true};
+}  // namespace
+
+void set_pdl_allowed(bool allowed) {
+  g_pdl_allowed.store(allowed, std::memory_order_relaxed);
+}
+
 bool pdl_enabled() {
-  static const bool on = [] {
-    // The runner refuses a malformed value at load (CudaModel::load); the same rule here.
-    const Result<int64_t> e = env_integer("PAGODA_CUDA_PDL", 1, 0, 1);
-    if (e.is_ok() && *e == 0) return false;
+  static const bool hopper = [] {
     // Programmatic dependent launch exists from Hopper on; a build that also targets
     // sm_80 / sm_89 (-DCMAKE_CUDA_ARCHITECTURES="80;89;90") launches the ordinary way there.
     int dev = 0, major = 0;
@@ -232,7 +237,7 @@ bool pdl_enabled() {
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
            major >= 9;
   }();
-  return on;
+  return hopper && g_pdl_allowed.load(std::memory_order_relaxed);
 }
 
 Status argmax_rows(const float* logits, int n, int n_vocab, int32_t* out, cudaStream_t stream) {

@@ -15,7 +15,6 @@
 #include "backend/cpu/convert_blocks.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/check.h"
-#include "core/env.h"
 #include "core/log.h"
 #include "model/arch/arch.h"
 #include "model/cuda/op_profiler.h"
@@ -217,28 +216,6 @@ CudaModel::~CudaModel() {
 }
 
 // PAGODA_CUDA_OMIT: comma-separated kinds of op to leave out of every step.
-Result<unsigned> CudaModel::parse_omit(const char* text) {
-  static constexpr std::pair<const char*, unsigned> kKinds[] = {
-      {"norm", kOmitNorm},           {"qkv", kOmitQkv},   {"rope", kOmitRope},
-      {"attention", kOmitAttention}, {"wo", kOmitWo},     {"gate_up", kOmitGateUp},
-      {"silu", kOmitSilu},           {"down", kOmitDown}, {"output", kOmitOutput}};
-  unsigned bits = 0;
-  std::string_view rest = text ? text : "";
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const std::string_view name = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    unsigned bit = 0;
-    for (const auto& [k, b] : kKinds)
-      if (name == k) bit = b;
-    if (bit == 0)
-      return invalid_argument("PAGODA_CUDA_OMIT: unknown kind of op '" + std::string(name) +
-                              "' (norm, qkv, rope, attention, wo, gate_up, silu, down, output)");
-    bits |= bit;
-  }
-  return bits;
-}
-
 Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
                                                    const RunnerOptions& options) {
   if (options.kv_block_size <= 0 || options.kv_block_size % 16 != 0)
@@ -246,31 +223,26 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   if (!(options.kv_k_scale > 0 && options.kv_v_scale > 0 && std::isfinite(options.kv_k_scale) &&
         std::isfinite(options.kv_v_scale)))
     return invalid_argument("KV cache scales must be positive and finite");
-  // The developer switches first: a mistyped one fails before the weights are read.
-  PAGODA_ASSIGN_OR_RETURN(const int64_t profile, env_integer("PAGODA_CUDA_PROFILE", 0, 0, 1));
-  PAGODA_ASSIGN_OR_RETURN(const int64_t graphs, env_integer("PAGODA_CUDA_GRAPHS", 1, 0, 1));
-  PAGODA_ASSIGN_OR_RETURN(const int64_t fuse,
-                          env_integer("PAGODA_CUDA_FUSE", kFuseAll, 0, kFuseAll));
-  PAGODA_ASSIGN_OR_RETURN(const int64_t split_keys,
-                          env_integer("PAGODA_CUDA_SPLIT_KEYS", 256, 0, 1 << 20));
-  PAGODA_ASSIGN_OR_RETURN(const unsigned omit, parse_omit(std::getenv("PAGODA_CUDA_OMIT")));
-  if (omit) log_warn("PAGODA_CUDA_OMIT: ops left out of every step; the outputs are wrong");
-  // Read where the kernels are launched (pdl_enabled, gemv_q8's q8_unroll); only checked
-  // here.
-  PAGODA_RETURN_IF_ERROR(env_integer("PAGODA_CUDA_PDL", 1, 0, 1).status());
-  PAGODA_ASSIGN_OR_RETURN(const int64_t q8_unroll, env_integer("PAGODA_CUDA_Q8_UNROLL", 2, 2, 4));
-  if (q8_unroll == 3) return invalid_argument("PAGODA_CUDA_Q8_UNROLL must be 2 or 4");
+  const CudaSwitches& sw = options.cuda;
+  if (sw.q8_unroll != 2 && sw.q8_unroll != 4)
+    return invalid_argument("the q8 products' unroll must be 2 or 4");
+  if (sw.split_keys < 0) return invalid_argument("split_keys must be 0 or more");
+  if (sw.omit) log_warn("PAGODA_CUDA_OMIT: ops left out of every step; the outputs are wrong");
+  // Launch-wide switches of the kernels: the process has one model per device.
+  cuda::set_pdl_allowed(sw.pdl);
+  cuda::set_gemv_q8_unroll_override(sw.q8_unroll == 4 ? 4 : 0);
   std::unique_ptr<CudaModel> m(new CudaModel());
   m->options_ = options;
   PAGODA_ASSIGN_OR_RETURN(m->dev_, cuda::DeviceContext::open(options.device));
+  m->dev_->gemm().set_fp8_fast_accum(sw.fp8_fast_accum);
   PAGODA_RETURN_IF_ERROR(m->load_weights(f));
   PAGODA_RETURN_IF_ERROR(m->allocate_kv());
   PAGODA_RETURN_IF_ERROR(m->reserve(options.max_batch_tokens, options.max_logit_rows));
-  if (profile) m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
-  m->use_graphs_ = graphs != 0;
-  m->fuse_ = static_cast<unsigned>(fuse);
-  m->split_keys_ = static_cast<int>(split_keys);
-  m->omit_ = omit;
+  if (sw.profile) m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
+  m->use_graphs_ = sw.graphs;
+  m->fuse_ = sw.fuse;
+  m->split_keys_ = sw.split_keys;
+  m->omit_ = sw.omit;
   return m;
 }
 

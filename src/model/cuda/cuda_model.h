@@ -131,25 +131,25 @@ class CudaModel : public ModelRunner {
   std::map<GraphKey, std::unique_ptr<Graph>> graphs_;
   std::map<GraphKey, int> graph_seen_;  // eager runs per key before capture
   bool use_graphs_ = true;
-  // Which fusions one-token steps take (cuda::gemv_fused): the qkv product's RoPE + KV
-  // store epilogue, and block weights quantizing their input in the product. Measured on
-  // the H200 (bench/RESULTS.md, stop 17). PAGODA_CUDA_FUSE sets the bits (0: the separate
-  // kernels, as larger batches run).
-  // kFuseNormAttn / kFuseNormFfn: the RMSNorm before qkv (after the first layer's) / before
-  // gate_up folded into the products on either side of it (GemvFusion's norm_*), where
-  // both are one-token kernels that take it and the activations are bf16 or f32: on an
-  // H100, BF16 +1.4%, FP8 weights +3.8% (bench/RESULTS.md, stop 28).
-  static constexpr unsigned kFuseQkv = 1, kFuseQuant = 4, kFuseNormAttn = 8, kFuseNormFfn = 16;
-  static constexpr unsigned kFuseAll = kFuseQkv | kFuseQuant | kFuseNormAttn | kFuseNormFfn;
+  // Which fusions one-token steps take (cuda::gemv_fused; CudaSwitches says what each is).
+  // Measured: bench/RESULTS.md, stops 17 and 28.
+  static constexpr unsigned kFuseQkv = CudaSwitches::kFuseRope,
+                            kFuseQuant = CudaSwitches::kFuseQuant,
+                            kFuseNormAttn = CudaSwitches::kFuseNormAttn,
+                            kFuseNormFfn = CudaSwitches::kFuseNormFfn,
+                            kFuseAll = CudaSwitches::kFuseAll;
   unsigned fuse_ = kFuseAll;
-  // Kinds of op left out of every step: a timing experiment (what each kind costs inside
-  // the graph, where eager profiles mislead); the outputs are wrong. PAGODA_CUDA_OMIT
-  // names them (parse_omit in cuda_model.cpp); none by default.
-  static constexpr unsigned kOmitNorm = 1, kOmitQkv = 2, kOmitRope = 4, kOmitAttention = 8,
-                            kOmitWo = 16, kOmitGateUp = 32, kOmitSilu = 64, kOmitDown = 128,
-                            kOmitOutput = 256;
+  // Kinds of op left out of every step (CudaSwitches::omit, PAGODA_CUDA_OMIT): a timing
+  // experiment, what each kind costs inside the graph; the outputs are wrong.
+  static constexpr unsigned kOmitNorm = CudaSwitches::kOmitNorm, kOmitQkv = CudaSwitches::kOmitQkv,
+                            kOmitRope = CudaSwitches::kOmitRope,
+                            kOmitAttention = CudaSwitches::kOmitAttention,
+                            kOmitWo = CudaSwitches::kOmitWo,
+                            kOmitGateUp = CudaSwitches::kOmitGateUp,
+                            kOmitSilu = CudaSwitches::kOmitSilu,
+                            kOmitDown = CudaSwitches::kOmitDown,
+                            kOmitOutput = CudaSwitches::kOmitOutput;
   unsigned omit_ = 0;
-  static Result<unsigned> parse_omit(const char* text);
   // Keys a decode KV split aims at (cuda::decode_splits_for_context), so short contexts
   // run few splits and skip the merge; 0: splits depend on the batch size alone
   // (cuda::decode_splits). PAGODA_CUDA_SPLIT_KEYS sets it; 256 by default (an H100's
