@@ -83,13 +83,15 @@ std::string write_model(const ModelSpec& s, std::mt19937& rng) {
 
 // Two sequences: A's prompt goes through the tensor-core kernel in two chunks, B's short
 // prompt through the row kernel; then both decode together.
-void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n_decode = 3) {
+void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n_decode = 3,
+                      int split_keys = CudaSwitches{}.split_keys) {
   const std::string path = write_model(s, rng);
   auto file = GgufFile::open(path);
   if (!file) return fail(file.status().message());
   auto cpu_model = Model::load(**file);
   if (!cpu_model) return fail(cpu_model.status().message());
   RunnerOptions o;
+  o.cuda.split_keys = split_keys;
   o.n_kv_blocks = 64;
   o.max_batch_tokens = 160;
   ThreadPool pool(4);
@@ -173,19 +175,18 @@ CUDA_TEST(model_forward_matches_cpu) {
   compare_backends({"llama", DType::kQ6_K, 256, 4, 2, 512, 2, 1000, false, false}, kQuant, rng);
 }
 
-// Decode KV splits from the context (PAGODA_CUDA_SPLIT_KEYS, read when the runner loads;
-// 0 is the batch-only rule, 256 the default that the other tests run): with 10 keys a split, A's
-// decode rows (context 151 on) run 16 splits until context 161, then 32, each count eager once,
-// then captured, then replayed from its graph; B's (4 on) run 1. Every step's logits must still be
-// the CPU's.
+// Decode KV splits from the context (CudaSwitches::split_keys, PAGODA_CUDA_SPLIT_KEYS; 0 is the
+// batch-only rule, 256 the default that the other tests run): with 10 keys a split, A's decode rows
+// (context 151 on) run 16 splits until context 161, then 32, each count eager once, then captured,
+// then replayed from its graph; B's (4 on) run 1. Every step's logits must still be the CPU's.
 CUDA_TEST(decode_split_keys_match_cpu) {
   std::mt19937 rng(23);
-  for (const char* keys : {"0", "10", "64"}) {
-    setenv("PAGODA_CUDA_SPLIT_KEYS", keys, 1);
-    std::printf("PAGODA_CUDA_SPLIT_KEYS=%s\n", keys);
-    compare_backends({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, 1e-5, rng, 14);
-    compare_backends({"llama", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, false, false}, 1e-3, rng, 14);
-    unsetenv("PAGODA_CUDA_SPLIT_KEYS");
+  for (const int keys : {0, 10, 64}) {
+    std::printf("split_keys %d\n", keys);
+    compare_backends({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, 1e-5, rng, 14,
+                     keys);
+    compare_backends({"llama", DType::kQ4_0, 256, 4, 2, 512, 2, 1000, false, false}, 1e-3, rng, 14,
+                     keys);
   }
 }
 
