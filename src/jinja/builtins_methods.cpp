@@ -83,231 +83,288 @@ int64_t cp_index(const std::string& s, size_t byte_pos) {
   return static_cast<int64_t>(code_point_count(std::string_view(s).substr(0, byte_pos)));
 }
 
-Value str_method(const Value& self, const std::string& name, Interpreter& in, CallArgs& a) {
-  const std::string& s = self.str();
-  const bool safe = self.is_safe();
-  // str: a result already charged; made: one at most a few times `s`, charged now.
-  auto str = [&](std::string r) { return Value::string(std::move(r), safe); };
-  auto made = [&](std::string r) {
+// One call of a str method: the string, its name, the interpreter and the arguments.
+struct StrCall {
+  const std::string& s;
+  bool safe;
+  const std::string& name;
+  Interpreter& in;
+  CallArgs& a;
+  // A result already charged.
+  Value str(std::string r) const { return Value::string(std::move(r), safe); }
+  // A result at most a few times `s`, charged now.
+  Value made(std::string r) const {
     charge_string(r.size());
     return Value::string(std::move(r), safe);
-  };
-  auto strip_chars = [&](Params& p, std::string* buf) -> const std::string* {
-    if (!p.has(0) || p.get(0).is_none()) return nullptr;
-    *buf = str_arg(p.get(0), name.c_str());
-    return buf;
-  };
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    Params p(name, a, {"chars"});
-    std::string buf;
-    const std::string* chars = strip_chars(p, &buf);
-    return made(str_strip(s, chars, name != "rstrip", name != "lstrip"));
   }
-  if (name == "split" || name == "rsplit") {
-    Params p(name, a, {"sep", "maxsplit"});
-    std::string buf;
-    const std::string* sep = nullptr;
-    if (p.has(0) && !p.get(0).is_none()) {
-      buf = str_arg(p.get(0), name.c_str());
-      sep = &buf;
-    }
-    int64_t maxsplit = p.has(1) ? p.get(1).as_int() : -1;
-    std::vector<std::string> parts =
-        name == "split" ? str_split(s, sep, maxsplit) : str_rsplit(s, sep, maxsplit);
-    charge_list(parts.size());
-    std::vector<Value> out;
-    for (auto& x : parts) out.push_back(str(std::move(x)));
-    return Value::list(std::move(out));
+};
+
+Value str_strip_method(const StrCall& c) {
+  Params p(c.name, c.a, {"chars"});
+  std::string buf;
+  const std::string* chars = nullptr;
+  if (p.has(0) && !p.get(0).is_none()) {
+    buf = str_arg(p.get(0), c.name.c_str());
+    chars = &buf;
   }
-  if (name == "splitlines") {
-    Params p(name, a, {"keepends"});
-    bool keep = truthy(p.get_or(0, Value::boolean(false)));
-    std::vector<uint32_t> cps = to_code_points(s);
-    charge_list(0);  // and each line
-    std::vector<Value> out;
-    size_t start = 0, i = 0;
-    while (i < cps.size()) {
-      uint32_t c = cps[i];
-      bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
-                 c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
-      if (!brk) {
-        ++i;
-        continue;
-      }
-      size_t end = i;
-      if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
+  return c.made(str_strip(c.s, chars, c.name != "rstrip", c.name != "lstrip"));
+}
+
+Value str_split_method(const StrCall& c) {
+  Params p(c.name, c.a, {"sep", "maxsplit"});
+  std::string buf;
+  const std::string* sep = nullptr;
+  if (p.has(0) && !p.get(0).is_none()) {
+    buf = str_arg(p.get(0), c.name.c_str());
+    sep = &buf;
+  }
+  int64_t maxsplit = p.has(1) ? p.get(1).as_int() : -1;
+  std::vector<std::string> parts =
+      c.name == "split" ? str_split(c.s, sep, maxsplit) : str_rsplit(c.s, sep, maxsplit);
+  charge_list(parts.size());
+  std::vector<Value> out;
+  for (auto& x : parts) out.push_back(c.str(std::move(x)));
+  return Value::list(std::move(out));
+}
+
+Value str_splitlines(const StrCall& c) {
+  Params p(c.name, c.a, {"keepends"});
+  bool keep = truthy(p.get_or(0, Value::boolean(false)));
+  std::vector<uint32_t> cps = to_code_points(c.s);
+  charge_list(0);  // and each line
+  std::vector<Value> out;
+  size_t start = 0, i = 0;
+  while (i < cps.size()) {
+    uint32_t ch = cps[i];
+    bool brk = ch == '\n' || ch == '\r' || ch == 0x0B || ch == 0x0C || ch == 0x1C || ch == 0x1D ||
+               ch == 0x1E || ch == 0x85 || ch == 0x2028 || ch == 0x2029;
+    if (!brk) {
       ++i;
-      charge_bytes(kItemBytes);
-      out.push_back(made(from_code_points(cps, start, keep ? i : end)));
-      start = i;
+      continue;
     }
-    if (start < cps.size()) {
-      charge_bytes(kItemBytes);
-      out.push_back(made(from_code_points(cps, start, cps.size())));
-    }
-    return Value::list(std::move(out));
+    size_t end = i;
+    if (ch == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
+    ++i;
+    charge_bytes(kItemBytes);
+    out.push_back(c.made(from_code_points(cps, start, keep ? i : end)));
+    start = i;
   }
-  if (name == "startswith" || name == "endswith") {
-    Params p(name, a, {"prefix", "start", "end"});
-    std::string hay = sub_range(s, p, 1);
-    auto check = [&](const std::string& x) {
-      if (name == "startswith") return hay.compare(0, x.size(), x) == 0;
-      return hay.size() >= x.size() && hay.compare(hay.size() - x.size(), x.size(), x) == 0;
-    };
-    const Value& what = p.get(0);
-    if (what.is_list() && what.seq_kind() == SeqKind::kTuple) {
-      for (const Value& x : what.items())
-        if (check(str_arg(x, name.c_str()))) return Value::boolean(true);
-      return Value::boolean(false);
-    }
-    if (!what.is_string())
-      render_error(name + " first arg must be str or a tuple of str, not " + type_name(what));
-    return Value::boolean(check(what.str()));
+  if (start < cps.size()) {
+    charge_bytes(kItemBytes);
+    out.push_back(c.made(from_code_points(cps, start, cps.size())));
   }
-  if (name == "upper") return Params(name, a, {}), made(str_upper(s));
-  if (name == "lower" || name == "casefold") return Params(name, a, {}), made(str_lower(s));
-  if (name == "title") return Params(name, a, {}), made(str_title(s));
-  if (name == "capitalize") return Params(name, a, {}), made(str_capitalize(s));
-  if (name == "swapcase") {
-    Params p(name, a, {});
-    std::string out;
-    for (uint32_t c : to_code_points(s)) {
-      uint32_t l = py_lower(c), u = py_upper(c);
-      std::vector<uint32_t> one{c != l ? l : u};
-      out += from_code_points(one, 0, 1);
-    }
-    return made(out);
+  return Value::list(std::move(out));
+}
+
+Value str_starts_or_ends(const StrCall& c) {
+  Params p(c.name, c.a, {"prefix", "start", "end"});
+  std::string hay = sub_range(c.s, p, 1);
+  auto check = [&](const std::string& x) {
+    if (c.name == "startswith") return hay.compare(0, x.size(), x) == 0;
+    return hay.size() >= x.size() && hay.compare(hay.size() - x.size(), x.size(), x) == 0;
+  };
+  const Value& what = p.get(0);
+  if (what.is_list() && what.seq_kind() == SeqKind::kTuple) {
+    for (const Value& x : what.items())
+      if (check(str_arg(x, c.name.c_str()))) return Value::boolean(true);
+    return Value::boolean(false);
   }
+  if (!what.is_string())
+    render_error(c.name + " first arg must be str or a tuple of str, not " + type_name(what));
+  return Value::boolean(check(what.str()));
+}
+
+Value str_swapcase(const StrCall& c) {
+  Params p(c.name, c.a, {});
+  std::string out;
+  for (uint32_t ch : to_code_points(c.s)) {
+    uint32_t l = py_lower(ch), u = py_upper(ch);
+    std::vector<uint32_t> one{ch != l ? l : u};
+    out += from_code_points(one, 0, 1);
+  }
+  return c.made(out);
+}
+
+// find, rfind, index, rindex, count.
+Value str_find(const StrCall& c) {
+  Params p(c.name, c.a, {"sub", "start", "end"});
+  const std::string& sub = str_arg(p.get(0), c.name.c_str());
+  std::string hay = sub_range(c.s, p, 1);
+  int64_t offset = 0;
+  if (p.has(1) && !p.get(1).is_none()) {
+    int64_t n = static_cast<int64_t>(code_point_count(c.s));
+    int64_t b = p.get(1).as_int();
+    if (b < 0) b = std::max<int64_t>(0, b + n);
+    offset = std::min(b, n);
+  }
+  if (c.name == "count") {
+    if (sub.empty()) return Value::integer(static_cast<int64_t>(code_point_count(hay)) + 1);
+    int64_t n = 0;
+    for (size_t pos = hay.find(sub); pos != std::string::npos;
+         pos = hay.find(sub, pos + sub.size()))
+      ++n;
+    return Value::integer(n);
+  }
+  size_t pos = (c.name == "find" || c.name == "index") ? hay.find(sub) : hay.rfind(sub);
+  if (pos == std::string::npos) {
+    if (c.name == "index" || c.name == "rindex") render_error("substring not found");
+    return Value::integer(-1);
+  }
+  return Value::integer(offset + cp_index(hay, pos));
+}
+
+Value str_join(const StrCall& c) {
+  Params p(c.name, c.a, {"iterable"});
+  charge_string(0);  // and each piece before it is appended
+  std::string out;
+  size_t i = 0;
+  for (const Value& x : iterate(p.get(0))) {
+    if (!x.is_string())
+      render_error("sequence item " + std::to_string(i) + ": expected str instance, " +
+                   type_name(x) + " found");
+    c.in.check_size(out.size() + (i ? c.s.size() : 0) + x.str().size());
+    if (i++) append_charged(&out, c.s);
+    append_charged(&out, x.str());
+  }
+  return c.str(std::move(out));
+}
+
+// isalnum, isalpha, isdigit, isnumeric, isdecimal, isspace, islower, isupper.
+Value str_is(const StrCall& c) {
+  Params p(c.name, c.a, {});
+  if (c.name == "islower" || c.name == "isupper") {
+    bool cased = false;
+    for (uint32_t ch : to_code_points(c.s)) {
+      uint32_t l = py_lower(ch), u = py_upper(ch);
+      if (l == u) continue;
+      cased = true;
+      if (c.name == "islower" ? ch != l : ch != u) return Value::boolean(false);
+    }
+    return Value::boolean(cased);
+  }
+  std::vector<uint32_t> cps = to_code_points(c.s);
+  if (cps.empty()) return Value::boolean(false);
+  for (uint32_t ch : cps) {
+    bool ok = c.name == "isalpha"   ? py_isalpha(ch)
+              : c.name == "isspace" ? py_isspace(ch)
+              : c.name == "isalnum" ? (py_isalpha(ch) || py_isdigit(ch))
+                                    : py_isdigit(ch);
+    if (!ok) return Value::boolean(false);
+  }
+  return Value::boolean(true);
+}
+
+// center, ljust, rjust.
+Value str_justify(const StrCall& c) {
+  Params p(c.name, c.a, {"width", "fillchar"});
+  int64_t width = p.get(0).as_int();
+  std::string fill = p.has(1) ? str_arg(p.get(1), c.name.c_str()) : " ";
+  if (code_point_count(fill) != 1)
+    render_error("The fill character must be exactly one character long");
+  int64_t len = static_cast<int64_t>(code_point_count(c.s));
+  if (width <= len) return c.made(c.s);
+  const size_t fill_bytes = saturating_mul(static_cast<size_t>(width - len), fill.size());
+  c.in.check_size(fill_bytes);
+  charge_string(fill_bytes + c.s.size());
+  int64_t marg = width - len;
+  int64_t left = c.name == "ljust" ? 0 : c.name == "rjust" ? marg : marg / 2 + (marg & width & 1);
+  std::string out;
+  for (int64_t i = 0; i < left; ++i) out += fill;
+  out += c.s;
+  for (int64_t i = 0; i < marg - left; ++i) out += fill;
+  return c.str(std::move(out));
+}
+
+Value str_zfill(const StrCall& c) {
+  Params p(c.name, c.a, {"width"});
+  int64_t width = p.get(0).as_int();
+  int64_t len = static_cast<int64_t>(code_point_count(c.s));
+  if (width <= len) return c.made(c.s);
+  c.in.check_size(static_cast<size_t>(width));
+  charge_string(static_cast<size_t>(width - len) + c.s.size());
+  size_t sign = !c.s.empty() && (c.s[0] == '+' || c.s[0] == '-') ? 1 : 0;
+  return c.str(c.s.substr(0, sign) + std::string(static_cast<size_t>(width - len), '0') +
+               c.s.substr(sign));
+}
+
+Value str_partition(const StrCall& c) {
+  Params p(c.name, c.a, {"sep"});
+  const std::string& sep = str_arg(p.get(0), c.name.c_str());
+  if (sep.empty()) render_error("empty separator");
+  charge_list(3);
+  charge_bytes(3 * kObjectBytes + c.s.size() + sep.size());
+  size_t pos = c.name == "partition" ? c.s.find(sep) : c.s.rfind(sep);
+  if (pos == std::string::npos) {
+    if (c.name == "partition")
+      return Value::list({c.str(c.s), c.str(""), c.str("")}, SeqKind::kTuple);
+    return Value::list({c.str(""), c.str(""), c.str(c.s)}, SeqKind::kTuple);
+  }
+  return Value::list({c.str(c.s.substr(0, pos)), c.str(sep), c.str(c.s.substr(pos + sep.size()))},
+                     SeqKind::kTuple);
+}
+
+Value str_remove_affix(const StrCall& c) {
+  Params p(c.name, c.a, {"affix"});
+  const std::string& x = str_arg(p.get(0), c.name.c_str());
+  if (c.name == "removeprefix")
+    return c.made(c.s.compare(0, x.size(), x) == 0 ? c.s.substr(x.size()) : c.s);
+  bool ends = c.s.size() >= x.size() && c.s.compare(c.s.size() - x.size(), x.size(), x) == 0;
+  return c.made(ends && !x.empty() ? c.s.substr(0, c.s.size() - x.size()) : c.s);
+}
+
+Value str_method(const Value& self, const std::string& name, Interpreter& in, CallArgs& a) {
+  const StrCall c{self.str(), self.is_safe(), name, in, a};
+  const std::string& s = c.s;
+  using Fn = Value (*)(const StrCall&);
+  static const std::pair<const char*, Fn> kMethods[] = {{"strip", str_strip_method},
+                                                        {"lstrip", str_strip_method},
+                                                        {"rstrip", str_strip_method},
+                                                        {"split", str_split_method},
+                                                        {"rsplit", str_split_method},
+                                                        {"splitlines", str_splitlines},
+                                                        {"startswith", str_starts_or_ends},
+                                                        {"endswith", str_starts_or_ends},
+                                                        {"swapcase", str_swapcase},
+                                                        {"find", str_find},
+                                                        {"rfind", str_find},
+                                                        {"index", str_find},
+                                                        {"rindex", str_find},
+                                                        {"count", str_find},
+                                                        {"join", str_join},
+                                                        {"isalnum", str_is},
+                                                        {"isalpha", str_is},
+                                                        {"isdigit", str_is},
+                                                        {"isnumeric", str_is},
+                                                        {"isdecimal", str_is},
+                                                        {"isspace", str_is},
+                                                        {"islower", str_is},
+                                                        {"isupper", str_is},
+                                                        {"center", str_justify},
+                                                        {"ljust", str_justify},
+                                                        {"rjust", str_justify},
+                                                        {"zfill", str_zfill},
+                                                        {"partition", str_partition},
+                                                        {"rpartition", str_partition},
+                                                        {"removeprefix", str_remove_affix},
+                                                        {"removesuffix", str_remove_affix}};
+  for (const auto& [n, fn] : kMethods)
+    if (name == n) return fn(c);
+  if (name == "upper") return Params(name, a, {}), c.made(str_upper(s));
+  if (name == "lower" || name == "casefold") return Params(name, a, {}), c.made(str_lower(s));
+  if (name == "title") return Params(name, a, {}), c.made(str_title(s));
+  if (name == "capitalize") return Params(name, a, {}), c.made(str_capitalize(s));
   if (name == "replace") {
     Params p(name, a, {"old", "new", "count"});
     int64_t count = p.has(2) ? p.get(2).as_int() : -1;
     std::string r =
         str_replace(s, str_arg(p.get(0), "replace"), str_arg(p.get(1), "replace"), count);
     in.check_size(r.size());
-    return str(std::move(r));
-  }
-  if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
-    Params p(name, a, {"sub", "start", "end"});
-    const std::string& sub = str_arg(p.get(0), name.c_str());
-    std::string hay = sub_range(s, p, 1);
-    int64_t offset = 0;
-    if (p.has(1) && !p.get(1).is_none()) {
-      int64_t n = static_cast<int64_t>(code_point_count(s));
-      int64_t b = p.get(1).as_int();
-      if (b < 0) b = std::max<int64_t>(0, b + n);
-      offset = std::min(b, n);
-    }
-    if (name == "count") {
-      if (sub.empty()) return Value::integer(static_cast<int64_t>(code_point_count(hay)) + 1);
-      int64_t n = 0;
-      for (size_t pos = hay.find(sub); pos != std::string::npos;
-           pos = hay.find(sub, pos + sub.size()))
-        ++n;
-      return Value::integer(n);
-    }
-    size_t pos = (name == "find" || name == "index") ? hay.find(sub) : hay.rfind(sub);
-    if (pos == std::string::npos) {
-      if (name == "index" || name == "rindex") render_error("substring not found");
-      return Value::integer(-1);
-    }
-    return Value::integer(offset + cp_index(hay, pos));
-  }
-  if (name == "join") {
-    Params p(name, a, {"iterable"});
-    charge_string(0);  // and each piece before it is appended
-    std::string out;
-    size_t i = 0;
-    for (const Value& x : iterate(p.get(0))) {
-      if (!x.is_string())
-        render_error("sequence item " + std::to_string(i) + ": expected str instance, " +
-                     type_name(x) + " found");
-      in.check_size(out.size() + (i ? s.size() : 0) + x.str().size());
-      if (i++) append_charged(&out, s);
-      append_charged(&out, x.str());
-    }
-    return str(std::move(out));
+    return c.str(std::move(r));
   }
   if (name == "format") {
     std::string r = brace_format(s, a.pos, a.kw);
     in.check_size(r.size());
-    return str(std::move(r));
-  }
-  if (name == "isalnum" || name == "isalpha" || name == "isdigit" || name == "isnumeric" ||
-      name == "isdecimal" || name == "isspace") {
-    Params p(name, a, {});
-    std::vector<uint32_t> cps = to_code_points(s);
-    if (cps.empty()) return Value::boolean(false);
-    for (uint32_t c : cps) {
-      bool ok = name == "isalpha"   ? py_isalpha(c)
-                : name == "isspace" ? py_isspace(c)
-                : name == "isalnum" ? (py_isalpha(c) || py_isdigit(c))
-                                    : py_isdigit(c);
-      if (!ok) return Value::boolean(false);
-    }
-    return Value::boolean(true);
-  }
-  if (name == "islower" || name == "isupper") {
-    Params p(name, a, {});
-    bool cased = false;
-    for (uint32_t c : to_code_points(s)) {
-      uint32_t l = py_lower(c), u = py_upper(c);
-      if (l == u) continue;
-      cased = true;
-      if (name == "islower" ? c != l : c != u) return Value::boolean(false);
-    }
-    return Value::boolean(cased);
-  }
-  if (name == "center" || name == "ljust" || name == "rjust") {
-    Params p(name, a, {"width", "fillchar"});
-    int64_t width = p.get(0).as_int();
-    std::string fill = p.has(1) ? str_arg(p.get(1), name.c_str()) : " ";
-    if (code_point_count(fill) != 1)
-      render_error("The fill character must be exactly one character long");
-    int64_t len = static_cast<int64_t>(code_point_count(s));
-    if (width <= len) return made(s);
-    const size_t fill_bytes = saturating_mul(static_cast<size_t>(width - len), fill.size());
-    in.check_size(fill_bytes);
-    charge_string(fill_bytes + s.size());
-    int64_t marg = width - len;
-    int64_t left = name == "ljust" ? 0 : name == "rjust" ? marg : marg / 2 + (marg & width & 1);
-    std::string out;
-    for (int64_t i = 0; i < left; ++i) out += fill;
-    out += s;
-    for (int64_t i = 0; i < marg - left; ++i) out += fill;
-    return str(std::move(out));
-  }
-  if (name == "zfill") {
-    Params p(name, a, {"width"});
-    int64_t width = p.get(0).as_int();
-    int64_t len = static_cast<int64_t>(code_point_count(s));
-    if (width <= len) return made(s);
-    in.check_size(static_cast<size_t>(width));
-    charge_string(static_cast<size_t>(width - len) + s.size());
-    size_t sign = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
-    return str(s.substr(0, sign) + std::string(static_cast<size_t>(width - len), '0') +
-               s.substr(sign));
-  }
-  if (name == "partition" || name == "rpartition") {
-    Params p(name, a, {"sep"});
-    const std::string& sep = str_arg(p.get(0), name.c_str());
-    if (sep.empty()) render_error("empty separator");
-    charge_list(3);
-    charge_bytes(3 * kObjectBytes + s.size() + sep.size());
-    size_t pos = name == "partition" ? s.find(sep) : s.rfind(sep);
-    if (pos == std::string::npos) {
-      if (name == "partition") return Value::list({str(s), str(""), str("")}, SeqKind::kTuple);
-      return Value::list({str(""), str(""), str(s)}, SeqKind::kTuple);
-    }
-    return Value::list({str(s.substr(0, pos)), str(sep), str(s.substr(pos + sep.size()))},
-                       SeqKind::kTuple);
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    Params p(name, a, {"affix"});
-    const std::string& x = str_arg(p.get(0), name.c_str());
-    if (name == "removeprefix")
-      return made(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
-    bool ends = s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-    return made(ends && !x.empty() ? s.substr(0, s.size() - x.size()) : s);
+    return c.str(std::move(r));
   }
   unsupported_error("the str method '" + name + "' is not supported");
 }

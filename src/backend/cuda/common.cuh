@@ -145,9 +145,8 @@ __device__ __forceinline__ void pdl_wait() {
 }
 
 // Whether the kernels of a step launch as programmatic dependents (Hopper and later,
-// unless set_pdl_allowed(false): CudaSwitches::pdl, PAGODA_CUDA_PDL=0).
+// unless set_pdl_allowed(false) in kernels.h).
 bool pdl_enabled();
-void set_pdl_allowed(bool allowed);
 
 // Launches `kernel` on `stream` (with `smem` bytes of dynamic shared memory), as a
 // programmatic dependent of the previous kernel when pdl_enabled(). Every kernel launched

@@ -203,6 +203,9 @@ int decode_splits_for_context(int n_rows, int n_kv_heads, int max_ctx, int keys_
 // Tests and benchmarks: keys per worker step of the decode kernel on an FP8 pool (4 or
 // 8, the default).
 void set_decode_fp8_unroll(int keys);
+// Whether kernels may launch as programmatic dependents on Hopper (CudaSwitches::pdl,
+// PAGODA_CUDA_PDL); on by default.
+void set_pdl_allowed(bool allowed);
 // Tests and benchmarks: whether decode rows go to the tensor-core kernel where it applies
 // (true, the default) or always to the row kernel.
 void set_decode_tensor_cores(bool on);

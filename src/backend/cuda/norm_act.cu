@@ -1,10 +1,11 @@
 // Row-wise and elementwise ops: RMSNorm (optionally over a gathered subset of rows) and
 // SiLU-and-multiply, each writing the next GEMM's activation type directly.
+#include <atomic>
 #include <cstdlib>
 
-#include <atomic>
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
 
 namespace pagoda::cuda {
 namespace {
