@@ -756,47 +756,133 @@ Value Interpreter::slice(const Value& obj, const Expr& sl, const std::shared_ptr
   return Value::list(std::move(out), obj.seq_kind());
 }
 
+namespace {
+
+// The arithmetic operators with more than one kind of operand, as Python has them.
+Value binary_add(const Interpreter& in, const Value& a, const Value& b) {
+  const bool nums = a.is_number() && b.is_number();
+  const bool floats = nums && (a.is_float() || b.is_float());
+  if (nums) {
+    if (floats) return Value::number(a.as_float() + b.as_float());
+    int64_t r;
+    if (!checked_add(a.as_int(), b.as_int(), &r)) overflow();
+    return Value::integer(r);
+  }
+  if (a.is_string() && b.is_string()) {
+    in.check_size(a.str().size() + b.str().size());
+    if (a.is_safe() || b.is_safe()) {
+      // markupsafe: Markup + str escapes the str.
+      std::string l = a.is_safe() ? a.str() : html_escape(a.str());
+      std::string r = b.is_safe() ? b.str() : html_escape(b.str());
+      in.check_size(l.size() + r.size());
+      charge_string(l.size() + r.size());
+      return Value::string(l + r, true);
+    }
+    charge_string(a.str().size() + b.str().size());
+    return Value::string(a.str() + b.str());
+  }
+  if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() &&
+      (a.seq_kind() == SeqKind::kList || a.seq_kind() == SeqKind::kTuple)) {
+    charge_list(a.items().size() + b.items().size());
+    std::vector<Value> items;
+    items.reserve(a.items().size() + b.items().size());
+    items.insert(items.end(), a.items().begin(), a.items().end());
+    items.insert(items.end(), b.items().begin(), b.items().end());
+    return Value::list(std::move(items), a.seq_kind());
+  }
+  if (a.is_string())
+    render_error(std::string("can only concatenate str (not \"") + type_name(b) + "\") to str");
+  if (a.is_list() && a.seq_kind() == SeqKind::kList)
+    render_error(std::string("can only concatenate list (not \"") + type_name(b) + "\") to list");
+  bad_operands("+", a, b);
+}
+
+Value binary_multiply(const Interpreter& in, const Value& a, const Value& b) {
+  const bool nums = a.is_number() && b.is_number();
+  const bool floats = nums && (a.is_float() || b.is_float());
+  if (nums) {
+    if (floats) return Value::number(a.as_float() * b.as_float());
+    int64_t r;
+    if (__builtin_mul_overflow(a.as_int(), b.as_int(), &r)) overflow();
+    return Value::integer(r);
+  }
+  const Value* seq = nullptr;
+  const Value* count = nullptr;
+  if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) seq = &a, count = &b;
+  if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) seq = &b, count = &a;
+  if (!seq ||
+      (seq->is_list() && seq->seq_kind() != SeqKind::kList && seq->seq_kind() != SeqKind::kTuple)) {
+    if (a.is_string() || b.is_string())
+      render_error(std::string("can't multiply sequence by non-int of type '") +
+                   type_name(a.is_string() ? b : a) + "'");
+    bad_operands("*", a, b);
+  }
+  size_t n = static_cast<size_t>(std::max<int64_t>(0, count->as_int()));
+  // '' * 10**18 is '' at once, not after 10**18 empty appends.
+  if (seq->is_string() ? seq->str().empty() : seq->items().empty()) n = 0;
+  if (seq->is_string()) {
+    const size_t bytes = saturating_mul(n, seq->str().size());
+    charge_string(bytes);
+    in.check_size(bytes);
+    std::string out;
+    out.reserve(bytes);
+    for (size_t i = 0; i < n; ++i) out += seq->str();
+    return Value::string(std::move(out), seq->is_safe());
+  }
+  const size_t items = saturating_mul(n, seq->items().size());
+  charge_list(items);
+  std::vector<Value> out;
+  out.reserve(items);
+  for (size_t i = 0; i < n; ++i) out.insert(out.end(), seq->items().begin(), seq->items().end());
+  return Value::list(std::move(out), seq->seq_kind());
+}
+
+Value binary_modulo(const Interpreter& in, const Value& a, const Value& b) {
+  const bool nums = a.is_number() && b.is_number();
+  const bool floats = nums && (a.is_float() || b.is_float());
+  if (a.is_string()) {
+    // Markup % args escapes the arguments.
+    Value args = b;
+    if (a.is_safe()) {
+      auto esc = [](const Value& x) {
+        if (x.is_number() || (x.is_string() && x.is_safe())) return x;
+        return Value::string(html_escape(to_str(x)), true);
+      };
+      if (b.is_list() && b.seq_kind() == SeqKind::kTuple) {
+        charge_list(b.items().size());
+        std::vector<Value> items;
+        for (const Value& x : b.items()) items.push_back(esc(x));
+        args = Value::list(std::move(items), SeqKind::kTuple);
+      } else if (!b.is_dict()) {
+        args = esc(b);
+      }
+    }
+    std::string r = percent_format(a.str(), args);
+    in.check_size(r.size());
+    return Value::string(std::move(r), a.is_safe());
+  }
+  if (!nums) bad_operands("%", a, b);
+  if (floats) {
+    if (b.as_float() == 0) render_error("float modulo");
+    return Value::number(py_float_divmod(a.as_float(), b.as_float()).second);
+  }
+  int64_t x = a.as_int(), y = b.as_int();
+  if (y == 0) render_error("integer division or modulo by zero");
+  if (y == -1) return Value::integer(0);
+  int64_t m = x % y;
+  if (m != 0 && ((m < 0) != (y < 0))) m += y;
+  return Value::integer(m);
+}
+
+}  // namespace
+
 Value Interpreter::binary(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) fail_undefined(a);
   // str % x is Python's own formatting, which takes an undefined as a mapping.
   if (b.is_undefined() && !(op == "%" && a.is_string())) fail_undefined(b);
   const bool nums = a.is_number() && b.is_number();
   const bool floats = nums && (a.is_float() || b.is_float());
-  if (op == "+") {
-    if (nums) {
-      if (floats) return Value::number(a.as_float() + b.as_float());
-      int64_t r;
-      if (!checked_add(a.as_int(), b.as_int(), &r)) overflow();
-      return Value::integer(r);
-    }
-    if (a.is_string() && b.is_string()) {
-      check_size(a.str().size() + b.str().size());
-      if (a.is_safe() || b.is_safe()) {
-        // markupsafe: Markup + str escapes the str.
-        std::string l = a.is_safe() ? a.str() : html_escape(a.str());
-        std::string r = b.is_safe() ? b.str() : html_escape(b.str());
-        check_size(l.size() + r.size());
-        charge_string(l.size() + r.size());
-        return Value::string(l + r, true);
-      }
-      charge_string(a.str().size() + b.str().size());
-      return Value::string(a.str() + b.str());
-    }
-    if (a.is_list() && b.is_list() && a.seq_kind() == b.seq_kind() &&
-        (a.seq_kind() == SeqKind::kList || a.seq_kind() == SeqKind::kTuple)) {
-      charge_list(a.items().size() + b.items().size());
-      std::vector<Value> items;
-      items.reserve(a.items().size() + b.items().size());
-      items.insert(items.end(), a.items().begin(), a.items().end());
-      items.insert(items.end(), b.items().begin(), b.items().end());
-      return Value::list(std::move(items), a.seq_kind());
-    }
-    if (a.is_string())
-      render_error(std::string("can only concatenate str (not \"") + type_name(b) + "\") to str");
-    if (a.is_list() && a.seq_kind() == SeqKind::kList)
-      render_error(std::string("can only concatenate list (not \"") + type_name(b) + "\") to list");
-    bad_operands("+", a, b);
-  }
+  if (op == "+") return binary_add(*this, a, b);
   if (op == "-") {
     if (!nums) bad_operands("-", a, b);
     if (floats) return Value::number(a.as_float() - b.as_float());
@@ -804,43 +890,7 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
     if (__builtin_sub_overflow(a.as_int(), b.as_int(), &r)) overflow();
     return Value::integer(r);
   }
-  if (op == "*") {
-    if (nums) {
-      if (floats) return Value::number(a.as_float() * b.as_float());
-      int64_t r;
-      if (__builtin_mul_overflow(a.as_int(), b.as_int(), &r)) overflow();
-      return Value::integer(r);
-    }
-    const Value* seq = nullptr;
-    const Value* count = nullptr;
-    if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) seq = &a, count = &b;
-    if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) seq = &b, count = &a;
-    if (!seq || (seq->is_list() && seq->seq_kind() != SeqKind::kList &&
-                 seq->seq_kind() != SeqKind::kTuple)) {
-      if (a.is_string() || b.is_string())
-        render_error(std::string("can't multiply sequence by non-int of type '") +
-                     type_name(a.is_string() ? b : a) + "'");
-      bad_operands("*", a, b);
-    }
-    size_t n = static_cast<size_t>(std::max<int64_t>(0, count->as_int()));
-    // '' * 10**18 is '' at once, not after 10**18 empty appends.
-    if (seq->is_string() ? seq->str().empty() : seq->items().empty()) n = 0;
-    if (seq->is_string()) {
-      const size_t bytes = saturating_mul(n, seq->str().size());
-      charge_string(bytes);
-      check_size(bytes);
-      std::string out;
-      out.reserve(bytes);
-      for (size_t i = 0; i < n; ++i) out += seq->str();
-      return Value::string(std::move(out), seq->is_safe());
-    }
-    const size_t items = saturating_mul(n, seq->items().size());
-    charge_list(items);
-    std::vector<Value> out;
-    out.reserve(items);
-    for (size_t i = 0; i < n; ++i) out.insert(out.end(), seq->items().begin(), seq->items().end());
-    return Value::list(std::move(out), seq->seq_kind());
-  }
+  if (op == "*") return binary_multiply(*this, a, b);
   if (op == "/") {
     if (!nums) bad_operands("/", a, b);
     if (b.as_float() == 0) render_error("division by zero");
@@ -859,40 +909,7 @@ Value Interpreter::binary(const std::string& op, const Value& a, const Value& b)
     if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
     return Value::integer(q);
   }
-  if (op == "%") {
-    if (a.is_string()) {
-      // Markup % args escapes the arguments.
-      Value args = b;
-      if (a.is_safe()) {
-        auto esc = [](const Value& x) {
-          if (x.is_number() || (x.is_string() && x.is_safe())) return x;
-          return Value::string(html_escape(to_str(x)), true);
-        };
-        if (b.is_list() && b.seq_kind() == SeqKind::kTuple) {
-          charge_list(b.items().size());
-          std::vector<Value> items;
-          for (const Value& x : b.items()) items.push_back(esc(x));
-          args = Value::list(std::move(items), SeqKind::kTuple);
-        } else if (!b.is_dict()) {
-          args = esc(b);
-        }
-      }
-      std::string r = percent_format(a.str(), args);
-      check_size(r.size());
-      return Value::string(std::move(r), a.is_safe());
-    }
-    if (!nums) bad_operands("%", a, b);
-    if (floats) {
-      if (b.as_float() == 0) render_error("float modulo");
-      return Value::number(py_float_divmod(a.as_float(), b.as_float()).second);
-    }
-    int64_t x = a.as_int(), y = b.as_int();
-    if (y == 0) render_error("integer division or modulo by zero");
-    if (y == -1) return Value::integer(0);
-    int64_t m = x % y;
-    if (m != 0 && ((m < 0) != (y < 0))) m += y;
-    return Value::integer(m);
-  }
+  if (op == "%") return binary_modulo(*this, a, b);
   if (op == "**") {
     if (!nums) bad_operands("** or pow()", a, b);
     if (!floats && b.as_int() >= 0) {
