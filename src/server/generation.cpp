@@ -47,42 +47,6 @@ bool Generation::done() const {
   return true;
 }
 
-std::optional<GenerationEvent> Generation::next(double timeout_s) {
-  if (streams_.size() == 1) {
-    auto o = streams_[0]->next_for(timeout_s);
-    if (!o) return std::nullopt;
-    GenerationEvent e{o->index, std::move(*o)};
-    account(e);
-    return e;
-  }
-  // Several prompts: poll them in turn so none waits behind another.
-  const double deadline = Engine::now() + timeout_s;
-  do {
-    for (size_t k = 0; k < streams_.size(); ++k) {
-      const size_t p = (rr_ + k) % streams_.size();
-      if (streams_[p]->done()) continue;
-      if (auto o = streams_[p]->next_for(0)) {
-        rr_ = p + 1;
-        GenerationEvent e{static_cast<int>(p) * n_ + o->index, std::move(*o)};
-        account(e);
-        return e;
-      }
-    }
-    if (done()) return std::nullopt;
-    // Wait briefly on one unfinished stream rather than spinning.
-    for (size_t p = 0; p < streams_.size(); ++p)
-      if (!streams_[p]->done()) {
-        if (auto o = streams_[p]->next_for(0.002)) {
-          GenerationEvent e{static_cast<int>(p) * n_ + o->index, std::move(*o)};
-          account(e);
-          return e;
-        }
-        break;
-      }
-  } while (Engine::now() < deadline);
-  return std::nullopt;
-}
-
 std::optional<GenerationEvent> Generation::poll() {
   for (size_t k = 0; k < streams_.size(); ++k) {
     const size_t p = (rr_ + k) % streams_.size();

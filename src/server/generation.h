@@ -31,8 +31,6 @@ class Generation {
                                                       const std::string& id);
   ~Generation();
 
-  // The next output, waiting at most timeout_s; nullopt on timeout or when done().
-  std::optional<GenerationEvent> next(double timeout_s);
   // The next output if one is ready; never waits (for an event loop).
   std::optional<GenerationEvent> poll();
   // Calls `fn` from the engine's thread whenever an output may be ready (see

@@ -10,6 +10,7 @@
 #include "core/version.h"
 #include "pagoda/engine.h"
 #include "server/http_types.h"
+#include "server/json_body.h"
 
 namespace pagoda::server {
 
@@ -18,9 +19,10 @@ struct ServerConfig {
   int port = 8000;      // 0: any free port
   std::string api_key;  // "" : no authentication
   std::string served_model_name;
-  int max_waiting_requests = -1;     // < 0: unlimited
-  HttpLimits limits;                 // header, body, deadline and connection limits
-  int max_json_depth = 64;           // request bodies nesting deeper are refused while parsed
+  int max_waiting_requests = -1;  // < 0: unlimited
+  HttpLimits limits;              // header, body, deadline and connection limits
+  int max_json_depth =
+      kDefaultMaxJsonDepth;          // request bodies nesting deeper are refused while parsed
   bool open_health_metrics = false;  // with api_key: /health and /metrics need no key
   int http_threads = 4;              // workers that parse, render templates and tokenize
   std::string chat_template;         // --chat-template, else the model's; "" when none
