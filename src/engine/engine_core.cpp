@@ -327,7 +327,7 @@ void EngineCore::build_batch(const sched::SchedulerOutput& so) {
     const int64_t pos0 = r.s.num_computed;
     batch_.tokens.insert(batch_.tokens.end(), r.s.tokens.begin() + pos0,
                          r.s.tokens.begin() + pos0 + q.num_tokens);
-    cpu::AttentionSeq a;
+    BatchSeq a;
     a.q_row = row;
     a.n_q = q.num_tokens;
     a.pos0 = static_cast<int>(pos0);

@@ -23,7 +23,7 @@ Status RunnerSession::eval(const std::vector<int32_t>& tokens, bool all_logits,
     const int chunk = std::min(n_batch_, n - off);
     Batch b;
     b.tokens.assign(tokens.begin() + off, tokens.begin() + off + chunk);
-    cpu::AttentionSeq s;
+    BatchSeq s;
     s.q_row = 0;
     s.n_q = chunk;
     s.pos0 = n_past_;

@@ -72,7 +72,7 @@ void Model::compute_rope_tables(const Batch& batch, Workspace& ws) const {
   const ModelConfig& c = config_;
   const int pairs = c.rope_dims / 2;
   const float theta_scale = std::pow(c.rope_theta, -2.0f / static_cast<float>(c.rope_dims));
-  for (const cpu::AttentionSeq& s : batch.seqs) {
+  for (const BatchSeq& s : batch.seqs) {
     for (int t = 0; t < s.n_q; ++t) {
       const int64_t row = s.q_row + t;
       float theta = static_cast<float>(s.pos0 + t);
@@ -128,7 +128,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspac
       cpu::rope(r, c.n_heads, c.head_dim, pairs, cs, sn, neox);
       cpu::rope(r + qd, c.n_kv_heads, c.head_dim, pairs, cs, sn, neox);
     });
-    for (const cpu::AttentionSeq& s : batch.seqs) {
+    for (const BatchSeq& s : batch.seqs) {
       const float* base = ws.qkv.data() + static_cast<int64_t>(s.q_row) * qkv_w;
       cpu::kv_write(kvl, s, base + qd, base + qd + kvd, qkv_w);
     }

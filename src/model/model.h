@@ -9,6 +9,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/matmul.h"
+#include "core/batch.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/gguf.h"
@@ -17,15 +18,6 @@
 
 namespace pagoda {
 
-// Tokens of several sequences run together: sequence i owns batch rows
-// [seqs[i].q_row, seqs[i].q_row + seqs[i].n_q) at positions pos0.. and reaches its KV
-// through seqs[i].blocks.
-struct Batch {
-  std::vector<int32_t> tokens;
-  std::vector<cpu::AttentionSeq> seqs;
-  // Batch rows whose logits are wanted, in the order they are written to `logits`.
-  std::vector<int> logit_rows;
-};
 // What every backend refuses before running a batch: no tokens, token ids outside the
 // vocabulary, logit rows outside the batch. A pipelined step (ModelRunner::launch) may
 // hold placeholders t < 0 for rows -t - 1 < prev_picks of the previous step's picks.

@@ -29,7 +29,7 @@ bool g_decode_mma = true;
 
 // Host copy of a batch and its device arrays.
 struct TestBatch {
-  std::vector<cpu::AttentionSeq> seqs;
+  std::vector<BatchSeq> seqs;
   std::vector<std::vector<int32_t>> tables;
   std::vector<int32_t> row_seq, row_pos, q_row, n_q, pos0, boff, blocks;
   DeviceBuffer d_row_seq, d_row_pos, d_q_row, d_n_q, d_pos0, d_boff, d_blocks;
@@ -52,7 +52,7 @@ TestBatch make_batch(std::mt19937& rng, const std::vector<SeqSpec>& specs, int b
     if (next > ids.size()) fail("test pool too small");
   }
   for (size_t s = 0; s < specs.size(); ++s) {
-    cpu::AttentionSeq q;
+    BatchSeq q;
     q.q_row = t.n_rows;
     q.n_q = specs[s].n_q;
     q.pos0 = specs[s].pos0;
@@ -236,7 +236,7 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
       for (float& x : k) x = from_fp8(to_fp8(x / kFp8KScale)) * kFp8KScale;
       for (float& x : v) x = from_fp8(to_fp8(x / kFp8VScale)) * kFp8VScale;
     }
-    cpu::AttentionSeq all = tb.seqs[s];
+    BatchSeq all = tb.seqs[s];
     all.pos0 = 0;
     all.n_q = len;
     cpu::kv_write(kl, all, k.data(), v.data(), kvd);

@@ -115,7 +115,7 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n
     }
     Batch b;
     for (auto [seq, n_q] : parts) {
-      cpu::AttentionSeq a;
+      BatchSeq a;
       a.q_row = static_cast<int>(b.tokens.size());
       a.n_q = n_q;
       a.pos0 = past[seq];

@@ -41,13 +41,13 @@ class FakeExecutor : public Executor {
   Status execute(const Batch& b, float* logits) override {
     step_tokens.push_back(static_cast<int64_t>(b.tokens.size()));
     step_seqs.push_back(static_cast<int>(b.seqs.size()));
-    for (const cpu::AttentionSeq& s : b.seqs)
+    for (const BatchSeq& s : b.seqs)
       for (int t = 0; t < s.n_q; ++t)
         slot(s, s.pos0 + t) = b.tokens[static_cast<size_t>(s.q_row + t)];
     for (size_t i = 0; i < b.logit_rows.size(); ++i) {
       const int row = b.logit_rows[i];
-      const cpu::AttentionSeq* seq = nullptr;
-      for (const cpu::AttentionSeq& s : b.seqs)
+      const BatchSeq* seq = nullptr;
+      for (const BatchSeq& s : b.seqs)
         if (row >= s.q_row && row < s.q_row + s.n_q) seq = &s;
       if (!seq) return internal_error("logit row outside every sequence");
       std::vector<int32_t> hist;
@@ -129,7 +129,7 @@ class FakeExecutor : public Executor {
   int launches = 0;
 
  private:
-  int32_t& slot(const cpu::AttentionSeq& s, int pos) {
+  int32_t& slot(const BatchSeq& s, int pos) {
     return slots_[static_cast<size_t>(s.blocks[pos / bs_]) * bs_ + pos % bs_];
   }
   int bs_;

@@ -110,7 +110,7 @@ void check_attention(const Shape& sh, bool q8) {
       kv = KvLayer{nullptr,   nullptr,   sh.block_size, sh.n_kv_heads, hd,
                    k8.data(), v8.data(), ks.data(),     vs.data()};
     std::vector<std::vector<float>> keys(2), vals(2), qs(2);
-    std::vector<AttentionSeq> batch;
+    std::vector<BatchSeq> batch;
     int row = 0;
     for (int i = 0; i < 2; ++i) {
       const int total = seqs[i].n_past + seqs[i].n_new;
@@ -121,7 +121,7 @@ void check_attention(const Shape& sh, bool q8) {
       for (auto [p0, n] : {std::pair{0, seqs[i].n_past / 2},
                            std::pair{seqs[i].n_past / 2, seqs[i].n_past - seqs[i].n_past / 2},
                            std::pair{seqs[i].n_past, seqs[i].n_new}}) {
-        AttentionSeq s{0, n, p0, tables[i].data()};
+        BatchSeq s{0, n, p0, tables[i].data()};
         kv_write(kv, s, keys[i].data() + static_cast<size_t>(p0) * kvd,
                  vals[i].data() + static_cast<size_t>(p0) * kvd, kvd);
       }
@@ -185,7 +185,7 @@ TEST(AttentionQ8, CopiedBlocksAttendAsTheOriginal) {
   kv.copy_block(2, 7);
   for (int l = 0; l < c.n_layers; ++l) {
     std::vector<float> a(static_cast<size_t>(qd)), b(a.size());
-    const AttentionSeq sa{0, 1, 19, table.data()}, sb{0, 1, 19, copied.data()};
+    const BatchSeq sa{0, 1, 19, table.data()}, sb{0, 1, 19, copied.data()};
     attention(kv.layer(l), &sa, 1, p, q.data(), qd, a.data(), qd, pool);
     attention(kv.layer(l), &sb, 1, p, q.data(), qd, b.data(), qd, pool);
     EXPECT_EQ(a, b) << "layer " << l;

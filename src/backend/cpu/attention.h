@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/batch.h"
 #include "core/thread_pool.h"
 
 namespace pagoda::cpu {
@@ -44,14 +45,8 @@ struct KvLayer {
   }
 };
 
-// The queries of one sequence in a batch: rows [q_row, q_row + n_q) of the batch, at
-// positions [pos0, pos0 + n_q); the sequence's cache covers positions [0, pos0 + n_q).
-struct AttentionSeq {
-  int q_row = 0;
-  int n_q = 0;
-  int pos0 = 0;
-  const int32_t* blocks = nullptr;  // block table
-};
+// The queries of one sequence in a batch (core/batch.h).
+using AttentionSeq = BatchSeq;
 
 struct AttentionParams {
   int n_heads = 0;  // query heads; n_heads / n_kv_heads share a KV head

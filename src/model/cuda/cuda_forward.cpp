@@ -118,7 +118,7 @@ Status CudaModel::build_batch(const Batch& batch, Step* st) {
   int max_prefill_q = 0, max_decode_ctx = 0;
   const bool tc = cuda::has_prefill_kernel(c.head_dim);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    const cpu::AttentionSeq& q = batch.seqs[s];
+    const BatchSeq& q = batch.seqs[s];
     if (q.n_q <= 0 || q.q_row < 0 || q.q_row + q.n_q > n || q.pos0 < 0)
       return invalid_argument(str_format("sequence %zu has rows outside the batch", s));
     if (q.blocks == nullptr) return invalid_argument("sequence without a block table");
@@ -557,7 +557,7 @@ Status CudaModel::queue_staged(const Batch& batch, bool greedy, const StepSampli
   PAGODA_RETURN_IF_ERROR(build_batch(batch, &s));
 
   bool all_decode = true;
-  for (const cpu::AttentionSeq& q : batch.seqs) all_decode = all_decode && q.n_q == 1;
+  for (const BatchSeq& q : batch.seqs) all_decode = all_decode && q.n_q == 1;
   const bool decode_only = all_decode && n <= kMaxGraphRows;
   if (profiler_) {
     profiler_->begin(all_decode ? "decode steps" : "steps with prefill");
