@@ -6,14 +6,14 @@
 //                           [max_seqs=512] [n_blocks=110000] [wait_ms=0] [streams=0]
 //                           [async=0]
 //
-// The executor answers every greedy step at once with a token derived from the step and
+// The runner answers every greedy step at once with a token derived from the step and
 // row (never an end-of-generation token: EOS is ignored as in the offline run). With
 // wait_ms > 0 it sleeps that long in each step, as the engine thread does while the GPU
 // runs, so caches and the core it wakes on are as cold as in a real run. With streams=1
 // the outputs go as the Engine hands them on (moved into a locked per-request queue) to
 // a consumer thread that reads the requests in order, as `pagoda generate` does; the
 // time to hand them on is reported apart. With async=1 the engine pipelines its steps
-// (--async-scheduling) and the executor acts as a device queue: a launched step
+// (--async-scheduling) and the runner acts as a device queue: a launched step
 // "runs" for wait_ms after the one before it ends, and collect() sleeps until it has;
 // the elapsed time then shows how much of the host's work the device's time hides.
 #include <algorithm>
@@ -37,19 +37,22 @@
 namespace pagoda {
 namespace {
 
-class InstantExecutor : public Executor {
+class InstantRunner : public ModelRunner {
  public:
-  InstantExecutor(int32_t n_vocab, double wait_ms) : n_vocab_(n_vocab), wait_ms_(wait_ms) {}
-  int32_t n_vocab() const override { return n_vocab_; }
-  Status execute(const Batch&, float*) override { return unsupported("greedy only"); }
-  void copy_blocks(const std::vector<kv::BlockCopy>&) override {}
-  bool has_greedy() const override { return true; }
-  Status execute_greedy(const Batch& b, int32_t* tokens) override {
+  InstantRunner(int32_t n_vocab, double wait_ms) : wait_ms_(wait_ms) { config_.n_vocab = n_vocab; }
+  const ModelConfig& config() const override { return config_; }
+  DeviceKind device_kind() const override { return DeviceKind::kCpu; }
+  std::string describe() const override { return "instant"; }
+  size_t decode_weight_bytes() const override { return 0; }
+  Status forward(const Batch& b, const StepOutput& out) override {
+    if (!out.tokens || out.sampling) return unsupported("greedy only");
     if (wait_ms_ > 0)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(wait_ms_));
-    pick(b, tokens);
+    pick(b, out.tokens);
     return Status::ok();
   }
+  bool picks_tokens(bool sampled) const override { return !sampled; }
+  Status copy_block(int, int) override { return Status::ok(); }
   // A device queue: each step ends wait_ms after it starts, and starts when it is
   // launched or when the step before it ends, whichever is later.
   Status launch(const Batch& b, const StepSampling*) override {
@@ -79,7 +82,7 @@ class InstantExecutor : public Executor {
       tokens[i] = static_cast<int32_t>(1000 + (step_ * 7919 + i * 104729) % 100000);
     ++step_;
   }
-  int32_t n_vocab_;
+  ModelConfig config_;
   double wait_ms_;
   uint64_t step_ = 0;
   double device_free_ = 0;
@@ -138,7 +141,7 @@ int run(int argc, char** argv) {
   auto tok = Tokenizer::from_gguf(**file);
   if (!tok) return std::fprintf(stderr, "%s\n", tok.status().message().c_str()), 1;
 
-  InstantExecutor exec((*tok)->n_vocab(), wait_ms);
+  InstantRunner runner((*tok)->n_vocab(), wait_ms);
   EngineCoreConfig c;
   c.n_blocks = n_blocks;
   c.block_size = 16;
@@ -146,7 +149,7 @@ int run(int argc, char** argv) {
   c.sched.max_num_batched_tokens = 8192;
   c.sched.max_model_len = prompt_len + output_len;
   c.async_scheduling = async;
-  EngineCore core(c, exec, tok->get());
+  EngineCore core(c, runner, tok->get());
 
   std::mt19937 rng(1);
   SamplingParams p;

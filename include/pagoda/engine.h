@@ -108,7 +108,7 @@ struct EngineStats {
   bool last_step_failed = false;
   // Reserved but unfilled KV slots over reserved slots, averaged over steps (slot-weighted).
   double kv_waste = 0;
-  // Wall time spent in steps, and of it in the model run (the executor, waiting for the
+  // Wall time spent in steps, and of it in the model run (the runner, waiting for the
   // device included); the rest is the host's scheduling and bookkeeping.
   double step_s = 0, execute_s = 0;
 };

@@ -19,8 +19,8 @@
 #include "engine/engine_core.h"
 #include "engine/fault_injection.h"
 #include "engine/kv_budget.h"
-#include "engine/runner_executor.h"
 #include "model/gguf.h"
+#include "model/runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda {
@@ -122,11 +122,11 @@ class EngineImpl : public Engine {
     file_.reset();  // the weights are copied; the mapping is no longer needed
 
     // Tests make forward passes fail so (fault_injection.h).
-    Executor* exec = exec_.get();
+    ModelRunner* runner = runner_.get();
     if (faults.active()) {
       log_warn("PAGODA_FAULT_INJECT=" + cfg.settings.fault_inject + ": forward passes will fail");
-      faulty_ = std::make_unique<FaultInjectingExecutor>(*exec_, faults);
-      exec = faulty_.get();
+      faulty_ = std::make_unique<FaultInjectingRunner>(*runner_, faults);
+      runner = faulty_.get();
     }
     EngineCoreConfig cc;
     cc.n_blocks = budget.n_blocks;
@@ -140,7 +140,7 @@ class EngineImpl : public Engine {
     cc.sched.policy = cfg.scheduling_policy == SchedulingPolicy::kPriority
                           ? sched::Policy::kPriority
                           : sched::Policy::kFcfs;
-    core_ = std::make_unique<EngineCore>(cc, *exec, tok_.get());
+    core_ = std::make_unique<EngineCore>(cc, *runner, tok_.get());
     publish_stats();
     thread_ = std::thread([this] { loop(); });
     return Status::ok();
@@ -168,7 +168,11 @@ class EngineImpl : public Engine {
     const bool q8 = kv == KvCacheType::kQ8_0;
     if (q8) PAGODA_RETURN_IF_ERROR(KvStorage::supports_q8(model_config_));
     PAGODA_ASSIGN_OR_RETURN(const KvBudget budget, plan_kv_pool(model_config_, config_));
-    exec_ = std::make_unique<CpuExecutor>(*model_, *pool_, budget.n_blocks, config_.block_size, q8);
+    RunnerOptions o;
+    o.n_kv_blocks = budget.n_blocks;
+    o.kv_block_size = config_.block_size;
+    o.kv_cache_type = q8 ? KvCacheType::kQ8_0 : KvCacheType::k16Bit;
+    runner_ = make_cpu_runner(*model_, *pool_, o);
     return budget;
   }
 
@@ -207,7 +211,7 @@ class EngineImpl : public Engine {
                      g.overhead_bytes / 1073741824.0, (before.free - after->free) / 1073741824.0,
                      after->free / 1073741824.0, after->total / 1073741824.0));
     }
-    exec_ = std::make_unique<RunnerExecutor>(std::move(runner).value());
+    runner_ = std::move(runner).value();
     return g.kv;
   }
 
@@ -360,8 +364,8 @@ class EngineImpl : public Engine {
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<Executor> exec_;
-  std::unique_ptr<FaultInjectingExecutor> faulty_;  // wraps exec_ when faults are injected
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<FaultInjectingRunner> faulty_;  // wraps runner_ when faults are injected
   ModelConfig model_config_;
   std::unique_ptr<EngineCore> core_;
   std::thread thread_;

@@ -42,9 +42,9 @@ const char* finish_reason_name(FinishReason r) {
   return "none";
 }
 
-EngineCore::EngineCore(const EngineCoreConfig& config, Executor& executor, const Tokenizer* tok)
+EngineCore::EngineCore(const EngineCoreConfig& config, ModelRunner& runner, const Tokenizer* tok)
     : config_(config),
-      exec_(executor),
+      runner_(runner),
       tok_(tok),
       kv_(config.n_blocks, config.block_size, config.enable_prefix_caching),
       sched_(config.sched, kv_) {}
@@ -53,7 +53,7 @@ EngineCore::~EngineCore() = default;
 
 Status EngineCore::validate(const std::vector<int32_t>& prompt,
                             const SamplingParams& params) const {
-  const int32_t n_vocab = exec_.n_vocab();
+  const int32_t n_vocab = runner_.config().n_vocab;
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab)
       return invalid_argument(str_format("prompt token id %d is outside the vocabulary", t));
@@ -162,7 +162,7 @@ TokenLogprob logprobs_of(const float* logits, int32_t n_vocab, int32_t chosen, i
 
 void EngineCore::sample_into(Req& r, float* logits, int32_t chosen, std::vector<RequestOutput>* out,
                              double now, int64_t slot) {
-  const int32_t n_vocab = exec_.n_vocab();
+  const int32_t n_vocab = runner_.config().n_vocab;
   std::vector<float> raw;
   std::vector<Req*> children;
   if (r.pending_forks > 0 || r.params.logprobs) raw.assign(logits, logits + n_vocab);
@@ -291,7 +291,7 @@ void EngineCore::fill_sampling(const sched::SchedulerOutput& so) {
 }
 
 bool EngineCore::greedy_step(const sched::SchedulerOutput& so) const {
-  if (!exec_.has_greedy()) return false;
+  if (!runner_.picks_tokens(false)) return false;
   for (size_t i = 0; i < so.seqs.size(); ++i) {
     if (!so.seqs[i].samples) continue;
     const Req& r = *step_reqs_[i];
@@ -301,7 +301,7 @@ bool EngineCore::greedy_step(const sched::SchedulerOutput& so) const {
 }
 
 bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
-  if (!config_.device_sampling || !exec_.has_sampling()) return false;
+  if (!config_.device_sampling || !runner_.picks_tokens(true)) return false;
   for (size_t i = 0; i < so.seqs.size(); ++i) {
     if (!so.seqs[i].samples) continue;
     const Req& r = *step_reqs_[i];
@@ -310,16 +310,16 @@ bool EngineCore::device_sampling_step(const sched::SchedulerOutput& so) const {
   return true;
 }
 
-void EngineCore::build_batch(const sched::SchedulerOutput& so) {
+Status EngineCore::build_batch(const sched::SchedulerOutput& so) {
   const double now = Engine::now();
-  exec_.copy_blocks(so.copies);
-  batch_.tokens.clear();
-  batch_.seqs.clear();
-  batch_.logit_rows.clear();
   // Each scheduled request's record, looked up once: the step's loops below would
   // otherwise each pay a hash lookup (two cache misses) per sequence.
   step_reqs_.clear();
   for (const sched::ScheduledSeq& q : so.seqs) step_reqs_.push_back(reqs_.at(q.req->id).get());
+  for (const kv::BlockCopy& c : so.copies) PAGODA_RETURN_IF_ERROR(runner_.copy_block(c.src, c.dst));
+  batch_.tokens.clear();
+  batch_.seqs.clear();
+  batch_.logit_rows.clear();
   int row = 0;
   for (size_t i = 0; i < so.seqs.size(); ++i) {
     const sched::ScheduledSeq& q = so.seqs[i];
@@ -342,6 +342,7 @@ void EngineCore::build_batch(const sched::SchedulerOutput& so) {
     stats_.prompt_tokens_computed +=
         std::max<int64_t>(0, std::min(pos0 + q.num_tokens, r.s.num_prompt_tokens) - pos0);
   }
+  return Status::ok();
 }
 
 void EngineCore::step(std::vector<RequestOutput>* out) {
@@ -361,24 +362,23 @@ void EngineCore::step(std::vector<RequestOutput>* out) {
   const double begin = Engine::now();
   sched::SchedulerOutput so = sched_.schedule();
   if (so.empty()) return;
-  build_batch(so);
-  const int32_t n_vocab = exec_.n_vocab();
+  Status s = build_batch(so);
+  const int32_t n_vocab = runner_.config().n_vocab;
   const bool greedy = greedy_step(so);
   const bool on_device = greedy || device_sampling_step(so);
-  const double exec_begin = Engine::now();
-  Status s;
-  if (greedy) {
-    chosen_.resize(batch_.logit_rows.size());
-    s = exec_.execute_greedy(batch_, chosen_.data());
-  } else if (on_device) {
-    fill_sampling(so);
-    chosen_.resize(batch_.logit_rows.size());
-    s = exec_.execute_sample(batch_, sampling_, chosen_.data());
-  } else {
-    logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab));
-    s = exec_.execute(batch_, logits_.data());
+  if (s) {  // the runner picks the tokens (greedy, or drawn as sampling_ says), or the host
+    const double exec_begin = Engine::now();
+    if (on_device) {
+      if (!greedy) fill_sampling(so);
+      chosen_.resize(batch_.logit_rows.size());
+    } else {
+      logits_.resize(batch_.logit_rows.size() * static_cast<size_t>(n_vocab));
+    }
+    s = runner_.forward(
+        batch_, on_device ? StepOutput::Sampled(chosen_.data(), greedy ? nullptr : &sampling_)
+                          : StepOutput::Logits(logits_.data()));
+    stats_.execute_s += Engine::now() - exec_begin;
   }
-  stats_.execute_s += Engine::now() - exec_begin;
   if (!s) {
     fail_step(step_reqs_, s, out);
     stats_.step_s += Engine::now() - begin;  // a failed step still counts its time
@@ -419,13 +419,14 @@ bool EngineCore::pipelinable(const SamplingParams& p) const {
       p.frequency_penalty != 0.0f)
     return false;
   const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
-  return (greedy && exec_.has_greedy()) || (config_.device_sampling && exec_.has_sampling());
+  return (greedy && runner_.picks_tokens(false)) ||
+         (config_.device_sampling && runner_.picks_tokens(true));
 }
 
 void EngineCore::step_pipelined(std::vector<RequestOutput>* out) {
   // Queue the next step before collecting the one queued last call: the device runs it
   // while the host handles the earlier step's tokens. Sequences sampled by the earlier
-  // step take its tokens as placeholders (Executor::launch), and one that turns out to
+  // step take its tokens as placeholders (ModelRunner::launch), and one that turns out to
   // have finished there wastes its slot in the new step.
   const double begin = Engine::now();
   std::optional<InFlight> prev = std::move(inflight_);
@@ -443,15 +444,17 @@ void EngineCore::step_pipelined(std::vector<RequestOutput>* out) {
 }
 
 void EngineCore::launch(sched::SchedulerOutput so) {
-  build_batch(so);
-  const bool greedy = greedy_step(so);  // else drawn on the device (pipelinable())
-  if (!greedy) fill_sampling(so);
   InFlight f;
   f.id = ++launches_;
+  f.status = build_batch(so);  // a failed copy fails the step as a failed launch does
   f.reqs = step_reqs_;
-  const double t0 = Engine::now();
-  f.status = exec_.launch(batch_, greedy ? nullptr : &sampling_);
-  stats_.execute_s += Engine::now() - t0;
+  if (f.status) {
+    const bool greedy = greedy_step(so);  // else drawn on the device (pipelinable())
+    if (!greedy) fill_sampling(so);
+    const double t0 = Engine::now();
+    f.status = runner_.launch(batch_, greedy ? nullptr : &sampling_);
+    stats_.execute_s += Engine::now() - t0;
+  }
   for (Req* r : f.reqs) r->launched = f.id;
   if (f.status) {
     // Placeholders: the token each sampled row will pick, for the next step's batch.
@@ -477,7 +480,7 @@ void EngineCore::complete(InFlight& f, std::vector<RequestOutput>* out) {
   Status s = f.status;
   if (s) {
     const double t0 = Engine::now();
-    s = exec_.collect(&tokens);
+    s = runner_.collect(&tokens);
     stats_.execute_s += Engine::now() - t0;  // waiting for the device
     if (s && tokens.size() != f.slots.size())
       s = internal_error(

@@ -1,6 +1,6 @@
 // The step loop, single-threaded: schedule, execute, update. Everything the Engine's
 // thread does between draining its input queue and publishing outputs happens here, so
-// it can be driven directly by tests with a fake executor.
+// it can be driven directly by tests with a fake model (a ModelRunner).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "engine/detokenizer.h"
-#include "engine/executor.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache_manager.h"
+#include "model/runner.h"
 #include "pagoda/engine.h"
 #include "sched/scheduler.h"
 
@@ -24,12 +24,12 @@ struct EngineCoreConfig {
   int n_blocks = 0;
   int block_size = 16;
   bool enable_prefix_caching = true;
-  // Queue each step before handling the previous step's tokens (Executor::launch), so a
+  // Queue each step before handling the previous step's tokens (ModelRunner::launch), so a
   // device runs while the host schedules and detokenizes. Requests that need the logits
   // on the host (log-probabilities, n > 1, penalties, host sampling) run plain steps;
   // while any is live, every step is plain.
   bool async_scheduling = false;
-  // Sample on the device where the executor can (PAGODA_DEVICE_SAMPLING=0 in the engine
+  // Sample on the device where the runner can (PAGODA_DEVICE_SAMPLING=0 in the engine
   // sends every step's logits to the host's sampler instead).
   bool device_sampling = true;
 };
@@ -37,7 +37,7 @@ struct EngineCoreConfig {
 class EngineCore {
  public:
   // `tok` may be null (token-only use: no text, no stop strings, no end-of-generation).
-  EngineCore(const EngineCoreConfig& config, Executor& executor, const Tokenizer* tok);
+  EngineCore(const EngineCoreConfig& config, ModelRunner& runner, const Tokenizer* tok);
   ~EngineCore();
 
   // Whether a request could ever run; reads only fixed configuration, so any thread may
@@ -65,22 +65,23 @@ class EngineCore {
     std::vector<int64_t> slots;  // per logit row
     Status status;               // a failed launch: the step's requests fail at completion
   };
-  // Samples from `logits`, or takes `chosen` (>= 0) when the executor picked the token;
+  // Samples from `logits`, or takes `chosen` (>= 0) when the runner picked the token;
   // the token goes at the end of the request's tokens, or to `slot` (a placeholder).
   void sample_into(Req& r, float* logits, int32_t chosen, std::vector<RequestOutput>* out,
                    double now, int64_t slot = -1);
   // The step's batch from the scheduler's choice (copies blocks first); fills step_reqs_.
-  void build_batch(const sched::SchedulerOutput& so);
+  // A failed block copy fails the step as a failed forward pass would.
+  Status build_batch(const sched::SchedulerOutput& so);
   void count_waste();
   // Pipelined steps (async_scheduling).
   bool pipelinable(const SamplingParams& p) const;
   void step_pipelined(std::vector<RequestOutput>* out);
   void launch(sched::SchedulerOutput so);
   void complete(InFlight& f, std::vector<RequestOutput>* out);
-  // Every sampled row of this step is plain greedy and the executor can pick it.
+  // Every sampled row of this step is plain greedy and the runner can pick it.
   bool greedy_step(const sched::SchedulerOutput& so) const;
   // No sampled row of this step needs its logits on the host (log-probabilities, forks),
-  // and the executor can draw the tokens itself (EngineCoreConfig::device_sampling).
+  // and the runner can draw the tokens itself (EngineCoreConfig::device_sampling).
   bool device_sampling_step(const sched::SchedulerOutput& so) const;
   void finish(Req& r, FinishReason why, std::vector<RequestOutput>* out, double now,
               RequestOutput* pending = nullptr, const std::string& error = {});
@@ -91,7 +92,7 @@ class EngineCore {
   void fill_sampling(const sched::SchedulerOutput& so);
 
   EngineCoreConfig config_;
-  Executor& exec_;
+  ModelRunner& runner_;
   const Tokenizer* tok_;
   kv::KvCacheManager kv_;
   sched::Scheduler sched_;

@@ -31,7 +31,7 @@ Result<FaultPlan> parse_fault_plan(const std::string& spec) {
   return plan;
 }
 
-Status FaultInjectingExecutor::next_pass() {
+Status FaultInjectingRunner::next_pass() {
   const int64_t pass = ++passes_;  // 1-based
   if (plan_.active() && pass > plan_.forward_fail_after &&
       (plan_.forward_fail_count == 0 ||
@@ -41,20 +41,9 @@ Status FaultInjectingExecutor::next_pass() {
   return Status::ok();
 }
 
-Status FaultInjectingExecutor::execute(const Batch& batch, float* logits) {
+Status FaultInjectingRunner::forward(const Batch& batch, const StepOutput& out) {
   PAGODA_RETURN_IF_ERROR(next_pass());
-  return inner_.execute(batch, logits);
-}
-
-Status FaultInjectingExecutor::execute_greedy(const Batch& batch, int32_t* tokens) {
-  PAGODA_RETURN_IF_ERROR(next_pass());
-  return inner_.execute_greedy(batch, tokens);
-}
-
-Status FaultInjectingExecutor::execute_sample(const Batch& batch, const StepSampling& sampling,
-                                              int32_t* tokens) {
-  PAGODA_RETURN_IF_ERROR(next_pass());
-  return inner_.execute_sample(batch, sampling, tokens);
+  return inner_.forward(batch, out);
 }
 
 }  // namespace pagoda

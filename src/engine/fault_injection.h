@@ -1,4 +1,4 @@
-// Fault injection for tests of error paths above the engine: an Executor wrapper that
+// Fault injection for tests of error paths above the engine: a ModelRunner wrapper that
 // makes chosen forward passes fail, as a device or model fault would.
 //
 // The Engine takes the plan from EngineConfig::settings.fault_inject (the CLI's
@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/executor.h"
+#include "model/runner.h"
 
 namespace pagoda {
 
@@ -30,25 +30,26 @@ inline constexpr const char* kFaultInjectEnv = "PAGODA_FAULT_INJECT";
 // Parses the variable's value ("" is no faults).
 Result<FaultPlan> parse_fault_plan(const std::string& spec);
 
-class FaultInjectingExecutor : public Executor {
+// Pipelined steps go through the default pipeline (ModelRunner::launch), which runs each
+// step through forward() here, so they are counted and failed alike, even where the
+// inner runner queues its own.
+class FaultInjectingRunner : public ModelRunner {
  public:
-  FaultInjectingExecutor(Executor& inner, FaultPlan plan) : inner_(inner), plan_(plan) {}
-  int32_t n_vocab() const override { return inner_.n_vocab(); }
-  Status execute(const Batch& batch, float* logits) override;
-  // The device-side greedy path is a forward pass too: counted and failed alike.
-  bool has_greedy() const override { return inner_.has_greedy(); }
-  Status execute_greedy(const Batch& batch, int32_t* tokens) override;
-  bool has_sampling() const override { return inner_.has_sampling(); }
-  Status execute_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens) override;
-  void copy_blocks(const std::vector<kv::BlockCopy>& copies) override {
-    inner_.copy_blocks(copies);
-  }
+  FaultInjectingRunner(ModelRunner& inner, FaultPlan plan) : inner_(inner), plan_(plan) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  DeviceKind device_kind() const override { return inner_.device_kind(); }
+  std::string describe() const override { return inner_.describe(); }
+  size_t decode_weight_bytes() const override { return inner_.decode_weight_bytes(); }
+  // Every pass, whatever it hands back (logits, greedy or sampled picks), is counted.
+  Status forward(const Batch& batch, const StepOutput& out) override;
+  bool picks_tokens(bool sampled) const override { return inner_.picks_tokens(sampled); }
+  Status copy_block(int src, int dst) override { return inner_.copy_block(src, dst); }
   int64_t forward_passes() const { return passes_; }
 
  private:
   // Counts a pass; the injected error when this one is to fail.
   Status next_pass();
-  Executor& inner_;
+  ModelRunner& inner_;
   const FaultPlan plan_;
   int64_t passes_ = 0;
 };

@@ -48,7 +48,7 @@ Status chunk_logits(ModelRunner& r, const std::vector<int32_t>& chunk, int first
     float* dst = b.logit_rows.empty()
                      ? nullptr
                      : out->data() + static_cast<size_t>(off + b.logit_rows[0] - first) * V;
-    PAGODA_RETURN_IF_ERROR(r.forward(b, dst));
+    PAGODA_RETURN_IF_ERROR(r.forward(b, StepOutput::Logits(dst)));
   }
   return Status::ok();
 }

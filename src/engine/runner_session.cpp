@@ -37,7 +37,7 @@ Status RunnerSession::eval(const std::vector<int32_t>& tokens, bool all_logits,
       b.logit_rows.push_back(chunk - 1);
       out = logits->data();
     }
-    PAGODA_RETURN_IF_ERROR(runner_.forward(b, out));
+    PAGODA_RETURN_IF_ERROR(runner_.forward(b, StepOutput::Logits(out)));
     n_past_ += chunk;
   }
   return Status::ok();

@@ -22,9 +22,11 @@ class CpuRunner : public ModelRunner {
            (c.empty() ? std::string() : " (converted " + c + ")");
   }
   size_t decode_weight_bytes() const override { return model_.decode_weight_bytes(); }
-  Status forward(const Batch& batch, float* logits) override {
-    return model_.forward(batch, kv_, logits, *ws_, pool_, observer_);
-  }
+  Status forward(const Batch& batch, const StepOutput& out) override;
+  // Greedy picks are the argmax of its own logits (cheap next to the pass): greedy
+  // requests take the pipelined path on the CPU too. Sampled draws are the host
+  // sampler's (engine/sampler), from the logits.
+  bool picks_tokens(bool sampled) const override { return !sampled; }
   Status copy_block(int src, int dst) override {
     if (src < 0 || dst < 0 || src >= kv_.n_blocks() || dst >= kv_.n_blocks())
       return invalid_argument("KV block copy outside the pool");
@@ -38,35 +40,27 @@ class CpuRunner : public ModelRunner {
   KvStorage kv_;
   Model::WorkspacePtr ws_;
   ActivationObserver* observer_;
+  std::vector<float> logits_;  // greedy steps' logits, kept between calls
 };
 
-}  // namespace
-
-Status ModelRunner::forward_greedy(const Batch& batch, int32_t* tokens) {
-  const int V = config().n_vocab;
-  std::vector<float> logits(batch.logit_rows.size() * static_cast<size_t>(V));
-  PAGODA_RETURN_IF_ERROR(forward(batch, logits.data()));
+Status CpuRunner::forward(const Batch& batch, const StepOutput& out) {
+  PAGODA_RETURN_IF_ERROR(out.check());
+  if (!out.tokens) return model_.forward(batch, kv_, out.logits, *ws_, pool_, observer_);
+  if (out.sampling) return unsupported("the CPU runner does not draw sampled tokens itself");
+  const size_t V = static_cast<size_t>(model_.config().n_vocab);
+  logits_.resize(batch.logit_rows.size() * V);
+  PAGODA_RETURN_IF_ERROR(model_.forward(batch, kv_, logits_.data(), *ws_, pool_, observer_));
   for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
-    const float* row = logits.data() + i * static_cast<size_t>(V);
+    const float* row = logits_.data() + i * V;
     int32_t best = 0;  // the first maximum, as engine/sampler.h's argmax
-    for (int32_t j = 1; j < V; ++j)
-      if (row[j] > row[best]) best = j;
-    tokens[i] = best;
+    for (size_t j = 1; j < V; ++j)
+      if (row[j] > row[best]) best = static_cast<int32_t>(j);
+    out.tokens[i] = best;
   }
   return Status::ok();
 }
 
-Status ModelRunner::forward_sample(const Batch&, const StepSampling&, int32_t*) {
-  return unsupported("this runner does not sample on its device");
-}
-
-Status ModelRunner::launch(const Batch&, const StepSampling*) {
-  return unsupported("this runner has no pipelined steps");
-}
-
-Status ModelRunner::collect(std::vector<int32_t>*) {
-  return unsupported("this runner has no pipelined steps");
-}
+}  // namespace
 
 std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool,
                                              const RunnerOptions& options) {

@@ -69,7 +69,7 @@ class Model {
   WorkspacePtr make_workspace() const;
 
   // Runs the batch, writing K/V into `kv`, and logits for batch.logit_rows into `logits`
-  // (logit_rows.size() x n_vocab floats).
+  // (logit_rows.size() x n_vocab floats; null: none wanted, the LM head is skipped).
   // observer (may be null) sees each layer product's input.
   Status forward(const Batch& batch, KvStorage& kv, float* logits, Workspace& ws, ThreadPool& pool,
                  ActivationObserver* observer = nullptr) const;

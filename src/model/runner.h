@@ -5,9 +5,12 @@
 // sequence owns is decided above (the block manager); block ids index this runner's pool.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "core/batch.h"
 #include "core/device.h"
 #include "core/sampling_row.h"
 #include "core/status.h"
@@ -42,6 +45,23 @@ struct RunnerOptions {
   CudaSwitches cuda;  // the CUDA backend's A/B switches (PAGODA_CUDA_*)
 };
 
+// What a step hands back for batch.logit_rows. Neither pointer set: nothing (a prefill
+// chunk that samples no row); both set: invalid_argument.
+struct StepOutput {
+  float* logits = nullptr;    // host, logit_rows.size() x n_vocab floats; or
+  int32_t* tokens = nullptr;  // one token per logit row:
+  // drawn as it says (one row per logit row); null: the most likely (first on ties)
+  const StepSampling* sampling = nullptr;
+
+  static StepOutput Logits(float* p) { return {p, nullptr, nullptr}; }
+  static StepOutput Greedy(int32_t* p) { return {nullptr, p, nullptr}; }
+  static StepOutput Sampled(int32_t* p, const StepSampling* s) { return {nullptr, p, s}; }
+  Status check() const {
+    return logits && tokens ? invalid_argument("a step hands back logits or tokens, not both")
+                            : Status::ok();
+  }
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -51,30 +71,34 @@ class ModelRunner {
   virtual std::string describe() const = 0;
   // Bytes a single-token decode step reads from weights (for bandwidth figures).
   virtual size_t decode_weight_bytes() const = 0;
-  // Runs the batch, writing its K/V into the pool and logits for batch.logit_rows to
-  // `logits` (host memory, logit_rows.size() x n_vocab floats; may be null when no
-  // logits are wanted).
-  virtual Status forward(const Batch& batch, float* logits) = 0;
-  // The same, returning only the most likely token of each logit row (greedy sampling;
-  // on the GPU the logits never leave the device). tokens: logit_rows.size() ids.
-  virtual Status forward_greedy(const Batch& batch, int32_t* tokens);
-  // Whether forward_sample draws on the device (otherwise it is unsupported).
-  virtual bool has_device_sampling() const { return false; }
-  // The same, drawing each logit row's token as sampling.rows[i] says (penalties,
-  // temperature, top-k / top-p / min-p, the given uniform draw).
-  virtual Status forward_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens);
+  // Runs the batch, writing its K/V into the pool, and hands back what `out` asks for:
+  // the logit rows' logits, or one token each picked by the runner (on a GPU the logits
+  // never leave the device). A pick the runner cannot make (picks_tokens) is unsupported.
+  virtual Status forward(const Batch& batch, const StepOutput& out) = 0;
+  // Whether forward picks tokens itself: the most likely (sampled false), or drawn as a
+  // StepSampling row says (penalties, temperature, top-k / top-p / min-p, the given
+  // uniform; sampled true).
+  virtual bool picks_tokens(bool sampled) const = 0;
   // Copies block src's K and V to block dst in every layer (copy-on-write of shared
   // prefixes), ordered before the next forward pass.
   virtual Status copy_block(int src, int dst) = 0;
-  // Pipelined steps (the engine's --async-scheduling, Executor::launch): launch() queues a
-  // step that picks its tokens on the device (forward_greedy's without `sampling`, else
-  // forward_sample's) and returns before it runs; collect() waits for the oldest queued
-  // step and gives its tokens. A batch token t < 0 is the token that the step queued just
-  // before picked for its logit row -t - 1. At most two steps are outstanding, and no
-  // plain forward runs while one is. Only a runner whose device queues work has them.
-  virtual bool has_pipeline() const { return false; }
+  // Pipelined steps (the engine's --async-scheduling): launch() queues a step that picks
+  // its tokens (the most likely without `sampling`, else drawn as it says; the runner must
+  // pick them, picks_tokens) and may return before it runs; collect() waits for the oldest
+  // step launched and not yet collected and gives its tokens. A batch token t < 0 is the
+  // token that the step launched just before picked for its logit row -t - 1, so a step
+  // can be queued before the host has seen its input. At most two steps are outstanding,
+  // and no plain forward runs while one is. A launch() that fails queued nothing; a step
+  // that fails later fails its collect(). The default runs each step inside launch() (the
+  // same tokens, no overlap; its failures wait for collect), so every runner can be driven
+  // this way; a device that queues work overrides both.
   virtual Status launch(const Batch& batch, const StepSampling* sampling);
   virtual Status collect(std::vector<int32_t>* tokens);
+
+ private:
+  std::deque<Result<std::vector<int32_t>>> launched_;  // the default pipeline's results
+  std::vector<int32_t> last_tokens_;                   // of the step launched last
+  Batch resolved_;
 };
 
 // The CPU backend over an already loaded Model (which the caller keeps alive).
@@ -101,6 +125,6 @@ void set_cuda_plugin_path(const std::string& path);
 bool cuda_built();
 // Bumped whenever make_cuda_runner's types change, so a stale plugin is refused rather
 // than called with the wrong layout.
-inline constexpr int kCudaPluginAbi = 7;
+inline constexpr int kCudaPluginAbi = 8;
 
 }  // namespace pagoda

@@ -128,8 +128,8 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n
       past[seq] += n_q;
     }
     std::vector<float> lc(b.logit_rows.size() * static_cast<size_t>(V)), lg(lc.size(), NAN);
-    EXPECT_OK(cpu->forward(b, lc.data()));
-    EXPECT_OK((*gpu)->forward(b, lg.data()));
+    EXPECT_OK(cpu->forward(b, StepOutput::Logits(lc.data())));
+    EXPECT_OK((*gpu)->forward(b, StepOutput::Logits(lg.data())));
     expect_nmse(
         str_format("%s %s %s", s.arch, std::string(dtype_name(s.type)).c_str(), what.c_str()),
         lg.data(), lc.data(), lc.size(), bound);
@@ -150,8 +150,8 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n
   b.seqs.push_back({0, 1, 16, table_c.data()});
   b.logit_rows = {0};
   std::vector<float> lc(static_cast<size_t>(V)), lg(lc.size(), NAN);
-  EXPECT_OK(cpu->forward(b, lc.data()));
-  EXPECT_OK((*gpu)->forward(b, lg.data()));
+  EXPECT_OK(cpu->forward(b, StepOutput::Logits(lc.data())));
+  EXPECT_OK((*gpu)->forward(b, StepOutput::Logits(lg.data())));
   expect_nmse(str_format("%s %s copied block", s.arch, std::string(dtype_name(s.type)).c_str()),
               lg.data(), lc.data(), lc.size(), bound);
 }
@@ -249,8 +249,8 @@ void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
   for (int i = 0; i < kSteps; ++i) {
     std::vector<int32_t> picks(2);
     const Batch b = batch(i, in);
-    EXPECT_OK(sampled ? (*plain)->forward_sample(b, draws[static_cast<size_t>(i)], picks.data())
-                      : (*plain)->forward_greedy(b, picks.data()));
+    EXPECT_OK((*plain)->forward(
+        b, StepOutput::Sampled(picks.data(), sampled ? &draws[static_cast<size_t>(i)] : nullptr)));
     want.push_back(picks);
     in = picks;
   }
@@ -285,9 +285,10 @@ void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
   EXPECT_OK((*piped)->collect(&p_swapped));
   // The same three steps on the plain runner, the picks fed by hand.
   std::vector<int32_t> w_ok(2), w_next(2), w_swapped(2);
-  EXPECT_OK((*plain)->forward_greedy(ok, w_ok.data()));
-  EXPECT_OK((*plain)->forward_greedy(batch(kSteps + 1, w_ok), w_next.data()));
-  EXPECT_OK((*plain)->forward_greedy(batch(kSteps + 2, {w_next[1], w_next[0]}), w_swapped.data()));
+  EXPECT_OK((*plain)->forward(ok, StepOutput::Greedy(w_ok.data())));
+  EXPECT_OK((*plain)->forward(batch(kSteps + 1, w_ok), StepOutput::Greedy(w_next.data())));
+  EXPECT_OK((*plain)->forward(batch(kSteps + 2, {w_next[1], w_next[0]}),
+                              StepOutput::Greedy(w_swapped.data())));
   expect(p_ok == w_ok && p_next == w_next && p_swapped == w_swapped,
          what + ": steps after the refusals, swapped placeholders, the plain runner's tokens");
 }

@@ -8,13 +8,13 @@
 #include <random>
 #include <set>
 
-#include "fake_executor.h"
+#include "fake_runner.h"
 
 namespace pagoda {
 namespace {
 
 using testing::fake_greedy;
-using testing::FakeExecutor;
+using testing::FakeRunner;
 
 constexpr int32_t kVocab = 97;
 
@@ -28,7 +28,7 @@ struct Outcome {
 struct Harness {
   Harness(int n_blocks, int max_seqs, int budget, bool caching = true,
           sched::Policy policy = sched::Policy::kFcfs, int64_t max_len = 4096, bool async = false)
-      : exec(n_blocks, 16, kVocab) {
+      : runner(n_blocks, 16, kVocab) {
     EngineCoreConfig c;
     c.n_blocks = n_blocks;
     c.block_size = 16;
@@ -38,7 +38,7 @@ struct Harness {
     c.sched.max_model_len = max_len;
     c.sched.policy = policy;
     c.async_scheduling = async;
-    core = std::make_unique<EngineCore>(c, exec, nullptr);
+    core = std::make_unique<EngineCore>(c, runner, nullptr);
   }
   Status add(const std::string& id, const std::vector<int32_t>& prompt, int max_tokens,
              int priority = 0, SamplingParams p = greedy()) {
@@ -74,7 +74,7 @@ struct Harness {
   Outcome& get(const std::string& id, int index) { return results[{id, index}]; }
   bool pool_whole() const { return core->kv().num_free_blocks() == core->kv().n_blocks(); }
 
-  FakeExecutor exec;
+  FakeRunner runner;
   std::unique_ptr<EngineCore> core;
   std::map<std::pair<std::string, int>, Outcome> results;
   std::vector<std::string> finish_order;
@@ -109,13 +109,13 @@ TEST(EngineCore, TokenBudgetAndSeqLimitHoldEveryStep) {
     want[id] = {p, n};
   }
   h.run();
-  ASSERT_FALSE(h.exec.step_tokens.empty());
-  for (size_t i = 0; i < h.exec.step_tokens.size(); ++i) {
-    EXPECT_LE(h.exec.step_tokens[i], 48) << "step " << i;
-    EXPECT_LE(h.exec.step_seqs[i], 6) << "step " << i;
+  ASSERT_FALSE(h.runner.step_tokens.empty());
+  for (size_t i = 0; i < h.runner.step_tokens.size(); ++i) {
+    EXPECT_LE(h.runner.step_tokens[i], 48) << "step " << i;
+    EXPECT_LE(h.runner.step_seqs[i], 6) << "step " << i;
   }
   // Chunked prefill must have happened (prompts up to 120 tokens, budget 48).
-  EXPECT_TRUE(std::count(h.exec.step_tokens.begin(), h.exec.step_tokens.end(), 48) > 0);
+  EXPECT_TRUE(std::count(h.runner.step_tokens.begin(), h.runner.step_tokens.end(), 48) > 0);
   for (const auto& [id, pn] : want) {
     const Outcome& r = h.get(id, 0);
     EXPECT_EQ(r.tokens, fake_greedy(pn.first, pn.second, kVocab)) << id;
@@ -149,12 +149,12 @@ TEST(EngineCore, PreemptionThenResumptionGivesTheSameOutput) {
 }
 
 TEST(EngineCore, DeviceGreedyPathGivesTheSameTokensAndStepsAsideForSampling) {
-  // The executor picks greedy tokens itself (as the CUDA runner does) when every sampled
+  // The runner picks greedy tokens itself (as the CUDA runner does) when every sampled
   // row of a step is plain greedy; a sampled request or one asking for logprobs in the
   // step sends the whole step through the logits path. Outputs must not change.
   for (bool mixed : {false, true}) {
     Harness h(/*n_blocks=*/24, /*max_seqs=*/8, /*budget=*/64, /*caching=*/true);
-    h.exec.greedy = true;
+    h.runner.greedy = true;
     std::mt19937 rng(5);
     std::map<std::string, std::pair<std::vector<int32_t>, int>> want;
     for (int i = 0; i < 8; ++i) {
@@ -175,11 +175,11 @@ TEST(EngineCore, DeviceGreedyPathGivesTheSameTokensAndStepsAsideForSampling) {
     for (const auto& [id, pn] : want)
       EXPECT_EQ(h.get(id, 0).tokens, fake_greedy(pn.first, pn.second, kVocab)) << id;
     EXPECT_GT(h.core->stats().preemptions, 0);  // resumption runs through the greedy path too
-    EXPECT_GT(h.exec.greedy_steps, 0);
+    EXPECT_GT(h.runner.greedy_steps, 0);
     if (mixed)  // some steps carried the logprobs/penalty requests: not all were greedy
-      EXPECT_LT(static_cast<size_t>(h.exec.greedy_steps), h.exec.step_tokens.size());
+      EXPECT_LT(static_cast<size_t>(h.runner.greedy_steps), h.runner.step_tokens.size());
     else
-      EXPECT_EQ(static_cast<size_t>(h.exec.greedy_steps), h.exec.step_tokens.size());
+      EXPECT_EQ(static_cast<size_t>(h.runner.greedy_steps), h.runner.step_tokens.size());
     EXPECT_TRUE(h.pool_whole());
   }
 }
@@ -203,14 +203,14 @@ TEST(EngineCore, DeviceSamplingGetsThePenaltiesAndDrawsOfTheHostSampler) {
   const auto len = [&](size_t i) { return i + 1 == reqs.size() ? 150 : 40; };
   Harness host(/*n_blocks=*/40, /*max_seqs=*/8, /*budget=*/64, /*caching=*/false);
   Harness dev(40, 8, 64, false);
-  dev.exec.sampling = true;
+  dev.runner.sampling = true;
   for (Harness* h : {&host, &dev})
     for (size_t i = 0; i < reqs.size(); ++i)
       ASSERT_TRUE(h->add("p" + std::to_string(i), reqs[i].first, len(i), 0, reqs[i].second));
   host.run();
   dev.run();
-  EXPECT_EQ(host.exec.sampling_steps, 0);
-  EXPECT_EQ(static_cast<size_t>(dev.exec.sampling_steps), dev.exec.step_tokens.size());
+  EXPECT_EQ(host.runner.sampling_steps, 0);
+  EXPECT_EQ(static_cast<size_t>(dev.runner.sampling_steps), dev.runner.step_tokens.size());
   int penalised = 0;  // requests whose penalties changed some token (the test has teeth)
   for (size_t i = 0; i < reqs.size(); ++i) {
     const std::string id = "p" + std::to_string(i);
@@ -228,7 +228,7 @@ TEST(EngineCore, DeviceSamplingGetsThePenaltiesAndDrawsOfTheHostSampler) {
   std::vector<std::vector<int32_t>> runs;
   for (int run = 0; run < 2; ++run) {
     Harness h(40, 4, 64, false);
-    h.exec.sampling = true;
+    h.runner.sampling = true;
     ASSERT_TRUE(h.add("s", reqs[0].first, 30, 0, sp));
     h.run();
     runs.push_back(h.get("s", 0).tokens);
@@ -391,6 +391,36 @@ TEST(EngineCore, RequestsThatCanNeverFitAreRejected) {
   EXPECT_TRUE(h.pool_whole());
 }
 
+TEST(EngineCore, AFailedBlockCopyFailsItsStep) {
+  // The runner's copy-on-write fails: the step being built fails as a failed forward
+  // pass would (its requests end with the error, their blocks go back).
+  std::mt19937 rng(10);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.n = 4;
+  Harness h(100, 8, 512);
+  ASSERT_TRUE(h.add("n4", random_prompt(rng, 37), 20, 0, sp));  // a shared partial block
+  std::vector<RequestOutput> outs;
+  h.core->step(&outs);  // the prompt
+  const size_t passes = h.runner.step_tokens.size();
+  h.runner.fail_copies = true;
+  outs.clear();
+  h.core->step(&outs);  // three completions copy the partial block
+  int errors = 0;
+  for (const RequestOutput& o : outs) {
+    EXPECT_TRUE(o.finished);
+    EXPECT_EQ(o.finish_reason, FinishReason::kError);
+    EXPECT_NE(o.error.find("block copy failed"), std::string::npos) << o.error;
+    ++errors;
+  }
+  EXPECT_EQ(errors, 4);
+  EXPECT_EQ(h.runner.step_tokens.size(), passes);  // the step did not run
+  EXPECT_FALSE(h.core->has_work());
+  EXPECT_TRUE(h.pool_whole());
+  EXPECT_EQ(h.core->stats().failed_steps, 1);
+  EXPECT_TRUE(h.core->stats().last_step_failed);
+}
+
 TEST(EngineCore, CompletionsShareThePromptAndCopyOnWrite) {
   std::mt19937 rng(10);
   const auto p = random_prompt(rng, 37);  // 2 full blocks + a shared partial one
@@ -406,7 +436,7 @@ TEST(EngineCore, CompletionsShareThePromptAndCopyOnWrite) {
   h.collect(outs);
   EXPECT_EQ(h.core->kv().num_used_blocks(), 3);
   h.run();
-  EXPECT_EQ(h.exec.n_copies, 3);  // three of four completions copied the partial block
+  EXPECT_EQ(h.runner.n_copies, 3);  // three of four completions copied the partial block
   EXPECT_EQ(h.core->stats().prompt_tokens_computed, 37);
   std::set<std::vector<int32_t>> distinct;
   for (int i = 0; i < 4; ++i) {
@@ -449,8 +479,8 @@ TEST(EngineCore, PipelinedStepsGiveTheModelsTokens) {
     // token ids and lengths from 1 token up.
     Harness h(/*n_blocks=*/18, /*max_seqs=*/6, /*budget=*/40, /*caching=*/true,
               sched::Policy::kFcfs, 4096, /*async=*/true);
-    h.exec.greedy = !sampling_path;
-    h.exec.sampling = sampling_path;
+    h.runner.greedy = !sampling_path;
+    h.runner.sampling = sampling_path;
     std::mt19937 rng(21);
     const auto shared = random_prompt(rng, 40);
     std::map<std::string, std::vector<int32_t>> want;
@@ -476,8 +506,8 @@ TEST(EngineCore, PipelinedStepsGiveTheModelsTokens) {
     }
     EXPECT_GT(h.core->stats().preemptions, 0);
     EXPECT_GT(h.core->stats().prefix_hits, 0);
-    EXPECT_GT(h.exec.launches, 0);
-    EXPECT_EQ(static_cast<size_t>(h.exec.launches), h.exec.step_tokens.size());
+    EXPECT_GT(h.runner.launches, 0);
+    EXPECT_EQ(static_cast<size_t>(h.runner.launches), h.runner.step_tokens.size());
     EXPECT_EQ(h.core->stats().generation_tokens, [&] {
       int64_t n = 0;
       for (const auto& [id, ref] : want) n += static_cast<int64_t>(ref.size());
@@ -496,7 +526,7 @@ TEST(EngineCore, PipelinedSeededSamplingDrawsAsPlainSteps) {
   std::map<std::string, std::vector<int32_t>> got[2];
   for (int async = 0; async < 2; ++async) {
     Harness h(24, 4, 48, true, sched::Policy::kFcfs, 4096, async == 1);
-    h.exec.sampling = true;
+    h.runner.sampling = true;
     for (int i = 0; i < 6; ++i) {
       SamplingParams sp;
       sp.temperature = 0.9f;
@@ -504,7 +534,7 @@ TEST(EngineCore, PipelinedSeededSamplingDrawsAsPlainSteps) {
       ASSERT_TRUE(h.add("s" + std::to_string(i), prompts[i], 40, 0, sp));
     }
     h.run();
-    EXPECT_EQ(h.exec.launches > 0, async == 1);
+    EXPECT_EQ(h.runner.launches > 0, async == 1);
     for (int i = 0; i < 6; ++i)
       got[async]["s" + std::to_string(i)] = h.get("s" + std::to_string(i), 0).tokens;
     EXPECT_TRUE(h.pool_whole());
@@ -516,7 +546,7 @@ TEST(EngineCore, PipelinedAbortAtAnyPointFreesEverything) {
   std::mt19937 rng(23);
   for (int abort_after = 0; abort_after < 14; ++abort_after) {
     Harness h(60, 4, 32, true, sched::Policy::kFcfs, 4096, /*async=*/true);
-    h.exec.greedy = true;
+    h.runner.greedy = true;
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 6; ++i) {
       prompts.push_back(random_prompt(rng, 30));
@@ -557,7 +587,7 @@ TEST(EngineCore, PipelinedStepsGiveWayToRequestsThatNeedLogits) {
   // A request asking for log-probabilities needs its logits on the host: while it is
   // live every step is plain (the queued one is finished first); then pipelining resumes.
   Harness h(80, 6, 64, true, sched::Policy::kFcfs, 4096, /*async=*/true);
-  h.exec.greedy = true;
+  h.runner.greedy = true;
   std::mt19937 rng(24);
   std::map<std::string, std::pair<std::vector<int32_t>, int>> want;
   for (int i = 0; i < 4; ++i) {
@@ -570,7 +600,7 @@ TEST(EngineCore, PipelinedStepsGiveWayToRequestsThatNeedLogits) {
     h.core->step(&outs);
     h.collect(outs);
   }
-  const int launched_before = h.exec.launches;
+  const int launched_before = h.runner.launches;
   EXPECT_GT(launched_before, 0);
   SamplingParams lp = Harness::greedy();
   lp.logprobs = 1;
@@ -580,8 +610,9 @@ TEST(EngineCore, PipelinedStepsGiveWayToRequestsThatNeedLogits) {
   h.run();
   for (const auto& [id, pn] : want)
     EXPECT_EQ(h.get(id, 0).tokens, fake_greedy(pn.first, pn.second, kVocab)) << id;
-  EXPECT_GT(h.exec.launches, launched_before);  // resumed once "lp" had finished
-  EXPECT_LT(static_cast<size_t>(h.exec.launches), h.exec.step_tokens.size());  // plain steps too
+  EXPECT_GT(h.runner.launches, launched_before);  // resumed once "lp" had finished
+  EXPECT_LT(static_cast<size_t>(h.runner.launches),
+            h.runner.step_tokens.size());  // plain steps too
   EXPECT_TRUE(h.pool_whole());
 }
 
@@ -646,9 +677,9 @@ TEST(EngineCore, PipelinedAndPlainStepsAgreeOnRandomWorkloads) {
     std::vector<bool> admitted[2];
     for (int async = 0; async < 2; ++async) {
       Harness h(n_blocks, max_seqs, budget, caching, policy, 4096, async == 1);
-      h.exec.greedy = true;
-      h.exec.sampling = true;
-      h.exec.host_draws = true;
+      h.runner.greedy = true;
+      h.runner.sampling = true;
+      h.runner.host_draws = true;
       auto arrive = [&](int step) {
         for (const Req& r : reqs)
           if (r.arrive_step == step)
@@ -679,7 +710,7 @@ TEST(EngineCore, PipelinedAndPlainStepsAgreeOnRandomWorkloads) {
       for (const auto& [key, n] : at_abort)
         EXPECT_EQ(h.results[key].tokens.size(), n) << key.first << ": output after its abort";
       if (async == 1) {
-        pipelined_total += h.exec.launches;
+        pipelined_total += h.runner.launches;
         preemptions += h.core->stats().preemptions;
         prefix_hits += h.core->stats().prefix_hits;
       }

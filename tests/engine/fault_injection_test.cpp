@@ -1,4 +1,4 @@
-// PAGODA_FAULT_INJECT's parser and executor wrapper, and what the step loop does with a
+// PAGODA_FAULT_INJECT's parser and runner wrapper, and what the step loop does with a
 // failed forward pass: the step's requests end with an error, their blocks are freed, and
 // the stats say the engine is failing until a step runs again.
 #include "engine/fault_injection.h"
@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine_core.h"
-#include "fake_executor.h"
+#include "fake_runner.h"
 
 namespace pagoda {
 namespace {
@@ -30,11 +30,11 @@ TEST(FaultInjection, ParsesTheVariable) {
 
 // Which of the first `n` forward passes fail under `spec`.
 std::vector<bool> failures(const std::string& spec, int n) {
-  testing::FakeExecutor inner(4, 16, kVocab);
-  FaultInjectingExecutor exec(inner, *parse_fault_plan(spec));
+  testing::FakeRunner inner(4, 16, kVocab);
+  FaultInjectingRunner runner(inner, *parse_fault_plan(spec));
   std::vector<bool> out;
   Batch empty;
-  for (int i = 0; i < n; ++i) out.push_back(!exec.execute(empty, nullptr).is_ok());
+  for (int i = 0; i < n; ++i) out.push_back(!runner.forward(empty, StepOutput{}).is_ok());
   return out;
 }
 
@@ -68,9 +68,9 @@ SamplingParams greedy50() {
 }
 
 TEST(FaultInjection, AFailedStepEndsItsRequestsWithAnErrorAndFreesTheirBlocks) {
-  testing::FakeExecutor inner(64, 16, kVocab);
-  FaultInjectingExecutor exec(inner, *parse_fault_plan("forward_fail_after=3"));
-  EngineCore core(small_config(false), exec, nullptr);
+  testing::FakeRunner inner(64, 16, kVocab);
+  FaultInjectingRunner runner(inner, *parse_fault_plan("forward_fail_after=3"));
+  EngineCore core(small_config(false), runner, nullptr);
   const SamplingParams p = greedy50();
   ASSERT_TRUE(core.add_request("a", std::vector<int32_t>(20, 5), p, 0, 0.0).is_ok());
   std::vector<RequestOutput> outs;
@@ -101,10 +101,10 @@ TEST(FaultInjection, AFailedStepEndsItsRequestsWithAnErrorAndFreesTheirBlocks) {
 TEST(FaultInjection, AFailedPipelinedStepEndsItsRequestsToo) {
   // Pipelined steps: the failure surfaces when the step is collected (a call later), the
   // step queued meanwhile fails with it, and nothing is left holding blocks.
-  testing::FakeExecutor inner(64, 16, kVocab);
+  testing::FakeRunner inner(64, 16, kVocab);
   inner.greedy = true;
-  FaultInjectingExecutor exec(inner, *parse_fault_plan("forward_fail_after=3"));
-  EngineCore core(small_config(true), exec, nullptr);
+  FaultInjectingRunner runner(inner, *parse_fault_plan("forward_fail_after=3"));
+  EngineCore core(small_config(true), runner, nullptr);
   const SamplingParams p = greedy50();
   ASSERT_TRUE(core.add_request("a", std::vector<int32_t>(20, 5), p, 0, 0.0).is_ok());
   ASSERT_TRUE(core.add_request("b", std::vector<int32_t>(30, 7), p, 0, 0.0).is_ok());

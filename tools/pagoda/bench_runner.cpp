@@ -47,8 +47,6 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
   for (int32_t& t : prompt) t = dist(rng);
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));
   std::vector<int32_t> next(static_cast<size_t>(B)), picked;
-  if (bc.pipelined && !r.has_pipeline())
-    return fail("bench", unsupported("--async-scheduling: this runner has no pipelined steps"));
 
   // B sequences with their own blocks, each prefilled once with D tokens (untimed; the
   // decode test then rewrites positions D .. D+G-1 on every repeat).
@@ -69,7 +67,7 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
               {static_cast<int>(pb.tokens.size()), n, off, tables[static_cast<size_t>(b)].data()});
           pb.tokens.insert(pb.tokens.end(), prompt.begin() + off, prompt.begin() + off + n);
         }
-        if (Status st = r.forward(pb, nullptr); !st) return fail("bench", st);
+        if (Status st = r.forward(pb, StepOutput{}); !st) return fail("bench", st);
       }
     }
   }
@@ -101,7 +99,8 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
               bc.pipelined && i > 0 ? -1 - b : prompt[static_cast<size_t>((i + b) % prompt.size())];
           db.seqs[static_cast<size_t>(b)].pos0 = D + i;
         }
-        Status st = bc.pipelined ? r.launch(db, nullptr) : r.forward_greedy(db, next.data());
+        Status st =
+            bc.pipelined ? r.launch(db, nullptr) : r.forward(db, StepOutput::Greedy(next.data()));
         if (st && bc.pipelined && i > 0) st = r.collect(&picked);
         if (!st) return fail("bench", st);
       }

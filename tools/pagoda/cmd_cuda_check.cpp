@@ -81,7 +81,7 @@ Result<std::vector<Greedy>> greedy_batched(ModelRunner& r, int n_ctx,
       b.seqs.push_back({0, chunk, off, tables[i].data()});
       const bool last = off + chunk == len;
       if (last) b.logit_rows.push_back(chunk - 1);
-      PAGODA_RETURN_IF_ERROR(r.forward(b, last ? logits.data() : nullptr));
+      PAGODA_RETURN_IF_ERROR(r.forward(b, StepOutput::Logits(last ? logits.data() : nullptr)));
     }
     out[i].logits.emplace_back(logits.begin(), logits.begin() + V);
     out[i].tokens.push_back(argmax(logits.data(), V));
@@ -94,7 +94,7 @@ Result<std::vector<Greedy>> greedy_batched(ModelRunner& r, int n_ctx,
           {static_cast<int>(i), 1, static_cast<int>(prompts[i].size()) + k - 1, tables[i].data()});
       b.logit_rows.push_back(static_cast<int>(i));
     }
-    PAGODA_RETURN_IF_ERROR(r.forward(b, logits.data()));
+    PAGODA_RETURN_IF_ERROR(r.forward(b, StepOutput::Logits(logits.data())));
     for (size_t i = 0; i < N; ++i) {
       const float* row = logits.data() + i * static_cast<size_t>(V);
       out[i].logits.emplace_back(row, row + V);

@@ -631,17 +631,10 @@ Status CudaModel::collect(std::vector<int32_t>* tokens) {
   return Status::ok();
 }
 
-Status CudaModel::forward(const Batch& batch, float* logits) {
-  return run(batch, false, logits);
-}
-
-Status CudaModel::forward_greedy(const Batch& batch, int32_t* tokens) {
-  return run(batch, true, tokens);
-}
-
-Status CudaModel::forward_sample(const Batch& batch, const StepSampling& sampling,
-                                 int32_t* tokens) {
-  return run(batch, false, tokens, &sampling);
+Status CudaModel::forward(const Batch& batch, const StepOutput& out) {
+  PAGODA_RETURN_IF_ERROR(out.check());
+  if (out.tokens) return run(batch, out.sampling == nullptr, out.tokens, out.sampling);
+  return run(batch, false, out.logits);
 }
 
 }  // namespace pagoda

@@ -27,12 +27,10 @@ class CudaModel : public ModelRunner {
   DeviceKind device_kind() const override { return DeviceKind::kCuda; }
   std::string describe() const override;
   size_t decode_weight_bytes() const override;
-  Status forward(const Batch& batch, float* logits) override;
-  Status forward_greedy(const Batch& batch, int32_t* tokens) override;
-  bool has_device_sampling() const override { return true; }
-  Status forward_sample(const Batch& batch, const StepSampling& sampling, int32_t* tokens) override;
+  Status forward(const Batch& batch, const StepOutput& out) override;
+  // Both on the device: the argmax, and the draw of a StepSampling row.
+  bool picks_tokens(bool) const override { return true; }
   Status copy_block(int src, int dst) override;
-  bool has_pipeline() const override { return true; }
   Status launch(const Batch& batch, const StepSampling* sampling) override;
   Status collect(std::vector<int32_t>* tokens) override;
 

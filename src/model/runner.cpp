@@ -1,11 +1,11 @@
-// The default pipeline of Executor::launch / collect: each step runs at launch.
-#include "engine/executor.h"
+// ModelRunner's default pipeline (launch / collect): each step runs at launch.
+#include "model/runner.h"
 
 #include <algorithm>
 
 namespace pagoda {
 
-Status Executor::launch(const Batch& batch, const StepSampling* sampling) {
+Status ModelRunner::launch(const Batch& batch, const StepSampling* sampling) {
   // Placeholders take the previous step's tokens; then the step runs here and now.
   const Batch* b = &batch;
   if (std::any_of(batch.tokens.begin(), batch.tokens.end(), [](int32_t t) { return t < 0; })) {
@@ -25,8 +25,8 @@ Status Executor::launch(const Batch& batch, const StepSampling* sampling) {
     b = &resolved_;
   }
   std::vector<int32_t> tokens(b->logit_rows.size());
-  const Status s =
-      sampling ? execute_sample(*b, *sampling, tokens.data()) : execute_greedy(*b, tokens.data());
+  const Status s = forward(*b, sampling ? StepOutput::Sampled(tokens.data(), sampling)
+                                        : StepOutput::Greedy(tokens.data()));
   if (!s) {
     last_tokens_.clear();
     launched_.emplace_back(s);
@@ -37,7 +37,7 @@ Status Executor::launch(const Batch& batch, const StepSampling* sampling) {
   return Status::ok();
 }
 
-Status Executor::collect(std::vector<int32_t>* tokens) {
+Status ModelRunner::collect(std::vector<int32_t>* tokens) {
   if (launched_.empty()) return internal_error("collect() without a launched step");
   Result<std::vector<int32_t>> r = std::move(launched_.front());
   launched_.pop_front();

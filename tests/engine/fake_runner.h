@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/executor.h"
 #include "engine/sampler.h"
+#include "model/runner.h"
 
 namespace pagoda::testing {
 
@@ -29,16 +29,58 @@ inline void fake_logits(const std::vector<int32_t>& history, int32_t n_vocab, fl
   }
 }
 
-class FakeExecutor : public Executor {
+class FakeRunner : public ModelRunner {
  public:
-  FakeExecutor(int n_blocks, int block_size, int32_t n_vocab)
-      : bs_(block_size),
-        n_vocab_(n_vocab),
-        slots_(static_cast<size_t>(n_blocks) * block_size, -1) {}
+  FakeRunner(int n_blocks, int block_size, int32_t n_vocab)
+      : bs_(block_size), n_vocab_(n_vocab), slots_(static_cast<size_t>(n_blocks) * block_size, -1) {
+    config_.n_vocab = n_vocab;
+  }
 
-  int32_t n_vocab() const override { return n_vocab_; }
+  const ModelConfig& config() const override { return config_; }
+  DeviceKind device_kind() const override { return DeviceKind::kCpu; }
+  std::string describe() const override { return "fake"; }
+  size_t decode_weight_bytes() const override { return 0; }
 
-  Status execute(const Batch& b, float* logits) override {
+  Status forward(const Batch& b, const StepOutput& out) override {
+    PAGODA_RETURN_IF_ERROR(out.check());
+    if (!out.tokens) return run_pass(b, out.logits);
+    if (out.sampling) return pick_sampled(b, *out.sampling, out.tokens);
+    return pick_greedy(b, out.tokens);
+  }
+
+  // With `greedy` set it also picks greedy tokens itself (as the CPU and CUDA runners
+  // do): the argmax of the same logits; greedy_steps counts its use. With `sampling` set
+  // it also draws sampled ones (as the CUDA runner does): pick_sampled.
+  bool picks_tokens(bool sampled) const override { return sampled ? sampling : greedy; }
+
+  // Pipelined steps run through the default pipeline (each step at launch); counted.
+  Status launch(const Batch& b, const StepSampling* s) override {
+    ++launches;
+    return ModelRunner::launch(b, s);
+  }
+
+  Status copy_block(int src, int dst) override {
+    if (fail_copies) return internal_error("the fake runner's block copy failed");
+    for (int i = 0; i < bs_; ++i)
+      slots_[static_cast<size_t>(dst) * bs_ + i] = slots_[static_cast<size_t>(src) * bs_ + i];
+    ++n_copies;
+    return Status::ok();
+  }
+
+  std::vector<int64_t> step_tokens;
+  std::vector<int> step_seqs;
+  int n_copies = 0;
+  bool fail_copies = false;  // copy_block fails
+  bool greedy = false;
+  int greedy_steps = 0;
+  bool sampling = false;
+  bool host_draws = false;
+  int sampling_steps = 0;
+  int launches = 0;
+
+ private:
+  // The logits, written when `logits` is not null.
+  Status run_pass(const Batch& b, float* logits) {
     step_tokens.push_back(static_cast<int64_t>(b.tokens.size()));
     step_seqs.push_back(static_cast<int>(b.seqs.size()));
     for (const BatchSeq& s : b.seqs)
@@ -50,6 +92,7 @@ class FakeExecutor : public Executor {
       for (const BatchSeq& s : b.seqs)
         if (row >= s.q_row && row < s.q_row + s.n_q) seq = &s;
       if (!seq) return internal_error("logit row outside every sequence");
+      if (!logits) continue;
       std::vector<int32_t> hist;
       for (int p = 0; p <= seq->pos0 + (row - seq->q_row); ++p) hist.push_back(slot(*seq, p));
       fake_logits(hist, n_vocab_, logits + i * static_cast<size_t>(n_vocab_));
@@ -57,12 +100,10 @@ class FakeExecutor : public Executor {
     return Status::ok();
   }
 
-  // With `greedy` set it also offers the device-side greedy path (as the CUDA runner
-  // does), picking the argmax of the same logits; greedy_steps counts its use.
-  bool has_greedy() const override { return greedy; }
-  Status execute_greedy(const Batch& b, int32_t* tokens) override {
+  Status pick_greedy(const Batch& b, int32_t* tokens) {
+    if (!greedy) return unsupported("the fake runner picks no greedy tokens (greedy unset)");
     std::vector<float> logits(b.logit_rows.size() * static_cast<size_t>(n_vocab_));
-    PAGODA_RETURN_IF_ERROR(execute(b, logits.data()));
+    PAGODA_RETURN_IF_ERROR(run_pass(b, logits.data()));
     for (size_t i = 0; i < b.logit_rows.size(); ++i) {
       const float* row = logits.data() + i * static_cast<size_t>(n_vocab_);
       tokens[i] = static_cast<int32_t>(std::max_element(row, row + n_vocab_) - row);
@@ -71,17 +112,16 @@ class FakeExecutor : public Executor {
     return Status::ok();
   }
 
-  // With `sampling` set it also draws on the "device" (as the CUDA runner does): the
-  // penalty entries the engine sent, applied as the CUDA kernel applies them, then the
-  // argmax for greedy rows, or token floor(u * n_vocab) for the others (so a test sees
-  // which uniform the engine drew), or with `host_draws` the host sampler's own draw
-  // (draw_token), so that a request's tokens do not depend on which path a step took;
-  // sampling_steps counts its use.
-  bool has_sampling() const override { return sampling; }
-  Status execute_sample(const Batch& b, const StepSampling& s, int32_t* tokens) override {
+  // Draws on the "device": the penalty entries the engine sent, applied as the CUDA
+  // kernel applies them, then the argmax for greedy rows, or token floor(u * n_vocab) for
+  // the others (so a test sees which uniform the engine drew), or with `host_draws` the
+  // host sampler's own draw (draw_token), so that a request's tokens do not depend on
+  // which path a step took; sampling_steps counts its use.
+  Status pick_sampled(const Batch& b, const StepSampling& s, int32_t* tokens) {
+    if (!sampling) return unsupported("the fake runner draws no sampled tokens (sampling unset)");
     if (s.rows.size() != b.logit_rows.size()) return internal_error("one row per logit row");
     std::vector<float> logits(b.logit_rows.size() * static_cast<size_t>(n_vocab_));
-    PAGODA_RETURN_IF_ERROR(execute(b, logits.data()));
+    PAGODA_RETURN_IF_ERROR(run_pass(b, logits.data()));
     for (size_t i = 0; i < b.logit_rows.size(); ++i) {
       float* x = logits.data() + i * static_cast<size_t>(n_vocab_);
       const SamplingRow& r = s.rows[i];
@@ -105,35 +145,12 @@ class FakeExecutor : public Executor {
     return Status::ok();
   }
 
-  // Pipelined steps run through the default pipeline (each step at launch); counted.
-  Status launch(const Batch& b, const StepSampling* s) override {
-    ++launches;
-    return Executor::launch(b, s);
-  }
-
-  void copy_blocks(const std::vector<kv::BlockCopy>& copies) override {
-    for (const kv::BlockCopy& c : copies)
-      for (int i = 0; i < bs_; ++i)
-        slots_[static_cast<size_t>(c.dst) * bs_ + i] = slots_[static_cast<size_t>(c.src) * bs_ + i];
-    n_copies += static_cast<int>(copies.size());
-  }
-
-  std::vector<int64_t> step_tokens;
-  std::vector<int> step_seqs;
-  int n_copies = 0;
-  bool greedy = false;
-  int greedy_steps = 0;
-  bool sampling = false;
-  bool host_draws = false;
-  int sampling_steps = 0;
-  int launches = 0;
-
- private:
   int32_t& slot(const BatchSeq& s, int pos) {
     return slots_[static_cast<size_t>(s.blocks[pos / bs_]) * bs_ + pos % bs_];
   }
   int bs_;
   int32_t n_vocab_;
+  ModelConfig config_;
   std::vector<std::pair<float, int32_t>> scratch_;
   std::vector<int32_t> slots_;
 };
