@@ -212,7 +212,7 @@ Status CudaModel::enqueue(const Step& s) {
   rp.n_kv_heads = c.n_kv_heads;
   rp.head_dim = c.head_dim;
   rp.n_pairs = c.rope_dims / 2;
-  rp.neox = c.rope_style == RopeStyle::kNeox;
+  rp.neox = c.recipe.rope_style == RopeStyle::kNeox;
   rp.theta_scale = std::pow(c.rope_theta, -2.0f / static_cast<float>(c.rope_dims));
   rp.freq_scale = c.rope_freq_scale;
   rp.freq_factors = c.rope_has_freq_factors ? rope_factors_ : nullptr;

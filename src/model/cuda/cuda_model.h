@@ -19,6 +19,8 @@ class OpProfiler;
 
 class CudaModel : public ModelRunner {
  public:
+  // The recipe features (model/arch/recipe.h) the CUDA forward pass runs.
+  static constexpr uint32_t kRecipeFeatures = kFeatQkvBias | kFeatNeoxRope;
   static Result<std::unique_ptr<CudaModel>> load(const GgufFile& file,
                                                  const RunnerOptions& options);
   ~CudaModel() override;
