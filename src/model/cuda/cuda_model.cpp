@@ -235,14 +235,15 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   m->options_ = options;
   PAGODA_ASSIGN_OR_RETURN(m->dev_, cuda::DeviceContext::open(options.device));
   m->dev_->gemm().set_fp8_fast_accum(sw.fp8_fast_accum);
-  PAGODA_RETURN_IF_ERROR(m->load_weights(f));
-  PAGODA_RETURN_IF_ERROR(m->allocate_kv());
-  PAGODA_RETURN_IF_ERROR(m->reserve(options.max_batch_tokens, options.max_logit_rows));
-  if (sw.profile) m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
   m->use_graphs_ = sw.graphs;
   m->fuse_ = sw.fuse;
   m->split_keys_ = sw.split_keys;
   m->omit_ = sw.omit;
+  if (sw.profile) m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
+  PAGODA_RETURN_IF_ERROR(m->load_weights(f));
+  m->rope_ = m->make_rope_params();
+  PAGODA_RETURN_IF_ERROR(m->allocate_kv());
+  PAGODA_RETURN_IF_ERROR(m->reserve(options.max_batch_tokens, options.max_logit_rows));
   return m;
 }
 
