@@ -19,6 +19,7 @@ struct CudaSwitches {
   static constexpr unsigned kOmitNorm = 1, kOmitQkv = 2, kOmitRope = 4, kOmitAttention = 8,
                             kOmitWo = 16, kOmitGateUp = 32, kOmitSilu = 64, kOmitDown = 128,
                             kOmitOutput = 256;
+  static constexpr unsigned kOmitAll = 2 * kOmitOutput - 1;
 
   unsigned fuse = kFuseAll;
   unsigned omit = 0;

@@ -1,9 +1,10 @@
 #include "core/settings.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <utility>
 
-#include "core/env.h"
+#include "core/log.h"
 
 namespace pagoda {
 namespace {
@@ -14,6 +15,20 @@ Status bad(const char* name, std::string_view text, const std::string& expected)
   return invalid_argument(str_format("%s=%.*s: expected %s", name, static_cast<int>(text.size()),
                                      text.data(), expected.c_str()));
 }
+
+}  // namespace
+
+Result<int64_t> parse_setting(const char* name, const char* text, int64_t lo, int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+    return invalid_argument(str_format("%s=%s: expected an integer from %lld to %lld", name, text,
+                                       static_cast<long long>(lo), static_cast<long long>(hi)));
+  return static_cast<int64_t>(v);
+}
+
+namespace {
 
 Result<int64_t> integer(const char* name, std::string_view text, int64_t lo, int64_t hi) {
   return parse_setting(name, std::string(text).c_str(), lo, hi);
@@ -75,7 +90,6 @@ const Names kOmitNames = {
     {"norm", C::kOmitNorm},           {"qkv", C::kOmitQkv},   {"rope", C::kOmitRope},
     {"attention", C::kOmitAttention}, {"wo", C::kOmitWo},     {"gate_up", C::kOmitGateUp},
     {"silu", C::kOmitSilu},           {"down", C::kOmitDown}, {"output", C::kOmitOutput}};
-constexpr unsigned kOmitAll = 511;
 
 std::string on_off(bool v) {
   return v ? "1" : "0";
@@ -92,8 +106,13 @@ std::string on_off(bool v) {
 const SettingSpec kTable[] = {
     {"PAGODA_LOG", "debug|info|warn|error|silent", "warn", "what the log prints to stderr",
      [](std::string_view t, Settings* s) -> Status {
-       PAGODA_ASSIGN_OR_RETURN(
-           s->log, choice("PAGODA_LOG", t, {"debug", "info", "warn", "error", "silent"}));
+       if (!log_level_named(t)) {
+         std::string list;
+         for (const auto& [n, level] : kLogLevelNames)
+           list += (list.empty() ? "" : ", ") + std::string(n);
+         return bad("PAGODA_LOG", t, "one of " + list);
+       }
+       s->log = std::string(t);
        return Status::ok();
      },
      [](const Settings& s) { return s.log; }},
@@ -124,10 +143,10 @@ const SettingSpec kTable[] = {
      "CUDA ops left out of every step (timing only: outputs are wrong)",
      [](std::string_view t, Settings* s) -> Status {
        PAGODA_ASSIGN_OR_RETURN(s->cuda.omit,
-                               name_bits("PAGODA_CUDA_OMIT", t, kOmitNames, kOmitAll));
+                               name_bits("PAGODA_CUDA_OMIT", t, kOmitNames, C::kOmitAll));
        return Status::ok();
      },
-     [](const Settings& s) { return show_bits(s.cuda.omit, kOmitNames, kOmitAll); }},
+     [](const Settings& s) { return show_bits(s.cuda.omit, kOmitNames, C::kOmitAll); }},
     {"PAGODA_CUDA_GRAPHS", "0|1", "1", "capture CUDA steps as graphs",
      PAGODA_FLAG("PAGODA_CUDA_GRAPHS", cuda.graphs)},
     {"PAGODA_CUDA_PROFILE", "0|1", "0", "time every CUDA op (eager steps; `pagoda bench`)",

@@ -28,6 +28,10 @@ std::span<const SettingSpec> setting_table();
 // empty); unset or empty keeps the default; a malformed value is an error naming it.
 Result<Settings> read_settings(const std::function<const char*(const char*)>& lookup = {});
 
+// Parses `text` as a whole decimal integer in [lo, hi], or an error naming the setting
+// `name` (atoi's "garbage is 0" once turned a typo into another configuration).
+Result<int64_t> parse_setting(const char* name, const char* text, int64_t lo, int64_t hi);
+
 // The table with the values in force, one row a variable (`pagoda info --env`).
 std::string describe_settings(const Settings& s);
 

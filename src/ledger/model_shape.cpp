@@ -68,8 +68,8 @@ ModelShape shape_from_config(const ModelConfig& c) {
   s.vocab = c.n_vocab;
   s.max_context = c.context_length;
   s.rope_dims = c.rope_dims;
-  s.tied_embeddings = c.tied_embeddings;
-  s.qkv_bias = c.qkv_bias;
+  s.tied_embeddings = c.recipe.tied_output;
+  s.qkv_bias = c.recipe.qkv_bias;
   return s;
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/text.h"
 #include "model/arch/arch.h"
+#include "model/model.h"
 #include "model/weight_types.h"
 
 namespace pagoda::ledger {
@@ -191,17 +192,16 @@ Result<ModelSource> source_from_gguf(const GgufFile& f) {
   ModelSource src;
   src.kind = "gguf";
   src.where = f.path();
-  ModelConfig c;
-  const Architecture* a = find_architecture(arch);
-  Status read = a ? a->read_config(f, &c) : unsupported("");
+  // What the engine would run: the configuration every backend reads, and a recipe whose
+  // features the CPU backend implements (the CUDA backend implements the same ones).
+  Result<ModelConfig> c = read_model_config(f);
+  const Status read =
+      c ? require_features(c.value().recipe, kCpuRecipeFeatures, "the CPU backend") : c.status();
   if (read.is_ok()) {
-    c.n_vocab = static_cast<int>(embd->ne[1]);
-    c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
-    src.shape = shape_from_config(c);  // the numbers the engine will use
+    src.shape = shape_from_config(c.value());  // the numbers the engine will use
   } else {
     if (read.code() != StatusCode::kUnsupported) return read;
-    src.notes.push_back("Pagoda's engine does not run this file (" +
-                        (a ? read.message() : "architecture '" + arch + "'") +
+    src.notes.push_back("Pagoda's engine does not run this file (" + read.message() +
                         "); planned from its GGUF metadata");
     PAGODA_ASSIGN_OR_RETURN(src.shape, generic_gguf_shape(f, arch));
     src.shape.vocab = embd->ne[1];

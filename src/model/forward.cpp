@@ -1,5 +1,7 @@
-// The forward pass shared by the llama-like architectures. One layer is:
-//   h = x + Wo . attention(rope(Wq . norm(x)), rope(Wk . norm(x)), Wv . norm(x))
+// The CPU forward pass: it runs the model's recipe (model/arch/recipe.h) over the batch,
+// whatever the architecture. With the recipe's features it implements
+// (kCpuRecipeFeatures) one layer is:
+//   h = x + Wo . attention(rope(Wq . norm(x) + bq), rope(Wk . norm(x) + bk), Wv . norm(x) + bv)
 //   x = h + Wdown . (silu(Wgate . norm(h)) * Wup . norm(h))
 #include <cmath>
 #include <cstring>
@@ -101,7 +103,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspac
 
   const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), qkv_w = qd + 2 * kvd;
   const int pairs = c.rope_dims / 2;
-  const bool neox = c.rope_style == RopeStyle::kNeox;
+  const bool neox = c.recipe.rope_style == RopeStyle::kNeox;
   float* x = ws.x.data();
   for_rows(n, pool, [&](int64_t i) {
     tok_embd_.dequantize_row(batch.tokens[static_cast<size_t>(i)], x + i * dim);
@@ -159,7 +161,7 @@ Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspac
     cpu::rms_norm(x + batch.logit_rows[static_cast<size_t>(i)] * dim, output_norm_.data(),
                   ws.logits_in.data() + i * dim, dim, c.rms_eps);
   });
-  const cpu::WeightMatrix& out = c.tied_embeddings ? tok_embd_ : output_;
+  const cpu::WeightMatrix& out = c.recipe.tied_output ? tok_embd_ : output_;
   cpu::matmul(out, ws.logits_in.data(), n_out, dim, logits, c.n_vocab, pool, ws.scratch);
   return Status::ok();
 }

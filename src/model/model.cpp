@@ -120,61 +120,38 @@ Status check_batch(const Batch& batch, int32_t n_vocab, int prev_picks) {
 Model::~Model() = default;
 
 Result<std::unique_ptr<Model>> Model::load(const GgufFile& f, ThreadPool* pool) {
-  const auto arch_name = f.get_string("general.architecture");
-  if (!arch_name) return corrupt("model file has no general.architecture");
-  const Architecture* arch = find_architecture(*arch_name);
-  if (arch == nullptr)
-    return unsupported("architecture '" + std::string(*arch_name) +
-                       "' is not supported (supported: " + std::string(supported_architectures()) +
-                       ")");
   std::unique_ptr<Model> m(new Model());
+  PAGODA_ASSIGN_OR_RETURN(m->config_, read_model_config(f));
   ModelConfig& c = m->config_;
-  PAGODA_RETURN_IF_ERROR(arch->read_config(f, &c));
-  if (f.tensors().empty())
-    return invalid_argument("the file has no tensors (a vocabulary-only file?)");
-
-  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
-  if (embd == nullptr) return not_found("model file has no tensor 'token_embd.weight'");
-  if (embd->ne[0] != c.dim || embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
-    return corrupt("token_embd.weight has shape " + tensor_shape(*embd));
-  c.n_vocab = static_cast<int>(embd->ne[1]);
+  PAGODA_RETURN_IF_ERROR(require_features(c.recipe, kCpuRecipeFeatures, "the CPU backend"));
   LoadContext ctx;
   ctx.pool = pool;
-  PAGODA_ASSIGN_OR_RETURN(m->tok_embd_,
-                          load_matrix(f, "token_embd.weight", c.n_vocab, c.dim, &ctx));
-  PAGODA_ASSIGN_OR_RETURN(m->output_norm_, load_vector(f, "output_norm.weight", c.dim));
-  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
-  if (!c.tied_embeddings) {
-    PAGODA_ASSIGN_OR_RETURN(m->output_, load_matrix(f, "output.weight", c.n_vocab, c.dim, &ctx));
+  PAGODA_ASSIGN_OR_RETURN(m->tok_embd_, load_matrix(f, kTokEmbdTensor, c.n_vocab, c.dim, &ctx));
+  PAGODA_ASSIGN_OR_RETURN(m->output_norm_, load_vector(f, kOutputNormTensor, c.dim));
+  if (!c.recipe.tied_output) {
+    PAGODA_ASSIGN_OR_RETURN(m->output_, load_matrix(f, kOutputTensor, c.n_vocab, c.dim, &ctx));
   }
-  if (f.find_tensor("rope_freqs.weight")) {
+  if (c.rope_has_freq_factors) {
     PAGODA_ASSIGN_OR_RETURN(m->rope_freq_factors_,
-                            load_vector(f, "rope_freqs.weight", c.rope_dims / 2));
-    c.rope_has_freq_factors = true;
+                            load_vector(f, kRopeFreqsTensor, c.rope_dims / 2));
   }
 
-  const int64_t q = c.q_dim(), kv = c.kv_dim();
   m->layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = m->layers_[static_cast<size_t>(l)];
-    const std::string p = "blk." + std::to_string(l) + ".";
-    PAGODA_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", c.dim));
-    PAGODA_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", c.dim));
-    PAGODA_ASSIGN_OR_RETURN(
-        L.qkv, load_stacked(f, {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
-                            {q, kv, kv}, c.dim, &ctx));
-    if (c.qkv_bias) {
-      PAGODA_ASSIGN_OR_RETURN(auto bq, load_vector(f, p + "attn_q.bias", q));
-      PAGODA_ASSIGN_OR_RETURN(auto bk, load_vector(f, p + "attn_k.bias", kv));
-      PAGODA_ASSIGN_OR_RETURN(auto bv, load_vector(f, p + "attn_v.bias", kv));
-      L.qkv_bias = bq;
-      L.qkv_bias.insert(L.qkv_bias.end(), bk.begin(), bk.end());
-      L.qkv_bias.insert(L.qkv_bias.end(), bv.begin(), bv.end());
+    const LayerTensors t = layer_tensors(c, l);
+    PAGODA_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, t.attn_norm, c.dim));
+    PAGODA_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, t.ffn_norm, c.dim));
+    PAGODA_ASSIGN_OR_RETURN(L.qkv, load_stacked(f, t.qkv.names, t.qkv.rows, t.qkv.cols, &ctx));
+    for (size_t i = 0; i < t.qkv_bias.size(); ++i) {
+      PAGODA_ASSIGN_OR_RETURN(auto b, load_vector(f, t.qkv_bias[i], t.qkv.rows[i]));
+      L.qkv_bias.insert(L.qkv_bias.end(), b.begin(), b.end());
     }
-    PAGODA_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", c.dim, q, &ctx));
-    PAGODA_ASSIGN_OR_RETURN(L.gate_up, load_stacked(f, {p + "ffn_gate.weight", p + "ffn_up.weight"},
-                                                    {c.ffn_dim, c.ffn_dim}, c.dim, &ctx));
-    PAGODA_ASSIGN_OR_RETURN(L.down, load_matrix(f, p + "ffn_down.weight", c.dim, c.ffn_dim, &ctx));
+    PAGODA_ASSIGN_OR_RETURN(L.wo, load_matrix(f, t.wo.names[0], t.wo.rows[0], t.wo.cols, &ctx));
+    PAGODA_ASSIGN_OR_RETURN(L.gate_up,
+                            load_stacked(f, t.gate_up.names, t.gate_up.rows, t.gate_up.cols, &ctx));
+    PAGODA_ASSIGN_OR_RETURN(L.down,
+                            load_matrix(f, t.down.names[0], t.down.rows[0], t.down.cols, &ctx));
   }
   // Every tensor now lives in ordinary memory; the file's pages need not stay resident.
   f.release_tensor_data();
@@ -185,7 +162,7 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile& f, ThreadPool* pool) 
 }
 
 size_t Model::weight_bytes() const {
-  size_t n = tok_embd_.bytes() + (config_.tied_embeddings ? 0 : output_.bytes()) +
+  size_t n = tok_embd_.bytes() + (config_.recipe.tied_output ? 0 : output_.bytes()) +
              (output_norm_.size() + rope_freq_factors_.size()) * sizeof(float);
   for (const LayerWeights& L : layers_) {
     for (const auto& w : L.qkv) n += w.bytes();
@@ -200,8 +177,8 @@ size_t Model::decode_weight_bytes() const {
   // A decode step reads every matrix once, but of the embedding only one row (unless it
   // doubles as the output projection, which is read whole).
   const size_t embd_row = tok_embd_.bytes() / static_cast<size_t>(config_.n_vocab);
-  return weight_bytes() - (config_.tied_embeddings ? 0 : tok_embd_.bytes() - embd_row) +
-         (config_.tied_embeddings ? embd_row : 0);
+  return weight_bytes() - (config_.recipe.tied_output ? 0 : tok_embd_.bytes() - embd_row) +
+         (config_.recipe.tied_output ? embd_row : 0);
 }
 
 }  // namespace pagoda

@@ -44,6 +44,9 @@ class ActivationObserver {
   virtual void observe(int layer, Input which, const float* x, int64_t n, int64_t cols) = 0;
 };
 
+// The recipe features (model/arch/recipe.h) the CPU forward pass runs.
+inline constexpr uint32_t kCpuRecipeFeatures = kFeatQkvBias | kFeatNeoxRope;
+
 class Model {
  public:
   // Reads config and weights from an opened GGUF file (copied into ordinary memory).

@@ -10,7 +10,6 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
-#include "core/env.h"
 #include "core/settings.h"
 #include "core/thread_pool.h"
 

@@ -88,13 +88,7 @@ Settings g_settings;
 Status init_settings() {
   PAGODA_ASSIGN_OR_RETURN(g_settings, read_settings());
   const Settings& s = g_settings;
-  static constexpr std::pair<const char*, LogLevel> kLevels[] = {{"debug", LogLevel::kDebug},
-                                                                 {"info", LogLevel::kInfo},
-                                                                 {"warn", LogLevel::kWarn},
-                                                                 {"error", LogLevel::kError},
-                                                                 {"silent", LogLevel::kSilent}};
-  for (const auto& [name, level] : kLevels)
-    if (s.log == name) set_log_level(level);
+  if (const auto level = log_level_named(s.log)) set_log_level(*level);
   if (s.isa == "generic") cpu::set_isa_override(cpu::Isa::kGeneric);
   if (s.isa == "avx2") cpu::set_isa_override(cpu::Isa::kAvx2);
   set_cuda_plugin_path(s.cuda_plugin);

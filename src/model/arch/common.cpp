@@ -33,6 +33,43 @@ std::string_view supported_architectures() {
   return "llama, qwen2";
 }
 
+Result<ModelConfig> read_model_config(const GgufFile& f) {
+  const auto arch_name = f.get_string("general.architecture");
+  if (!arch_name) return corrupt("model file has no general.architecture");
+  const Architecture* arch = find_architecture(*arch_name);
+  if (arch == nullptr)
+    return unsupported("architecture '" + std::string(*arch_name) +
+                       "' is not supported (supported: " + std::string(supported_architectures()) +
+                       ")");
+  ModelConfig c;
+  PAGODA_RETURN_IF_ERROR(arch->read_config(f, &c));
+  const GgufTensorInfo* embd = f.find_tensor(kTokEmbdTensor);
+  if (embd == nullptr)
+    return f.tensors().empty()
+               ? invalid_argument("the file has no tensors (a vocabulary-only file?)")
+               : not_found(std::string("model file has no tensor '") + kTokEmbdTensor + "'");
+  if (embd->ne[0] != c.dim || embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
+    return corrupt(std::string(kTokEmbdTensor) + " has shape " + tensor_shape(*embd));
+  c.n_vocab = static_cast<int>(embd->ne[1]);
+  c.recipe.tied_output = f.find_tensor(kOutputTensor) == nullptr;
+  c.rope_has_freq_factors = f.find_tensor(kRopeFreqsTensor) != nullptr;
+  return c;
+}
+
+LayerTensors layer_tensors(const ModelConfig& c, int l) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  LayerTensors t;
+  t.attn_norm = p + "attn_norm.weight";
+  t.ffn_norm = p + "ffn_norm.weight";
+  t.qkv = {{p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, {q, kv, kv}, c.dim};
+  if (c.recipe.qkv_bias) t.qkv_bias = {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"};
+  t.wo = {{p + "attn_output.weight"}, {c.dim}, q};
+  t.gate_up = {{p + "ffn_gate.weight", p + "ffn_up.weight"}, {c.ffn_dim, c.ffn_dim}, c.dim};
+  t.down = {{p + "ffn_down.weight"}, {c.dim}, c.ffn_dim};
+  return t;
+}
+
 Status read_llama_like_config(const GgufFile& f, std::string_view arch_sv, ModelConfig* c) {
   const std::string arch(arch_sv);
   constexpr int64_t kMaxDim = 1 << 20;

@@ -1,5 +1,6 @@
-// The forward pass on the GPU: the layer of model/forward.cpp with the same operations
-// in the same order, each a kernel (or cuBLASLt call) on the model's stream:
+// The forward pass on the GPU: the recipe's layer as model/forward.cpp runs it, each op a
+// kernel (or cuBLASLt call) on the model's stream, fused as the step's FusionPlan says
+// (fusion_plan.h):
 //   xn = norm(x); qkv = Wqkv xn; q, K, V = rope(qkv + b) -> cache; a = attention(q, K, V)
 //   x += Wo a (accumulated by the product); xn = norm(x); gu = Wgu xn;
 //   h = silu(g) * u; x += Wdown h
@@ -11,12 +12,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "backend/cuda/check.h"
 #include "core/log.h"
 #include "model/cuda/cuda_model.h"
+#include "model/cuda/op_hooks.h"
 #include "model/cuda/op_profiler.h"
 
 namespace pagoda {
@@ -72,6 +73,7 @@ void CudaModel::drop_graphs() {
 
 Status CudaModel::reserve(int n_tokens, int n_logit_rows) {
   const ModelConfig& c = config_;
+  bool replan = false;
   if (n_tokens > capacity_) {
     drop_graphs();  // they point into the buffers replaced here
     const size_t n = static_cast<size_t>(n_tokens);
@@ -94,10 +96,16 @@ Status CudaModel::reserve(int n_tokens, int n_logit_rows) {
       PAGODA_RETURN_IF_ERROR(dev_->gemm().reserve_fp8(n_tokens, cols, rows));
     }
     capacity_ = n_tokens;
+    replan = true;
   }
   if (!norm_ss_.get()) {
     PAGODA_ASSIGN_OR_RETURN(norm_ss_, cuda::DeviceBuffer::alloc(2 * c.n_layers * cuda::kNormBytes));
+    replan = true;
   }
+  // The plans test the fused kernels' buffers (set once they exist), not their addresses.
+  if (replan)
+    for (StepClass k : {StepClass::kOneToken, StepClass::kFewTokens, StepClass::kBatch})
+      plans_[static_cast<size_t>(k)] = plan_fusions(k);
   if (n_logit_rows > logit_capacity_) {
     drop_graphs();
     const size_t bytes = static_cast<size_t>(n_logit_rows) * c.n_vocab * 4;
@@ -202,281 +210,165 @@ Status CudaModel::build_batch(const Batch& batch, Step* st) {
 }
 
 Status CudaModel::enqueue(const Step& s) {
+  const FusionPlan& plan = plans_[static_cast<size_t>(step_class(s.n))];
+  OpHooks ops(omit_, profiler_.get());
+  cudaStream_t st = dev_->stream();
+  PAGODA_RETURN_IF_ERROR(ops.run(0, "embed+rope", [&] {
+    // Pipelined steps' placeholder tokens are the previous step's picks, still in tokens_out_.
+    PAGODA_RETURN_IF_ERROR(
+        cuda::embed_rows(tok_embd_, s.tokens, s.n, x_.as<float>(), st, tokens_out_.as<int32_t>()));
+    return cuda::rope_tables(rope_, s.db, rope_cs_.as<float>(), st);
+  }));
+  // The folded norms' sums start at zero; where none folds (the fp16 types) the memset
+  // would be a graph node of its own between kernels.
+  if (plan.clears_norm_sums)
+    PAGODA_CUDA_TRY(cudaMemsetAsync(norm_ss_.get(), 0, norm_ss_.bytes(), st));
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const LayerPlan& p = plan.layers[static_cast<size_t>(l)];
+    PAGODA_RETURN_IF_ERROR(attention_block(s, l, p, ops));
+    PAGODA_RETURN_IF_ERROR(ffn_block(s, l, p, ops));
+  }
+  return output_block(s, ops);
+}
+
+Status CudaModel::attention_block(const Step& s, int l, const LayerPlan& p, OpHooks& ops) {
+  using Sw = CudaSwitches;
+  const ModelConfig& c = config_;
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  const cuda::KvLayerView kv = kv_layer(l);
+  cudaStream_t st = dev_->stream();
+  float* x = x_.as<float>();
+  if (p.qkv == LayerPlan::Qkv::kPlain) {
+    PAGODA_RETURN_IF_ERROR(norm_product(s.n, L.attn_norm, L.qkv, qkv_.as<float>(),
+                                        c.q_dim() + 2 * c.kv_dim(), Sw::kOmitQkv, "qkv", ops));
+    PAGODA_RETURN_IF_ERROR(ops.run(Sw::kOmitRope, "rope+kv", [&] {
+      return cuda::rope_qkv_store(qkv_.as<float>(), L.qkv_bias, rope_, rope_cs_.as<float>(), s.db,
+                                  q16_.as<uint16_t>(), kv, st);
+    }));
+  } else {
+    cuda::GemvFusion f = rope_kv_fusion(l, s.db);
+    const void* in = xn_.get();
+    if (p.qkv == LayerPlan::Qkv::kRopeFolded) {
+      f = reading_norm(f, l, 0);
+    } else if (p.qkv == LayerPlan::Qkv::kRopeNormIn) {
+      f = norm_prologue(f, L.attn_norm);
+      in = x;
+    } else {
+      PAGODA_RETURN_IF_ERROR(ops.run(Sw::kOmitNorm, "rms_norm", [&] {
+        return cuda::rms_norm(x, c.dim, nullptr, L.attn_norm, xn_.get(),
+                              cuda::act_type_for(L.qkv.type), s.n, c.dim, c.rms_eps, st);
+      }));
+    }
+    PAGODA_RETURN_IF_ERROR(ops.run(Sw::kOmitQkv, "qkv+rope", [&] {
+      return cuda::gemv_fused(L.qkv, in, nullptr, false, f, st);
+    }));
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  PAGODA_RETURN_IF_ERROR(ops.run(Sw::kOmitAttention, "attention", [&] {
+    return cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads, scale, attn_.get(),
+                           cuda::act_type_for(L.wo.type), st);
+  }));
+  return residual_product(s.n, L.wo, attn_.get(), c.q_dim(), p.wo_gemv,
+                          p.wo_stores_norm ? storing_norm(l, 1) : cuda::GemvFusion{}, Sw::kOmitWo,
+                          "wo", ops);
+}
+
+Status CudaModel::ffn_block(const Step& s, int l, const LayerPlan& p, OpHooks& ops) {
+  using Sw = CudaSwitches;
+  const ModelConfig& c = config_;
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  cudaStream_t st = dev_->stream();
+  float* x = x_.as<float>();
+  float* gu = gu_.as<float>();
+  const int64_t ff = c.ffn_dim;
+  if (p.gate_up == LayerPlan::GateUp::kPlain) {
+    PAGODA_RETURN_IF_ERROR(
+        norm_product(s.n, L.ffn_norm, L.gate_up, gu, 2 * ff, Sw::kOmitGateUp, "gate_up", ops));
+  } else {
+    const bool folded = p.gate_up == LayerPlan::GateUp::kFolded;
+    const cuda::GemvFusion f = folded ? reading_norm({}, l, 1) : norm_prologue({}, L.ffn_norm);
+    PAGODA_RETURN_IF_ERROR(ops.run(Sw::kOmitGateUp, "gate_up", [&] {
+      return cuda::gemv_fused(L.gate_up, folded ? xn_.get() : x, gu, false, f, st);
+    }));
+  }
+  if (p.down_q8_silu) {
+    cuda::Gemm& gemm = dev_->gemm();
+    PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, s.n, st));
+    PAGODA_RETURN_IF_ERROR(ops.run(Sw::kOmitSilu, "silu_mul",
+                                   [&] { return cuda::silu_mul_q8(gu, s.n, c.ffn_dim, h, st); }));
+    return ops.run(Sw::kOmitDown, "down",
+                   [&] { return gemm.matmul_q8(L.down, h, s.n, x, c.dim, true, st); });
+  }
+  PAGODA_RETURN_IF_ERROR(ops.run(Sw::kOmitSilu, "silu_mul", [&] {
+    return cuda::silu_mul(gu, s.n, c.ffn_dim, hidden_.get(), cuda::act_type_for(L.down.type), st);
+  }));
+  return residual_product(s.n, L.down, hidden_.get(), ff, p.down_gemv,
+                          p.down_stores_norm ? storing_norm(l + 1, 0) : cuda::GemvFusion{},
+                          Sw::kOmitDown, "down", ops);
+}
+
+Status CudaModel::output_block(const Step& s, OpHooks& ops) {
+  if (s.n_out == 0) return Status::ok();
+  const ModelConfig& c = config_;
+  cudaStream_t st = dev_->stream();
+  PAGODA_RETURN_IF_ERROR(ops.run(0, "output_norm", [&] {
+    return cuda::rms_norm(x_.as<float>(), c.dim, s.logit_rows, output_norm_, xn_.get(),
+                          cuda::act_type_for(output_.type), s.n_out, c.dim, c.rms_eps, st);
+  }));
+  PAGODA_RETURN_IF_ERROR(ops.run(CudaSwitches::kOmitOutput, "output", [&] {
+    return dev_->gemm().matmul(output_, xn_.get(), c.dim, s.n_out, logits_.as<float>(), c.n_vocab,
+                               false, st);
+  }));
+  if (!s.greedy) return Status::ok();
+  return ops.run(0, "argmax", [&] {
+    return cuda::argmax_rows(logits_.as<float>(), s.n_out, c.n_vocab, tokens_out_.as<int32_t>(),
+                             st);
+  });
+}
+
+Status CudaModel::norm_product(int n, const float* norm_w, const cuda::DeviceMatrix& w, float* y,
+                               int64_t y_stride, unsigned kind, const char* name, OpHooks& ops) {
   const ModelConfig& c = config_;
   cudaStream_t st = dev_->stream();
   cuda::Gemm& gemm = dev_->gemm();
-  const int n = s.n;
-  const int64_t dim = c.dim, qd = c.q_dim(), qkv_w = qd + 2 * c.kv_dim(), ff = c.ffn_dim;
-  cuda::RopeParams rp;
-  rp.n_heads = c.n_heads;
-  rp.n_kv_heads = c.n_kv_heads;
-  rp.head_dim = c.head_dim;
-  rp.n_pairs = c.rope_dims / 2;
-  rp.neox = c.rope_style == RopeStyle::kNeox;
-  rp.theta_scale = std::pow(c.rope_theta, -2.0f / static_cast<float>(c.rope_dims));
-  rp.freq_scale = c.rope_freq_scale;
-  rp.freq_factors = c.rope_has_freq_factors ? rope_factors_ : nullptr;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  OpProfiler* prof = profiler_.get();
-  auto mark = [prof](const char* op) {
-    if (prof) prof->mark(op);
-  };
-  // Kinds of op left out of every step (PAGODA_CUDA_OMIT, timing experiments only).
-  const auto kept = [this](unsigned kind) { return (omit_ & kind) == 0; };
+  const float* x = x_.as<float>();
+  const unsigned kNorm = CudaSwitches::kOmitNorm;
+  if (n <= cuda::kGemvMaxTokens && cuda::Gemm::takes_q8(w)) {
+    // Few tokens over GGUF blocks: the norm writes the product's 8-bit activations.
+    PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act a, gemm.q8_input(c.dim, n, st));
+    PAGODA_RETURN_IF_ERROR(ops.run(kNorm, "rms_norm", [&] {
+      return cuda::rms_norm_q8(x, c.dim, nullptr, norm_w, a, n, c.dim, c.rms_eps, st);
+    }));
+    return ops.run(kind, name, [&] { return gemm.matmul_q8(w, a, n, y, y_stride, false, st); });
+  }
+  if (w.fp8 && n > cuda::kGemvMaxTokens) {
+    // FP8 products of a batch: the norm takes the activations' max on the way.
+    PAGODA_ASSIGN_OR_RETURN(uint32_t* const amax, gemm.fp8_amax_slot());
+    PAGODA_RETURN_IF_ERROR(ops.run(kNorm, "rms_norm", [&] {
+      return cuda::rms_norm(x, c.dim, nullptr, norm_w, xn_.get(), cuda::act_type_for(w.type), n,
+                            c.dim, c.rms_eps, st, amax);
+    }));
+    return ops.run(kind, name, [&] {
+      return gemm.matmul_fp8_scanned(w, xn_.get(), c.dim, n, y, y_stride, false, st);
+    });
+  }
+  PAGODA_RETURN_IF_ERROR(ops.run(kNorm, "rms_norm", [&] {
+    return cuda::rms_norm(x, c.dim, nullptr, norm_w, xn_.get(), cuda::act_type_for(w.type), n,
+                          c.dim, c.rms_eps, st);
+  }));
+  return ops.run(kind, name,
+                 [&] { return gemm.matmul(w, xn_.get(), c.dim, n, y, y_stride, false, st); });
+}
 
+Status CudaModel::residual_product(int n, const cuda::DeviceMatrix& w, const void* in, int64_t cols,
+                                   bool gemv, const cuda::GemvFusion& f, unsigned kind,
+                                   const char* name, OpHooks& ops) {
+  cudaStream_t st = dev_->stream();
   float* x = x_.as<float>();
-  // Decode steps over GGUF block weights: the norm (and SiLU) write the product's 8-bit
-  // activations themselves, one kernel fewer per product (wo's input, the attention
-  // output, is quantized by the product).
-  auto q8_input = [n](const cuda::DeviceMatrix& w) {
-    return n <= cuda::kGemvMaxTokens && cuda::Gemm::takes_q8(w);
-  };
-  // xn = norm(x) * norm_w; y = W xn.
-  auto norm_product = [&](const float* norm_w, const cuda::DeviceMatrix& w, float* y,
-                          int64_t y_stride, const char* op, unsigned kind) -> Status {
-    const bool norm = kept(kOmitNorm), product = kept(kind);
-    if (q8_input(w)) {
-      PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act a, gemm.q8_input(dim, n, st));
-      if (norm)
-        PAGODA_RETURN_IF_ERROR(
-            cuda::rms_norm_q8(x, dim, nullptr, norm_w, a, n, c.dim, c.rms_eps, st));
-      mark("rms_norm");
-      if (product) PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(w, a, n, y, y_stride, false, st));
-    } else if (w.fp8 && n > cuda::kGemvMaxTokens) {
-      // FP8 products of a batch: the norm takes the activations' max on the way.
-      PAGODA_ASSIGN_OR_RETURN(uint32_t* const amax, gemm.fp8_amax_slot());
-      if (norm)
-        PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
-                                              cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st,
-                                              amax));
-      mark("rms_norm");
-      if (product)
-        PAGODA_RETURN_IF_ERROR(
-            gemm.matmul_fp8_scanned(w, xn_.get(), dim, n, y, y_stride, false, st));
-    } else {
-      if (norm)
-        PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, norm_w, xn_.get(),
-                                              cuda::act_type_for(w.type), n, c.dim, c.rms_eps, st));
-      mark("rms_norm");
-      if (product)
-        PAGODA_RETURN_IF_ERROR(gemm.matmul(w, xn_.get(), dim, n, y, y_stride, false, st));
-    }
-    mark(op);
-    return Status::ok();
-  };
-  // One-token steps: the qkv product stores q and the KV cache itself (RoPE epilogue), and
-  // products over GGUF block weights quantize their f16 input themselves (gemv_fused).
-  const unsigned fuse = n == 1 ? fuse_ : 0;
-  // Whether a product over block weights quantizes its f16 input itself.
-  auto quantizes_input = [&](const cuda::DeviceMatrix& w) {
-    return (fuse & kFuseQuant) && cuda::Gemm::takes_q8(w) &&
-           cuda::gemv_takes(w, 1, cuda::GemvFusion{});
-  };
-  // x += W in; block weights take their f16 input straight. f: the next norm folded in
-  // (norm_ss set), or nothing.
-  auto residual_product = [&](const cuda::DeviceMatrix& w, const void* in, int64_t cols,
-                              const char* op, unsigned kind, const cuda::GemvFusion& f) -> Status {
-    if (!kept(kind)) return Status::ok();
-    if (quantizes_input(w) || f.norm_ss)
-      PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(w, in, x, true, f, st));
-    else
-      PAGODA_RETURN_IF_ERROR(gemm.matmul(w, in, cols, n, x, dim, true, st));
-    mark(op);
-    return Status::ok();
-  };
-  // Folded norms (kFuseNormAttn, kFuseNormFfn; one-token steps): the product adding to the residual
-  // before a norm also writes x * norm_w, un-normalised, and the sum of squares; the product after
-  // it scales its sums by the norm's scale. The norm's kernel and one kernel boundary go. Only
-  // where both products are one-token kernels that take it: the storing product through gemv_fused,
-  // the reading one a float/FP8 product or, for block weights, one quantizing its own f16 input.
-  // Block weights' activations are f16, so their norms go into the products' prologue instead
-  // (norm_in_prologue below).
-  const bool fold = (fuse & (kFuseNormAttn | kFuseNormFfn)) != 0 && kept(kOmitNorm);
-  auto* const norm_ss = norm_ss_.as<unsigned long long>();
-  // Slots of layer l's attention (0) or FFN (1) norm.
-  auto ss_of = [&](int l, int which) {
-    return norm_ss + (2 * l + which) * cuda::kNormSlots * cuda::kNormSlotStride;
-  };
-  auto stores_norm = [&](const cuda::DeviceMatrix& w) {
-    return fold && (quantizes_input(w) || (!q8_input(w) && cuda::gemv_takes(w, 1, {})));
-  };
-  // f reading a folded norm's output: its sums scaled by the norm's scale from slots ss.
-  auto reading = [&](cuda::GemvFusion f, const unsigned long long* ss) {
-    f.in_ss = ss;
-    f.in_dim = static_cast<int>(dim);
-    f.in_eps = c.rms_eps;
-    return f;
-  };
-  auto reads_norm = [&](const cuda::DeviceMatrix& w, const cuda::GemvFusion& after_f, int l,
-                        int which) {
-    const cuda::GemvFusion f = reading(after_f, ss_of(l, which));
-    return (fuse & (which == 0 ? kFuseNormAttn : kFuseNormFfn)) &&
-           (!q8_input(w) || (which == 0 && quantizes_input(w))) && cuda::gemv_takes(w, 1, f);
-  };
-  // What the product before layer l's norm `which` adds (the norm folded in where the
-  // product after it takes it). Not into fp16: x * norm_w un-normalised can pass fp16's
-  // 65,504 where x / rms * norm_w does not (residual channels of a few thousand are known
-  // in real models), and the fold gained nothing for Q4_0 (bench/RESULTS.md, stop 28), so
-  // only bf16 and f32 activations (BF16, FP8 and F32 weights) fold.
-  auto norm_store = [&](int l, int which, const cuda::DeviceMatrix& before,
-                        const cuda::DeviceMatrix& after, const cuda::GemvFusion& after_f,
-                        const float* norm_w) {
-    cuda::GemvFusion f;
-    if (cuda::act_type_for(after.type) != cuda::ActType::kF16 && stores_norm(before) &&
-        reads_norm(after, after_f, l, which)) {
-      f.norm_w = norm_w;
-      f.norm_out = xn_.get();
-      f.norm_out_type = cuda::act_type_for(after.type);
-      f.norm_ss = ss_of(l, which);
-    }
-    return f;
-  };
-  // Pipelined steps' placeholder tokens are the previous step's picks, still in tokens_out_.
-  PAGODA_RETURN_IF_ERROR(
-      cuda::embed_rows(tok_embd_, s.tokens, n, x, st, tokens_out_.as<int32_t>()));
-  PAGODA_RETURN_IF_ERROR(cuda::rope_tables(rp, s.db, rope_cs_.as<float>(), st));
-  mark("embed+rope");
-  // Layer l's qkv epilogue (RoPE + KV store).
-  auto qkv_fusion = [&](int l) {
-    cuda::GemvFusion fq;
-    fq.kind = cuda::GemvFusion::kRopeKv;
-    fq.bias = layers_[static_cast<size_t>(l)].qkv_bias;
-    fq.rope = rp;
-    fq.cs = rope_cs_.as<float>();
-    fq.batch = s.db;
-    fq.q_out = q16_.as<uint16_t>();
-    fq.kv = kv_layer(l);
-    return fq;
-  };
-  // Block weights take the norm before them (kFuseNormAttn: qkv, kFuseNormFfn: gate_up) in
-  // the product's prologue, which reads the f32 residual, sums its squares and quantizes
-  // the normalised row itself: `after` with the norm's weights `norm_w`, or nothing where
-  // the product cannot take it. On an H100 (bench/RESULTS.md, stop 29) Q4_0 decode went
-  // from 421 to 457 tok/s (gate_up's norm alone 447, qkv's alone 431), Q8_0 from 280 to
-  // 296, on the H200 Q4_0 from 474 to 537: for gate_up the one-wave fused kernel with the
-  // norm beats rms_norm_q8 and the many-wave plain kernel.
-  auto norm_in_prologue = [&](cuda::GemvFusion after, const cuda::DeviceMatrix& w,
-                              const float* norm_w,
-                              unsigned bit) -> std::optional<cuda::GemvFusion> {
-    if (!(fuse & bit) || !kept(kOmitNorm) || !cuda::Gemm::takes_q8(w)) return std::nullopt;
-    after.in_norm_w = norm_w;
-    after.in_eps = c.rms_eps;
-    if (!cuda::gemv_takes(w, 1, after)) return std::nullopt;
-    return after;
-  };
-  // Layer l + 1's attention norm, folded into layer l's down product where the next qkv
-  // product (the fused one) takes it, or nothing.
-  auto next_attn_fold = [&](int l) {
-    if (l + 1 >= c.n_layers || !(fuse & kFuseQkv)) return cuda::GemvFusion{};
-    const Layer& L = layers_[static_cast<size_t>(l)];
-    const Layer& next = layers_[static_cast<size_t>(l + 1)];
-    const cuda::GemvFusion next_fq = qkv_fusion(l + 1);
-    if (!cuda::gemv_takes(next.qkv, 1, next_fq)) return cuda::GemvFusion{};
-    return norm_store(l + 1, 0, L.down, next.qkv, next_fq, next.attn_norm);
-  };
-  // Each layer's folds, decided once: what wo adds (the FFN norm folded in) and what down
-  // adds (the next layer's attention norm), empty where nothing folds.
-  std::vector<cuda::GemvFusion> wo_folds, down_folds;
-  bool any_fold = false;
-  if (fold) {
-    wo_folds.resize(static_cast<size_t>(c.n_layers));
-    down_folds.resize(static_cast<size_t>(c.n_layers));
-    for (int l = 0; l < c.n_layers; ++l) {
-      const Layer& L = layers_[static_cast<size_t>(l)];
-      wo_folds[static_cast<size_t>(l)] = norm_store(l, 1, L.wo, L.gate_up, {}, L.ffn_norm);
-      down_folds[static_cast<size_t>(l)] = next_attn_fold(l);
-      any_fold = any_fold || wo_folds[static_cast<size_t>(l)].norm_ss ||
-                 down_folds[static_cast<size_t>(l)].norm_ss;
-    }
-  }
-  const cuda::GemvFusion no_fold;
-  auto fold_of = [&](const std::vector<cuda::GemvFusion>& folds, int l) -> const cuda::GemvFusion& {
-    return l >= 0 && l < static_cast<int>(folds.size()) ? folds[static_cast<size_t>(l)] : no_fold;
-  };
-  // The slots start at zero, cleared once a step, and only where some norm folds: for
-  // the fp16 types none does, and the memset would be a node of its own between kernels.
-  if (any_fold) PAGODA_CUDA_TRY(cudaMemsetAsync(norm_ss, 0, norm_ss_.bytes(), st));
-  for (int l = 0; l < c.n_layers; ++l) {
-    // The norm before layer l's qkv, folded into layer l - 1's down product, if at all.
-    const cuda::GemvFusion& attn_fold = fold_of(down_folds, l - 1);
-    const Layer& L = layers_[static_cast<size_t>(l)];
-    const cuda::KvLayerView kv = kv_layer(l);
-    cuda::GemvFusion fq = qkv_fusion(l);
-    if ((fuse & kFuseQkv) && cuda::gemv_takes(L.qkv, 1, fq)) {
-      const void* qkv_in = xn_.get();
-      if (attn_fold.norm_ss) {
-        fq = reading(fq, attn_fold.norm_ss);
-      } else if (const auto fp = norm_in_prologue(fq, L.qkv, L.attn_norm, kFuseNormAttn)) {
-        fq = *fp;
-        qkv_in = x;
-      } else if (kept(kOmitNorm)) {
-        PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, nullptr, L.attn_norm, xn_.get(),
-                                              cuda::act_type_for(L.qkv.type), n, c.dim, c.rms_eps,
-                                              st));
-      }
-      mark("rms_norm");
-      if (kept(kOmitQkv))
-        PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.qkv, qkv_in, nullptr, false, fq, st));
-      mark("qkv+rope");
-    } else {
-      PAGODA_RETURN_IF_ERROR(
-          norm_product(L.attn_norm, L.qkv, qkv_.as<float>(), qkv_w, "qkv", kOmitQkv));
-      if (kept(kOmitRope))
-        PAGODA_RETURN_IF_ERROR(cuda::rope_qkv_store(qkv_.as<float>(), L.qkv_bias, rp,
-                                                    rope_cs_.as<float>(), s.db, q16_.as<uint16_t>(),
-                                                    kv, st));
-      mark("rope+kv");
-    }
-    if (kept(kOmitAttention))
-      PAGODA_RETURN_IF_ERROR(cuda::attention(q16_.as<uint16_t>(), kv, s.db, s.plan, c.n_heads,
-                                             scale, attn_.get(), cuda::act_type_for(L.wo.type),
-                                             st));
-    mark("attention");
-    const cuda::GemvFusion& ffn_fold = fold_of(wo_folds, l);
-    PAGODA_RETURN_IF_ERROR(residual_product(L.wo, attn_.get(), qd, "wo", kOmitWo, ffn_fold));
-    if (ffn_fold.norm_ss) {
-      mark("rms_norm");
-      if (kept(kOmitGateUp))
-        PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.gate_up, xn_.get(), gu_.as<float>(), false,
-                                                reading({}, ffn_fold.norm_ss), st));
-      mark("gate_up");
-    } else if (const auto fg = norm_in_prologue({}, L.gate_up, L.ffn_norm, kFuseNormFfn)) {
-      mark("rms_norm");
-      if (kept(kOmitGateUp))
-        PAGODA_RETURN_IF_ERROR(cuda::gemv_fused(L.gate_up, x, gu_.as<float>(), false, *fg, st));
-      mark("gate_up");
-    } else {
-      PAGODA_RETURN_IF_ERROR(
-          norm_product(L.ffn_norm, L.gate_up, gu_.as<float>(), 2 * ff, "gate_up", kOmitGateUp));
-    }
-    if (q8_input(L.down) && !quantizes_input(L.down)) {
-      PAGODA_ASSIGN_OR_RETURN(const cuda::Q8Act h, gemm.q8_input(ff, n, st));
-      if (kept(kOmitSilu))
-        PAGODA_RETURN_IF_ERROR(cuda::silu_mul_q8(gu_.as<float>(), n, c.ffn_dim, h, st));
-      mark("silu_mul");
-      if (kept(kOmitDown)) PAGODA_RETURN_IF_ERROR(gemm.matmul_q8(L.down, h, n, x, dim, true, st));
-      mark("down");
-      continue;
-    }
-    if (kept(kOmitSilu))
-      PAGODA_RETURN_IF_ERROR(cuda::silu_mul(gu_.as<float>(), n, c.ffn_dim, hidden_.get(),
-                                            cuda::act_type_for(L.down.type), st));
-    mark("silu_mul");
-    PAGODA_RETURN_IF_ERROR(
-        residual_product(L.down, hidden_.get(), ff, "down", kOmitDown, fold_of(down_folds, l)));
-  }
-  if (s.n_out == 0) return Status::ok();
-  PAGODA_RETURN_IF_ERROR(cuda::rms_norm(x, dim, s.logit_rows, output_norm_, xn_.get(),
-                                        cuda::act_type_for(output_.type), s.n_out, c.dim, c.rms_eps,
-                                        st));
-  if (kept(kOmitOutput))
-    PAGODA_RETURN_IF_ERROR(
-        gemm.matmul(output_, xn_.get(), dim, s.n_out, logits_.as<float>(), c.n_vocab, false, st));
-  if (s.greedy)
-    PAGODA_RETURN_IF_ERROR(
-        cuda::argmax_rows(logits_.as<float>(), s.n_out, c.n_vocab, tokens_out_.as<int32_t>(), st));
-  mark("output");
-  return Status::ok();
+  return ops.run(kind, name, [&] {
+    return gemv ? cuda::gemv_fused(w, in, x, true, f, st)
+                : dev_->gemm().matmul(w, in, cols, n, x, config_.dim, true, st);
+  });
 }
 
 Status CudaModel::launch_graph(const Step& s) {

@@ -235,34 +235,22 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   m->options_ = options;
   PAGODA_ASSIGN_OR_RETURN(m->dev_, cuda::DeviceContext::open(options.device));
   m->dev_->gemm().set_fp8_fast_accum(sw.fp8_fast_accum);
-  PAGODA_RETURN_IF_ERROR(m->load_weights(f));
-  PAGODA_RETURN_IF_ERROR(m->allocate_kv());
-  PAGODA_RETURN_IF_ERROR(m->reserve(options.max_batch_tokens, options.max_logit_rows));
-  if (sw.profile) m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
   m->use_graphs_ = sw.graphs;
   m->fuse_ = sw.fuse;
   m->split_keys_ = sw.split_keys;
   m->omit_ = sw.omit;
+  if (sw.profile) m->profiler_ = std::make_unique<OpProfiler>(m->dev_->stream());
+  PAGODA_RETURN_IF_ERROR(m->load_weights(f));
+  m->rope_ = m->make_rope_params();
+  PAGODA_RETURN_IF_ERROR(m->allocate_kv());
+  PAGODA_RETURN_IF_ERROR(m->reserve(options.max_batch_tokens, options.max_logit_rows));
   return m;
 }
 
 Status CudaModel::load_weights(const GgufFile& f) {
-  // Configuration exactly as Model::load reads it (model/model.cpp).
-  const auto arch_name = f.get_string("general.architecture");
-  if (!arch_name) return corrupt("model file has no general.architecture");
-  const Architecture* arch = find_architecture(*arch_name);
-  if (arch == nullptr)
-    return unsupported("architecture '" + std::string(*arch_name) +
-                       "' is not supported (supported: " + std::string(supported_architectures()) +
-                       ")");
-  ModelConfig& c = config_;
-  PAGODA_RETURN_IF_ERROR(arch->read_config(f, &c));
-  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
-  if (embd == nullptr) return not_found("model file has no tensor 'token_embd.weight'");
-  if (embd->ne[0] != c.dim || embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
-    return corrupt("token_embd.weight has shape " + tensor_shape(*embd));
-  c.n_vocab = static_cast<int>(embd->ne[1]);
-  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  PAGODA_ASSIGN_OR_RETURN(config_, read_model_config(f));
+  const ModelConfig& c = config_;
+  PAGODA_RETURN_IF_ERROR(require_features(c.recipe, kRecipeFeatures, "the CUDA backend"));
   if (c.head_dim % 8 != 0 || c.head_dim > 256)
     return unsupported(
         str_format("head size %d: the CUDA backend takes multiples of 8 up to 256", c.head_dim));
@@ -270,50 +258,44 @@ Status CudaModel::load_weights(const GgufFile& f) {
   ThreadPool pool(std::min(8, hardware_threads()));
   Loader ld(f, *dev_, weights_, pool);
   PAGODA_RETURN_IF_ERROR(ld.init());
-  PAGODA_ASSIGN_OR_RETURN(tok_embd_, ld.matrix({"token_embd.weight"}, {c.n_vocab}, c.dim));
-  PAGODA_ASSIGN_OR_RETURN(output_norm_, ld.vector("output_norm.weight", c.dim));
-  if (c.tied_embeddings) {
+  PAGODA_ASSIGN_OR_RETURN(tok_embd_, ld.matrix({kTokEmbdTensor}, {c.n_vocab}, c.dim));
+  PAGODA_ASSIGN_OR_RETURN(output_norm_, ld.vector(kOutputNormTensor, c.dim));
+  if (c.recipe.tied_output) {
     output_ = tok_embd_;
   } else {
-    PAGODA_ASSIGN_OR_RETURN(output_, ld.matrix({"output.weight"}, {c.n_vocab}, c.dim));
+    PAGODA_ASSIGN_OR_RETURN(output_, ld.matrix({kOutputTensor}, {c.n_vocab}, c.dim));
   }
-  if (f.find_tensor("rope_freqs.weight")) {
-    PAGODA_ASSIGN_OR_RETURN(rope_factors_, ld.vector("rope_freqs.weight", c.rope_dims / 2));
-    c.rope_has_freq_factors = true;
+  if (c.rope_has_freq_factors) {
+    PAGODA_ASSIGN_OR_RETURN(rope_factors_, ld.vector(kRopeFreqsTensor, c.rope_dims / 2));
   }
-  const int64_t q = c.q_dim(), kv = c.kv_dim();
   layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
+    const LayerTensors t = layer_tensors(c, l);
     const std::string p = "blk." + std::to_string(l) + ".";
-    PAGODA_ASSIGN_OR_RETURN(L.attn_norm, ld.vector(p + "attn_norm.weight", c.dim));
-    PAGODA_ASSIGN_OR_RETURN(L.ffn_norm, ld.vector(p + "ffn_norm.weight", c.dim));
-    PAGODA_ASSIGN_OR_RETURN(
-        L.qkv, ld.matrix({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"},
-                         {q, kv, kv}, c.dim));
+    PAGODA_ASSIGN_OR_RETURN(L.attn_norm, ld.vector(t.attn_norm, c.dim));
+    PAGODA_ASSIGN_OR_RETURN(L.ffn_norm, ld.vector(t.ffn_norm, c.dim));
+    PAGODA_ASSIGN_OR_RETURN(L.qkv, ld.matrix(t.qkv.names, t.qkv.rows, t.qkv.cols));
     if (options_.fp8_weights) PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.qkv, p + "attn_q/k/v"));
-    if (c.qkv_bias) {
+    if (!t.qkv_bias.empty()) {
       // One bias vector for the stacked rows: upload the three pieces side by side.
       std::vector<float> bias;
-      for (const char* part : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
-        const GgufTensorInfo* t = f.find_tensor(p + part);
-        if (t == nullptr) return not_found("model file has no tensor '" + p + part + "'");
-        const int64_t n = t->ne[0];
+      for (size_t i = 0; i < t.qkv_bias.size(); ++i) {
+        PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* bt,
+                                f.find_tensor(t.qkv_bias[i], {t.qkv.rows[i]}));
+        const int64_t n = bt->ne[0];
         std::vector<float> v(static_cast<size_t>(n));
-        PAGODA_RETURN_IF_ERROR(cpu::dequantize_row(t->type, f.tensor_data(*t), v.data(), n));
+        PAGODA_RETURN_IF_ERROR(cpu::dequantize_row(bt->type, f.tensor_data(*bt), v.data(), n));
         bias.insert(bias.end(), v.begin(), v.end());
       }
-      if (static_cast<int64_t>(bias.size()) != q + 2 * kv)
-        return corrupt("q/k/v bias sizes do not match the projections");
       PAGODA_ASSIGN_OR_RETURN(cuda::DeviceBuffer b, cuda::DeviceBuffer::alloc(bias.size() * 4));
       PAGODA_CUDA_TRY(cudaMemcpy(b.get(), bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
       L.qkv_bias = b.as<float>();
       weights_.push_back(std::move(b));
     }
-    PAGODA_ASSIGN_OR_RETURN(L.wo, ld.matrix({p + "attn_output.weight"}, {c.dim}, q));
-    PAGODA_ASSIGN_OR_RETURN(L.gate_up, ld.matrix({p + "ffn_gate.weight", p + "ffn_up.weight"},
-                                                 {c.ffn_dim, c.ffn_dim}, c.dim));
-    PAGODA_ASSIGN_OR_RETURN(L.down, ld.matrix({p + "ffn_down.weight"}, {c.dim}, c.ffn_dim));
+    PAGODA_ASSIGN_OR_RETURN(L.wo, ld.matrix(t.wo.names, t.wo.rows, t.wo.cols));
+    PAGODA_ASSIGN_OR_RETURN(L.gate_up, ld.matrix(t.gate_up.names, t.gate_up.rows, t.gate_up.cols));
+    PAGODA_ASSIGN_OR_RETURN(L.down, ld.matrix(t.down.names, t.down.rows, t.down.cols));
     if (options_.fp8_weights) {
       PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.wo, p + "attn_output"));
       PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.gate_up, p + "ffn_gate/up"));
@@ -387,7 +369,7 @@ std::string CudaModel::describe() const {
 size_t CudaModel::decode_weight_bytes() const {
   // Every matrix once; of the embedding one row unless it is also the output projection.
   const size_t embd = cuda::device_matrix_bytes(tok_embd_.type, tok_embd_.rows, tok_embd_.cols);
-  return config_.tied_embeddings ? weight_bytes_ : weight_bytes_ - embd + embd / tok_embd_.rows;
+  return config_.recipe.tied_output ? weight_bytes_ : weight_bytes_ - embd + embd / tok_embd_.rows;
 }
 
 namespace cuda {

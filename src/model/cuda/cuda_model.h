@@ -11,14 +11,18 @@
 
 #include "backend/cuda/device.h"
 #include "backend/cuda/kernels.h"
+#include "model/cuda/fusion_plan.h"
 #include "model/runner.h"
 
 namespace pagoda {
 
+class OpHooks;
 class OpProfiler;
 
 class CudaModel : public ModelRunner {
  public:
+  // The recipe features (model/arch/recipe.h) the CUDA forward pass runs.
+  static constexpr uint32_t kRecipeFeatures = kFeatQkvBias | kFeatNeoxRope;
   static Result<std::unique_ptr<CudaModel>> load(const GgufFile& file,
                                                  const RunnerOptions& options);
   ~CudaModel() override;
@@ -77,8 +81,34 @@ class CudaModel : public ModelRunner {
   Status queue_staged(const Batch& batch, bool greedy, const StepSampling* sampling, int n_out);
   // Sends the step's sampling rows and penalties to the device and queues the draw.
   Status enqueue_sampling(const StepSampling& sampling, int n_out);
-  // Queues every kernel of the step on the stream.
+  // Queues every kernel of the step on the stream, as the step's fusion plan says: the
+  // embedding, each layer's attention and FFN blocks, the output.
   Status enqueue(const Step& step);
+  Status attention_block(const Step& step, int l, const LayerPlan& p, OpHooks& ops);
+  Status ffn_block(const Step& step, int l, const LayerPlan& p, OpHooks& ops);
+  Status output_block(const Step& step, OpHooks& ops);
+  // y = W norm(x) (norm_w), as the product's input type and the step's size want it.
+  Status norm_product(int n, const float* norm_w, const cuda::DeviceMatrix& w, float* y,
+                      int64_t y_stride, unsigned kind, const char* name, OpHooks& ops);
+  // x += W in: the one-token kernel with fusion f (gemv), or the plain product.
+  Status residual_product(int n, const cuda::DeviceMatrix& w, const void* in, int64_t cols,
+                          bool gemv, const cuda::GemvFusion& f, unsigned kind, const char* name,
+                          OpHooks& ops);
+
+  // Fusion planning and the fused kernels' parameters (fusion_plan.cpp).
+  static StepClass step_class(int n_tokens);
+  FusionPlan plan_fusions(StepClass k) const;
+  cuda::RopeParams make_rope_params() const;
+  // Layer l's qkv epilogue: RoPE, q to q16_, K and V into the cache.
+  cuda::GemvFusion rope_kv_fusion(int l, const cuda::DeviceBatch& batch) const;
+  // The sums of squares of layer l's folded norm `which` (0: attention, 1: FFN).
+  unsigned long long* norm_sums(int l, int which) const;
+  // f reading the folded norm's output: its sums scaled by the norm's scale.
+  cuda::GemvFusion reading_norm(cuda::GemvFusion f, int l, int which) const;
+  // The residual product before layer l's norm `which` storing that norm's input.
+  cuda::GemvFusion storing_norm(int l, int which) const;
+  // f normalising its f32 input in the product's prologue (norm weights norm_w).
+  cuda::GemvFusion norm_prologue(cuda::GemvFusion f, const float* norm_w) const;
   Status launch_graph(const Step& step);
   void drop_graphs();
   cuda::KvLayerView kv_layer(int l) const;
@@ -129,25 +159,13 @@ class CudaModel : public ModelRunner {
   std::map<GraphKey, std::unique_ptr<Graph>> graphs_;
   std::map<GraphKey, int> graph_seen_;  // eager runs per key before capture
   bool use_graphs_ = true;
-  // Which fusions one-token steps take (cuda::gemv_fused; CudaSwitches says what each is).
-  // Measured: bench/RESULTS.md, stops 17 and 28.
-  static constexpr unsigned kFuseQkv = CudaSwitches::kFuseRope,
-                            kFuseQuant = CudaSwitches::kFuseQuant,
-                            kFuseNormAttn = CudaSwitches::kFuseNormAttn,
-                            kFuseNormFfn = CudaSwitches::kFuseNormFfn,
-                            kFuseAll = CudaSwitches::kFuseAll;
-  unsigned fuse_ = kFuseAll;
-  // Kinds of op left out of every step (CudaSwitches::omit, PAGODA_CUDA_OMIT): a timing
-  // experiment, what each kind costs inside the graph; the outputs are wrong.
-  static constexpr unsigned kOmitNorm = CudaSwitches::kOmitNorm, kOmitQkv = CudaSwitches::kOmitQkv,
-                            kOmitRope = CudaSwitches::kOmitRope,
-                            kOmitAttention = CudaSwitches::kOmitAttention,
-                            kOmitWo = CudaSwitches::kOmitWo,
-                            kOmitGateUp = CudaSwitches::kOmitGateUp,
-                            kOmitSilu = CudaSwitches::kOmitSilu,
-                            kOmitDown = CudaSwitches::kOmitDown,
-                            kOmitOutput = CudaSwitches::kOmitOutput;
+  // The CUDA switches in force (CudaSwitches): fusions one-token steps may take, kinds of
+  // op left out of every step (a timing experiment; the outputs are wrong).
+  unsigned fuse_ = CudaSwitches::kFuseAll;
   unsigned omit_ = 0;
+  // The fusion plan of each StepClass, made at load once the switches are known.
+  FusionPlan plans_[3];
+  cuda::RopeParams rope_;  // the model's RoPE, for its kernels
   // Keys a decode KV split aims at (cuda::decode_splits_for_context), so short contexts
   // run few splits and skip the merge; 0: splits depend on the batch size alone
   // (cuda::decode_splits). PAGODA_CUDA_SPLIT_KEYS sets it; 256 by default (an H100's
