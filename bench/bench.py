@@ -5,6 +5,7 @@ thread count, interleaved round by round in one run, reported as ratios.
   .venv/bin/python bench/bench.py [--models Q4_1,Q8_0,F16] [--threads 2] [--rounds 5]
   .venv/bin/python bench/bench.py --models Q4_K_M,Q3_K_M   # llama.cpp's own quantizations
   .venv/bin/python bench/bench.py --models Q8_0 --depth 2048 --kv-cache-dtype q8_0
+  .venv/bin/python bench/bench.py --baseline ../old/build/pagoda   # before/after a change
 
 Each round runs `pagoda bench` (one warm-up and one timed pass of each test) and the
 same tests on llama.cpp through llama-cpp-python's low-level API (llama_decode on a
@@ -126,8 +127,8 @@ class LlamaCpp:
         return len(tokens) / (time.perf_counter() - t)
 
 
-def pagoda_bench(path, p, g, threads, depth=0, kv="auto"):
-    out = subprocess.run([PAGODA, "bench", "-m", path, "--prompt-len", str(p), "--gen-len", str(g),
+def pagoda_bench(path, p, g, threads, depth=0, kv="auto", binary=PAGODA):
+    out = subprocess.run([binary, "bench", "-m", path, "--prompt-len", str(p), "--gen-len", str(g),
                           "--threads", str(threads), "--repeats", "1", "--depth", str(depth),
                           "--kv-cache-dtype", kv, "--json"],
                          capture_output=True, text=True, check=True)
@@ -146,12 +147,15 @@ def main():
     ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "q8_0"])
     ap.add_argument("--bandwidth-gbs", type=float, default=74.0,
                     help="memory bandwidth for the floor column (measured: ~74 GB/s, 2 threads)")
+    ap.add_argument("--baseline", metavar="PAGODA",
+                    help="another pagoda binary (an older build) run in the same rounds; its "
+                         "figures and new/old ratios are printed too")
     args = ap.parse_args()
     ensure_llama_cpp()
     import random
     import tempfile
     tmp = tempfile.TemporaryDirectory()
-    rows = []
+    rows, base_rows = [], []
     for name in args.models.split(","):
         path = model_file(name, tmp.name)
         rng = random.Random(1234)
@@ -166,6 +170,7 @@ def main():
         for peer in peers.values():  # warm-up
             peer.pp(prompt), peer.tg(gen[:16])
         ours_pp, ours_tg, theirs = [], [], {fa: ([], []) for fa in peers}
+        base_pp, base_tg = [], []
         bytes_per_tok = None
         for r in range(args.rounds):
             res = pagoda_bench(path, args.prompt_len, args.gen_len, args.threads, args.depth,
@@ -173,6 +178,11 @@ def main():
             ours_pp.append(res["prefill_tok_s"])
             ours_tg.append(res["decode_tok_s"])
             bytes_per_tok = res["decode_bytes_per_token"]
+            if args.baseline:
+                b = pagoda_bench(path, args.prompt_len, args.gen_len, args.threads, args.depth,
+                                 args.kv_cache_dtype, args.baseline)
+                base_pp.append(b["prefill_tok_s"])
+                base_tg.append(b["decode_tok_s"])
             for fa, peer in peers.items():
                 theirs[fa][0].append(peer.pp(prompt, context))
                 theirs[fa][1].append(peer.tg(gen, context))
@@ -184,6 +194,8 @@ def main():
         l_tg = max(med(theirs[fa][1]) for fa in peers)
         floor = args.bandwidth_gbs * 1e9 / bytes_per_tok
         rows.append((name, med(ours_pp), l_pp, med(ours_tg), l_tg, bytes_per_tok, floor))
+        if args.baseline:
+            base_rows.append((name, med(base_pp), med(ours_pp), med(base_tg), med(ours_tg)))
     print(f"\nthreads {args.threads}, pp{args.prompt_len}, tg{args.gen_len}, depth {args.depth}, "
           f"{args.kv_cache_dtype} KV cache, {args.rounds} rounds (medians); llama-cpp-python "
           f"{LLAMA_CPP_VERSION}, " + ("flash-attn auto" if args.kv_cache_dtype == "q8_0"
@@ -194,6 +206,15 @@ def main():
     for name, opp, lpp, otg, ltg, bpt, floor in rows:
         print(f"| SmolLM2-135M {name} | {opp:.1f} | {lpp:.1f} | {opp / lpp:.2f}x | {otg:.1f} | {ltg:.1f} | "
               f"{otg / ltg:.2f}x | {bpt / 1e6:.1f} | {floor:.0f} | {100 * otg / floor:.0f}% |")
+
+    if base_rows:
+        print(f"\nthis build ({PAGODA}) against the baseline ({args.baseline}), same rounds:\n")
+        print("| model | baseline pp tok/s | pp tok/s | pp new/old | baseline tg tok/s | tg tok/s | "
+              "tg new/old |")
+        print("|---|---|---|---|---|---|---|")
+        for name, bpp, opp, btg, otg in base_rows:
+            print(f"| SmolLM2-135M {name} | {bpp:.1f} | {opp:.1f} | {opp / bpp:.3f} | {btg:.1f} | "
+                  f"{otg:.1f} | {otg / btg:.3f} |")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ if grep -q "^PAGODA_CUDA:BOOL=ON" build/CMakeCache.txt; then
   cmake --build build-arch -j"$JOBS" --target pagoda_cuda_kernels
 fi
 
+echo "== layers include downward only =="
+python3 scripts/check_layers.py
+
 echo "== unit and op tests =="
 build/pagoda_tests --gtest_brief=1
 
