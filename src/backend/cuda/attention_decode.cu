@@ -12,6 +12,7 @@
 #include "backend/cuda/attention_impl.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/softmax_tile.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -49,6 +50,38 @@ struct Fp8Kv {
     }
   }
 };
+
+// Merges one head over a block's kGroups workers (worker kg's running max and sum, and
+// its lane li's 8 accumulators) through shared memory, and writes the head's output or
+// this split's partials. The whole block calls it.
+template <int kGroups, int LANES>
+__device__ __forceinline__ void merge_workers(float m_run, float l_run, const float* acc,
+                                              float (*red_s)[8 * LANES], float* m_s, float* l_s,
+                                              int kg, int li, int hd, float v_scale, int h,
+                                              int64_t row, int n_heads, int wi, int split,
+                                              int n_splits, void* out, ActType out_type,
+                                              float* part) {
+  __syncthreads();  // the previous head's merge is done with red_s
+  if (li == 0) {
+    m_s[kg] = m_run;
+    l_s[kg] = l_run;
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) red_s[kg][li * 8 + k] = acc[k];
+  __syncthreads();
+  float m = -INFINITY;
+  for (int w = 0; w < kGroups; ++w) m = fmaxf(m, m_s[w]);
+  float l = 0.0f;
+  for (int w = 0; w < kGroups; ++w)
+    if (m_s[w] > -INFINITY) l += exp2f(m_s[w] - m) * l_s[w];
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kGroups; ++w)
+      if (m_s[w] > -INFINITY) o += exp2f(m_s[w] - m) * red_s[w][d];
+    write_head_output(o * v_scale, m, l, d, hd, h, row, n_heads, wi, split, n_splits, out, out_type,
+                      part);
+  }
+}
 
 // LANES threads share one key (8 dims each); a block holds kThreads / LANES workers, each
 // taking UNROLL keys per step. The pool's scales fold into the score scale (K) and the
@@ -145,21 +178,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
         float mx = sc[0][hh];
 #pragma unroll
         for (int u = 1; u < UNROLL; ++u) mx = fmaxf(mx, sc[u][hh]);
-        const float m_new = fmaxf(m_run[hh], mx);      // finite: key j0 is always in range
-        const float alpha = exp2f(m_run[hh] - m_new);  // 0 on the first keys
+        const float alpha = online_max(m_run[hh], mx);  // key j0 is always in range
         l_run[hh] *= alpha;
 #pragma unroll
         for (int k = 0; k < 8; ++k) acc[hh][k] *= alpha;
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
-          const float p = exp2f(sc[u][hh] - m_new);
+          const float p = exp2f(sc[u][hh] - m_run[hh]);
           l_run[hh] += p;
           float vf[8];
           KV::unpack(vr[u], vf);
 #pragma unroll
           for (int k = 0; k < 8; ++k) acc[hh][k] = fmaf(p, vf[k], acc[hh][k]);
         }
-        m_run[hh] = m_new;
       }
     }
 
@@ -168,38 +199,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 #pragma unroll
     for (int hh = 0; hh < kHeadsPerPass; ++hh) {
       if (hh >= nh) break;
-      __syncthreads();  // the previous head's merge is done with red_s
-      if (li == 0) {
-        m_s[kg] = m_run[hh];
-        l_s[kg] = l_run[hh];
-      }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) red_s[kg][li * 8 + k] = acc[hh][k];
-      __syncthreads();
-      float m = -INFINITY;
-      for (int w = 0; w < kGroups; ++w) m = fmaxf(m, m_s[w]);
-      float l = 0.0f;
-      for (int w = 0; w < kGroups; ++w)
-        if (m_s[w] > -INFINITY) l += exp2f(m_s[w] - m) * l_s[w];
-      const int h = g * group + h0 + hh;
-      for (int d = tid; d < hd; d += kThreads) {
-        float o = 0.0f;
-        for (int w = 0; w < kGroups; ++w)
-          if (m_s[w] > -INFINITY) o += exp2f(m_s[w] - m) * red_s[w][d];
-        o *= kv.v_scale;
-        if (n_splits == 1) {
-          store_act(out, out_type, row * qd + static_cast<int64_t>(h) * hd + d,
-                    l > 0 ? o / l : 0.0f);
-        } else {
-          float* pp =
-              part + ((static_cast<int64_t>(wi) * n_heads + h) * n_splits + split) * (hd + 2);
-          pp[d] = o;
-          if (d == 0) {
-            pp[hd] = m;
-            pp[hd + 1] = l;
-          }
-        }
-      }
+      merge_workers<kGroups, LANES>(m_run[hh], l_run[hh], acc[hh], red_s, m_s, l_s, kg, li, hd,
+                                    kv.v_scale, g * group + h0 + hh, row, n_heads, wi, split,
+                                    n_splits, out, out_type, part);
     }
   }
 }

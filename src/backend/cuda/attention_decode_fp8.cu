@@ -25,6 +25,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/softmax_tile.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -68,6 +69,218 @@ constexpr int min_blocks() {
   return NT == 1 ? 5 : 3;
 }
 
+// Q^T as B fragments, head nt*8 + gr (q_heads: the KV head's first query head): in step
+// ks the thread's k indices (2gc, 2gc+1, 2gc+8, 2gc+9) are dimensions base..base+3,
+// base = (ks/4)*64 + gc*16 + (ks%4)*4, so one 16-byte read of a staged K row serves four
+// steps.
+template <int HD, int NT>
+__device__ __forceinline__ void load_q_t(uint32_t (*qf)[HD / 16][2], const __half* q_heads,
+                                         int group, int gr, int gc) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int h = nt * 8 + gr;
+#pragma unroll
+    for (int g64 = 0; g64 < HD / 64; ++g64) {
+      uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
+      if (h < group) {
+        const uint4* src = reinterpret_cast<const uint4*>(q_heads + static_cast<int64_t>(h) * HD +
+                                                          g64 * 64 + gc * 16);
+        v0 = src[0];
+        v1 = src[1];
+      }
+      const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int st = 0; st < 4; ++st) {
+        qf[nt][g64 * 4 + st][0] = w[2 * st];
+        qf[nt][g64 * 4 + st][1] = w[2 * st + 1];
+      }
+    }
+  }
+}
+
+// S^T = K Q^T over a staged tile: s[mt][nt] holds keys mt*16 + gr (c0, c1) and + 8 (c2,
+// c3) for heads nt*8 + 2gc (+1).
+template <int HD, int NT>
+__device__ __forceinline__ void tile_scores(float (*s)[NT][4], const uint32_t (*qf)[HD / 16][2],
+                                            const uint8_t* k8, int gr, int gc) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const int key0 = mt * 16 + gr, key1 = key0 + 8;
+#pragma unroll
+    for (int g64 = 0; g64 < HD / 64; ++g64) {
+      const uint4 w0 =
+          *reinterpret_cast<const uint4*>(k8 + key0 * HD + k_chunk<HD>(key0, g64 * 4 + gc) * 16);
+      const uint4 w1 =
+          *reinterpret_cast<const uint4*>(k8 + key1 * HD + k_chunk<HD>(key1, g64 * 4 + gc) * 16);
+      const uint32_t r0[4] = {w0.x, w0.y, w0.z, w0.w}, r1[4] = {w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int st = 0; st < 4; ++st) {
+        uint32_t a[4];
+        fp8x4_to_b16x2(r0[st], &a[0], &a[2]);
+        fp8x4_to_b16x2(r1[st], &a[1], &a[3]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          mma16816(s[mt][nt], a, qf[nt][g64 * 4 + st][0], qf[nt][g64 * 4 + st][1]);
+      }
+    }
+  }
+}
+
+// Scales the tile's scores to log2 units, masks keys n_valid and past, and folds them into
+// each head's running (m, l) (online_softmax: softmax_tile.cuh); leaves the probabilities
+// in s and rescales the output o unless no maximum moved in the warp.
+template <int HD, int NT>
+__device__ __forceinline__ void tile_softmax(float (*s)[NT][4], float (*o)[NT][4], float (*m)[2],
+                                             float (*l)[2], int n_valid, float scale_log2, int gr) {
+  constexpr int kSteps = HD / 16;
+  float mx[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) mx[nt][0] = mx[nt][1] = -INFINITY;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const bool v0 = mt * 16 + gr < n_valid, v1 = mt * 16 + gr + 8 < n_valid;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float* c = s[mt][nt];
+      c[0] = v0 ? c[0] * scale_log2 : -INFINITY;
+      c[1] = v0 ? c[1] * scale_log2 : -INFINITY;
+      c[2] = v1 ? c[2] * scale_log2 : -INFINITY;
+      c[3] = v1 ? c[3] * scale_log2 : -INFINITY;
+      mx[nt][0] = fmaxf(mx[nt][0], fmaxf(c[0], c[2]));
+      mx[nt][1] = fmaxf(mx[nt][1], fmaxf(c[1], c[3]));
+    }
+  }
+  // A head's keys are spread over the lanes of one gc.
+  float a[NT][2];
+  bool moved = false;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int off = 4; off < kWarp; off <<= 1)
+        mx[nt][e] = fmaxf(mx[nt][e], __shfl_xor_sync(0xffffffffu, mx[nt][e], off));
+      a[nt][e] = online_max(m[nt][e], mx[nt][e]);  // the tile's key 0 is in range
+      moved = moved || a[nt][e] != 1.0f;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      float* c = s[mt][nt];
+      c[0] = exp2f(c[0] - m[nt][0]);
+      c[1] = exp2f(c[1] - m[nt][1]);
+      c[2] = exp2f(c[2] - m[nt][0]);
+      c[3] = exp2f(c[3] - m[nt][1]);
+      sum0 += c[0] + c[2];
+      sum1 += c[1] + c[3];
+    }
+    l[nt][0] = l[nt][0] * a[nt][0] + sum0;
+    l[nt][1] = l[nt][1] * a[nt][1] + sum1;
+  }
+  // Past the first tiles the maxima rarely move: skip the rescale when none did.
+  if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        o[i][nt][0] *= a[nt][0];
+        o[i][nt][1] *= a[nt][1];
+        o[i][nt][2] *= a[nt][0];
+        o[i][nt][3] *= a[nt][1];
+      }
+  }
+}
+
+// O^T += V^T P^T for the tile's probabilities s and staged values v8.
+template <int HD, int NT>
+__device__ __forceinline__ void tile_pv(float (*o)[NT][4], const float (*s)[NT][4],
+                                        const uint8_t* v8, int gr, int gc) {
+  constexpr int kSteps = HD / 16;
+  constexpr int kDims = HD / 8;  // V bytes per key a thread reads (its dimensions)
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    // P^T for keys kk*16 ..: b0 = (keys 2gc, 2gc+1; head gr), b1 = keys + 8.
+    uint32_t pb[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      pb[nt][0] = transpose8x8(pack_half2(s[kk][nt][0], s[kk][nt][1]));
+      pb[nt][1] = transpose8x8(pack_half2(s[kk][nt][2], s[kk][nt][3]));
+    }
+    // The thread's keys of this step: 2gc, 2gc+1, 2gc+8, 2gc+9; its kDims bytes of each.
+    uint32_t w[4][kDims / 4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = kk * 16 + 2 * gc + (e & 1) + (e >> 1) * 8;
+      const uint8_t* src =
+          v8 + key * HD + v_chunk<HD>(key, gr * kDims / 16) * 16 + (gr * kDims) % 16;
+      if constexpr (kDims == 16) {
+        const uint4 x = *reinterpret_cast<const uint4*>(src);
+        w[e][0] = x.x;
+        w[e][1] = x.y;
+        w[e][2] = x.z;
+        w[e][3] = x.w;
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(src);
+        w[e][0] = x.x;
+        w[e][1] = x.y;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      // Bytes 2i and 2i+1 of the thread's dimensions, for two keys side by side:
+      // [k0.b2i, k1.b2i, k0.b2i+1, k1.b2i+1], widened to rows gr and gr+8 of the A tile.
+      const int p = (i & 1) * 2;
+      const uint32_t sel = p | ((4 + p) << 4) | ((p + 1) << 8) | ((5 + p) << 12);
+      uint32_t va[4];
+      fp8x4_to_b16x2(__byte_perm(w[0][i / 2], w[1][i / 2], sel), &va[0], &va[1]);
+      fp8x4_to_b16x2(__byte_perm(w[2][i / 2], w[3][i / 2], sel), &va[2], &va[3]);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma16816(o[i][nt], va, pb[nt][0], pb[nt][1]);
+    }
+  }
+}
+
+// The warp's outputs and (max, sum) per head into shared memory for merge_warps:
+// o_s [warp][head][HD], ml_s [warp][head][2].
+template <int HD, int NT>
+__device__ __forceinline__ void stash_warp(float* o_s, float* ml_s, const float (*o)[NT][4],
+                                           const float (*m)[2], const float (*l)[2], int warp,
+                                           int gr, int gc) {
+  constexpr int kSteps = HD / 16;
+  constexpr int kDims = HD / 8;
+  constexpr int kHeads = 8 * NT;
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) {
+    const int d0 = gr * kDims + 2 * i, d1 = d0 + 1;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int h0 = warp * kHeads + nt * 8 + 2 * gc, h1 = h0 + 1;
+      o_s[h0 * HD + d0] = o[i][nt][0];
+      o_s[h1 * HD + d0] = o[i][nt][1];
+      o_s[h0 * HD + d1] = o[i][nt][2];
+      o_s[h1 * HD + d1] = o[i][nt][3];
+    }
+  }
+  if (gr == 0) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int h = warp * kHeads + nt * 8 + 2 * gc + e;
+        ml_s[h * 2] = m[nt][e];
+        ml_s[h * 2 + 1] = l[nt][e];
+      }
+  }
+}
+
 template <int HD, int NT>
 __global__ void __launch_bounds__(kThreads, min_blocks<NT>())
     decode_fp8_kernel(const __half* __restrict__ q, KvLayerView kv, DeviceBatch b,
@@ -76,7 +289,6 @@ __global__ void __launch_bounds__(kThreads, min_blocks<NT>())
   pdl_trigger();
   pdl_wait();
   constexpr int kSteps = HD / 16;  // k steps of S^T; also m tiles of O^T
-  constexpr int kDims = HD / 8;    // V bytes per key a thread reads (its dimensions)
   constexpr int kHeads = 8 * NT;
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
@@ -90,32 +302,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks<NT>())
   const int k_begin = sp.k_begin, n_keys = sp.n_keys;
   const int64_t qd = static_cast<int64_t>(n_heads) * HD;
 
-  // Q^T as B fragments, head nt*8 + gr: in step ks the thread's k indices (2gc, 2gc+1,
-  // 2gc+8, 2gc+9) are dimensions base..base+3, base = (ks/4)*64 + gc*16 + (ks%4)*4, so
-  // one 16-byte read of a staged K row serves four steps.
   uint32_t qf[NT][kSteps][2];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int h = nt * 8 + gr;
-#pragma unroll
-    for (int g64 = 0; g64 < HD / 64; ++g64) {
-      uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0;
-      if (h < group) {
-        const uint4* src = reinterpret_cast<const uint4*>(
-            q + row * qd + static_cast<int64_t>(g * group + h) * HD + g64 * 64 + gc * 16);
-        v0 = src[0];
-        v1 = src[1];
-      }
-      const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-      for (int st = 0; st < 4; ++st) {
-        qf[nt][g64 * 4 + st][0] = w[2 * st];
-        qf[nt][g64 * 4 + st][1] = w[2 * st + 1];
-      }
-    }
-  }
+  load_q_t<HD, NT>(qf, q + row * qd + static_cast<int64_t>(g) * group * HD, group, gr, gc);
 
-  // O^T: m tile i, rows gr / gr+8 = dimensions gr*kDims + 2i / +1; columns = heads
+  // O^T: m tile i, rows gr / gr+8 = dimensions gr*HD/8 + 2i / +1; columns = heads
   // nt*8 + 2gc, +1.
   float o[kSteps][NT][4];
 #pragma unroll
@@ -172,137 +362,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks<NT>())
     cp_async_wait_group<1>();
     __syncwarp();
 
-    // S^T for keys mt*16 + gr (c0, c1) and + 8 (c2, c3), heads nt*8 + 2gc (+1).
     float s[2][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const int key0 = mt * 16 + gr, key1 = key0 + 8;
-#pragma unroll
-      for (int g64 = 0; g64 < HD / 64; ++g64) {
-        const uint4 w0 =
-            *reinterpret_cast<const uint4*>(k8 + key0 * HD + k_chunk<HD>(key0, g64 * 4 + gc) * 16);
-        const uint4 w1 =
-            *reinterpret_cast<const uint4*>(k8 + key1 * HD + k_chunk<HD>(key1, g64 * 4 + gc) * 16);
-        const uint32_t r0[4] = {w0.x, w0.y, w0.z, w0.w}, r1[4] = {w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-        for (int st = 0; st < 4; ++st) {
-          uint32_t a[4];
-          fp8x4_to_b16x2(r0[st], &a[0], &a[2]);
-          fp8x4_to_b16x2(r1[st], &a[1], &a[3]);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            mma16816(s[mt][nt], a, qf[nt][g64 * 4 + st][0], qf[nt][g64 * 4 + st][1]);
-        }
-      }
-    }
-    float mx[NT][2];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) mx[nt][0] = mx[nt][1] = -INFINITY;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const bool v0 = t0 + mt * 16 + gr < n_keys, v1 = t0 + mt * 16 + gr + 8 < n_keys;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        float* c = s[mt][nt];
-        c[0] = v0 ? c[0] * scale_log2 : -INFINITY;
-        c[1] = v0 ? c[1] * scale_log2 : -INFINITY;
-        c[2] = v1 ? c[2] * scale_log2 : -INFINITY;
-        c[3] = v1 ? c[3] * scale_log2 : -INFINITY;
-        mx[nt][0] = fmaxf(mx[nt][0], fmaxf(c[0], c[2]));
-        mx[nt][1] = fmaxf(mx[nt][1], fmaxf(c[1], c[3]));
-      }
-    }
-    // A head's keys are spread over the lanes of one gc.
-    float a[NT][2];
-    bool moved = false;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-#pragma unroll
-        for (int off = 4; off < kWarp; off <<= 1)
-          mx[nt][e] = fmaxf(mx[nt][e], __shfl_xor_sync(0xffffffffu, mx[nt][e], off));
-        // Key t0 is in range, so the maximum is finite.
-        const float mn = fmaxf(m[nt][e], mx[nt][e]);
-        a[nt][e] = exp2f(m[nt][e] - mn);
-        moved = moved || a[nt][e] != 1.0f;
-        m[nt][e] = mn;
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        float* c = s[mt][nt];
-        c[0] = exp2f(c[0] - m[nt][0]);
-        c[1] = exp2f(c[1] - m[nt][1]);
-        c[2] = exp2f(c[2] - m[nt][0]);
-        c[3] = exp2f(c[3] - m[nt][1]);
-        sum0 += c[0] + c[2];
-        sum1 += c[1] + c[3];
-      }
-      l[nt][0] = l[nt][0] * a[nt][0] + sum0;
-      l[nt][1] = l[nt][1] * a[nt][1] + sum1;
-    }
-    // Past the first tiles the maxima rarely move: skip the rescale when none did.
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int i = 0; i < kSteps; ++i)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          o[i][nt][0] *= a[nt][0];
-          o[i][nt][1] *= a[nt][1];
-          o[i][nt][2] *= a[nt][0];
-          o[i][nt][3] *= a[nt][1];
-        }
-    }
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      // P^T for keys kk*16 ..: b0 = (keys 2gc, 2gc+1; head gr), b1 = keys + 8.
-      uint32_t pb[NT][2];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        pb[nt][0] = transpose8x8(pack_half2(s[kk][nt][0], s[kk][nt][1]));
-        pb[nt][1] = transpose8x8(pack_half2(s[kk][nt][2], s[kk][nt][3]));
-      }
-      // The thread's keys of this step: 2gc, 2gc+1, 2gc+8, 2gc+9; its kDims bytes of each.
-      uint32_t w[4][kDims / 4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = kk * 16 + 2 * gc + (e & 1) + (e >> 1) * 8;
-        const uint8_t* src =
-            v8 + key * HD + v_chunk<HD>(key, gr * kDims / 16) * 16 + (gr * kDims) % 16;
-        if constexpr (kDims == 16) {
-          const uint4 x = *reinterpret_cast<const uint4*>(src);
-          w[e][0] = x.x;
-          w[e][1] = x.y;
-          w[e][2] = x.z;
-          w[e][3] = x.w;
-        } else {
-          const uint2 x = *reinterpret_cast<const uint2*>(src);
-          w[e][0] = x.x;
-          w[e][1] = x.y;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kSteps; ++i) {
-        // Bytes 2i and 2i+1 of the thread's dimensions, for two keys side by side:
-        // [k0.b2i, k1.b2i, k0.b2i+1, k1.b2i+1], widened to rows gr and gr+8 of the A tile.
-        const int p = (i & 1) * 2;
-        const uint32_t sel = p | ((4 + p) << 4) | ((p + 1) << 8) | ((5 + p) << 12);
-        uint32_t va[4];
-        fp8x4_to_b16x2(__byte_perm(w[0][i / 2], w[1][i / 2], sel), &va[0], &va[1]);
-        fp8x4_to_b16x2(__byte_perm(w[2][i / 2], w[3][i / 2], sel), &va[2], &va[3]);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma16816(o[i][nt], va, pb[nt][0], pb[nt][1]);
-      }
-    }
+    tile_scores<HD, NT>(s, qf, k8, gr, gc);
+    tile_softmax<HD, NT>(s, o, m, l, n_keys - t0, scale_log2, gr);
+    tile_pv<HD, NT>(o, s, v8, gr, gc);
     __syncwarp();  // the tile's memory is refilled next
   }
 #pragma unroll
@@ -317,28 +380,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<NT>())
   __syncthreads();
   float* o_s = reinterpret_cast<float*>(smem);  // [warp][head][HD]
   float* ml_s = o_s + kWarps * kHeads * HD;     // [warp][head][2]
-#pragma unroll
-  for (int i = 0; i < kSteps; ++i) {
-    const int d0 = gr * kDims + 2 * i, d1 = d0 + 1;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int h0 = warp * kHeads + nt * 8 + 2 * gc, h1 = h0 + 1;
-      o_s[h0 * HD + d0] = o[i][nt][0];
-      o_s[h1 * HD + d0] = o[i][nt][1];
-      o_s[h0 * HD + d1] = o[i][nt][2];
-      o_s[h1 * HD + d1] = o[i][nt][3];
-    }
-  }
-  if (gr == 0) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int h = warp * kHeads + nt * 8 + 2 * gc + e;
-        ml_s[h * 2] = m[nt][e];
-        ml_s[h * 2 + 1] = l[nt][e];
-      }
-  }
+  stash_warp<HD, NT>(o_s, ml_s, o, m, l, warp, gr, gc);
   __syncthreads();
   merge_warps<HD>(o_s, ml_s, kWarps, kHeads, wi, g, group, n_heads, split, n_splits, row,
                   kv.v_scale, out, out_type, part);

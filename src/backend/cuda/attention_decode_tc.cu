@@ -18,6 +18,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/softmax_tile.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -108,66 +109,21 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
     for (int nt = 0; nt < kTileKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
     qk_tile<HD, kTileKeys>(s, qf, k_s, kStride, lane);
-    float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < kTileKeys / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const bool valid = t0 + nt * 8 + 2 * gc + e < n_keys;
+        const bool valid = t0 + nt * 8 + 2 * gc + e < n_keys;  // key t0 always is
         s[nt][e] = valid ? s[nt][e] * scale_log2 : -INFINITY;
         s[nt][2 + e] = valid ? s[nt][2 + e] * scale_log2 : -INFINITY;
-        mx0 = fmaxf(mx0, s[nt][e]);
-        mx1 = fmaxf(mx1, s[nt][2 + e]);
       }
     }
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    // Key t0 is in range, so both maxima are finite.
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
-    m0 = mn0;
-    m1 = mn1;
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < kTileKeys / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - mn0);
-      s[nt][1] = exp2f(s[nt][1] - mn0);
-      s[nt][2] = exp2f(s[nt][2] - mn1);
-      s[nt][3] = exp2f(s[nt][3] - mn1);
-      sum0 += s[nt][0] + s[nt][1];
-      sum1 += s[nt][2] + s[nt][3];
-    }
-    l0 = l0 * a0 + sum0;
-    l1 = l1 * a1 + sum1;
-    // Past the first tiles the maxima rarely move: skip the rescale when no row's did.
-    if (__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) {
-#pragma unroll
-      for (int i = 0; i < HD / 8; ++i) {
-        o[i][0] *= a0;
-        o[i][1] *= a0;
-        o[i][2] *= a1;
-        o[i][3] *= a1;
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-      uint32_t pf[4];
-      pf[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
-      pf[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
-      pf[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pf[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      pv_step<HD>(o, pf, v_s, kStride, kk, lane);
-    }
+    softmax_tile_m16<kTileKeys, HD>(s, o, m0, m1, l0, l1);
+    pv_tile_m16<kTileKeys, HD>(o, s, v_s, kStride, lane);
     __syncwarp();  // the tile's memory is refilled next
   }
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
+  l0 = quad_sum(l0);
+  l1 = quad_sum(l1);
 
   // Merge the warps: their outputs and (max, sum) pairs go to shared memory, where the
   // key tiles were.

@@ -59,6 +59,26 @@ __device__ __forceinline__ float* split_partial(float* part, int wi, int h, int 
   return part + ((static_cast<int64_t>(wi) * n_heads + h) * n_splits + split) * (hd + 2);
 }
 
+// Element d of head h's output for decode row `row` (work item wi), merged over a block:
+// acc is the sum of p * v (V scale applied), m and l the head's maximum (log2 units) and
+// sum. With one split, the normalised output; else this split's partials.
+__device__ __forceinline__ void write_head_output(float acc, float m, float l, int d, int hd, int h,
+                                                  int64_t row, int n_heads, int wi, int split,
+                                                  int n_splits, void* out, ActType out_type,
+                                                  float* part) {
+  if (n_splits == 1) {
+    store_act(out, out_type, row * n_heads * hd + static_cast<int64_t>(h) * hd + d,
+              l > 0 ? acc / l : 0.0f);
+    return;
+  }
+  float* pp = split_partial(part, wi, h, split, n_heads, n_splits, hd);
+  pp[d] = acc;
+  if (d == 0) {
+    pp[hd] = m;
+    pp[hd + 1] = l;
+  }
+}
+
 // The end of a block of the tensor-core decode kernels: its warps left their rows'
 // outputs in o_s ([warp][row][HD]) and their (max, sum) in ml_s ([warp][row][2]), row r
 // standing for head g * group + r. Writes the merged output, or with several splits
@@ -82,19 +102,8 @@ __device__ __forceinline__ void merge_warps(const float* o_s, const float* ml_s,
         acc += f * o_s[(w * rows_per_warp + r) * HD + d];
       }
     }
-    acc *= v_scale;
-    const int h = g * group + r;
-    if (n_splits == 1) {
-      store_act(out, out_type, row * n_heads * HD + static_cast<int64_t>(h) * HD + d,
-                l > 0 ? acc / l : 0.0f);
-    } else {
-      float* pp = split_partial(part, wi, h, split, n_heads, n_splits, HD);
-      pp[d] = acc;
-      if (d == 0) {
-        pp[HD] = m;
-        pp[HD + 1] = l;
-      }
-    }
+    write_head_output(acc * v_scale, m, l, d, HD, g * group + r, row, n_heads, wi, split, n_splits,
+                      out, out_type, part);
   }
 }
 

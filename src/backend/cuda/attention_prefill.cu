@@ -10,6 +10,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/softmax_tile.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -107,8 +108,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int nt = 0; nt < kBK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
     qk_tile<HD, kBK>(s, qf, k_s, kStride, lane);
-    // Scale into log2 units, mask the future, update the running max and sum.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+    // Scale into log2 units and mask the future. Every row sees key 0 in the first
+    // tile, so its maximum is finite from then on.
 #pragma unroll
     for (int nt = 0; nt < kBK / 8; ++nt) {
 #pragma unroll
@@ -116,57 +117,15 @@ __global__ void __launch_bounds__(kThreads)
         const int key = kv0 + nt * 8 + 2 * gc + e;
         s[nt][e] = key <= qp0 ? s[nt][e] * scale_log2 : -INFINITY;
         s[nt][2 + e] = key <= qp1 ? s[nt][2 + e] * scale_log2 : -INFINITY;
-        mx0 = fmaxf(mx0, s[nt][e]);
-        mx1 = fmaxf(mx1, s[nt][2 + e]);
       }
     }
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    // Every row sees key 0 in the first tile, so the maxima are finite from then on.
-    const float a0 = exp2f(m0 - mn0), a1 = exp2f(m1 - mn1);
-    m0 = mn0;
-    m1 = mn1;
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < kBK / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - mn0);
-      s[nt][1] = exp2f(s[nt][1] - mn0);
-      s[nt][2] = exp2f(s[nt][2] - mn1);
-      s[nt][3] = exp2f(s[nt][3] - mn1);
-      sum0 += s[nt][0] + s[nt][1];
-      sum1 += s[nt][2] + s[nt][3];
-    }
-    l0 = l0 * a0 + sum0;
-    l1 = l1 * a1 + sum1;
-#pragma unroll
-    for (int i = 0; i < HD / 8; ++i) {
-      o[i][0] *= a0;
-      o[i][1] *= a0;
-      o[i][2] *= a1;
-      o[i][3] *= a1;
-    }
-    // O += P V: the score fragments of key groups 2kk and 2kk+1 form P's A fragment.
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t pf[4];
-      pf[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
-      pf[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
-      pf[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pf[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      pv_step<HD>(o, pf, v_s, kStride, kk, lane);
-    }
+    softmax_tile_m16<kBK, HD>(s, o, m0, m1, l0, l1);
+    pv_tile_m16<kBK, HD>(o, s, v_s, kStride, lane);
     __syncthreads();  // k_s and v_s are refilled next
   }
 
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
+  l0 = quad_sum(l0);
+  l1 = quad_sum(l1);
   const float inv0 = kv.v_scale / l0, inv1 = kv.v_scale / l1;
   const int r0 = warp * 16 + gr, r1 = r0 + 8;
 #pragma unroll

@@ -237,6 +237,79 @@ __device__ __forceinline__ float block_rms_scale(const float* __restrict__ x, in
   return 1.0f / sqrtf(total / static_cast<float>(cols) + eps);
 }
 
+// The fused kernels' prologue: the block's copy of its one token's activations,
+// quantized to Q8 in shared memory (q8_smem) from f16 (kQuant) or from the f32 residual
+// through the RMS norm (kNormQuant). Without a prologue, x is the producer's.
+template <Pro PRO, int R>
+__device__ __forceinline__ Q8Act prologue(const Q8Act& x, const void* xin, int cols,
+                                          const GemvFusion& f, uint4* q8_smem) {
+  if constexpr (PRO == Pro::kQuant) {
+    const __half* xh = static_cast<const __half*>(xin);
+    return q8_prologue(cols, q8_smem, [&](int j, float* v) {
+      unpack8h(__ldg(reinterpret_cast<const uint4*>(xh + j)), v);
+    });
+  } else if constexpr (PRO == Pro::kNormQuant) {
+    // The norm's scale first (every block sums the squares of the whole row: 16 KiB of
+    // L2 reads at 4,096 columns), then x * scale * norm_w quantized as the norm kernel's
+    // output would be, without its rounding to f16.
+    __shared__ float red_ss[R];
+    const float* xf = static_cast<const float*>(xin);
+    const float inv = block_rms_scale(xf, cols, f.in_eps, red_ss);
+    return q8_prologue(cols, q8_smem, [&](int j, float* v) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(xf + j));
+      const float4 b = __ldg(reinterpret_cast<const float4*>(xf + j + 4));
+      const float4 wa = __ldg(reinterpret_cast<const float4*>(f.in_norm_w + j));
+      const float4 wb = __ldg(reinterpret_cast<const float4*>(f.in_norm_w + j + 4));
+      v[0] = a.x * inv * wa.x;
+      v[1] = a.y * inv * wa.y;
+      v[2] = a.z * inv * wa.z;
+      v[3] = a.w * inv * wa.w;
+      v[4] = b.x * inv * wb.x;
+      v[5] = b.y * inv * wb.y;
+      v[6] = b.z * inv * wb.z;
+      v[7] = b.w * inv * wb.w;
+    });
+  } else {
+    return x;
+  }
+}
+
+// acc[t] += weight block wb (block b of its row) . token t's activations, for the n
+// tokens present.
+template <DType T, int NT, Pro PRO>
+__device__ __forceinline__ void accumulate_block(float* acc, const WBlock& wb, const Q8Act& x,
+                                                 int b, int n, int nb, int cols) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t < n) {
+      uint4 x0, x1;
+      if constexpr (PRO == Pro::kNone) {
+        const uint4* xq =
+            reinterpret_cast<const uint4*>(x.q + static_cast<uint32_t>(t * cols + b * 32));
+        x0 = __ldg(xq);
+        x1 = __ldg(xq + 1);
+      } else {  // the prologue's halves (one token)
+        x0 = *reinterpret_cast<const uint4*>(x.q + b * 16);
+        x1 = *reinterpret_cast<const uint4*>(x.q + cols / 2 + b * 16);
+      }
+      const float dx = x.d[t * nb + b];
+      if constexpr (kKType<T> != kq::KType::kNone) {
+        acc[t] += k_block_dot<T>(wb, x0, x1, dx, x.c[t * nb + b]);
+        continue;
+      }
+      const int si = block_dot<T>(wb, x0, x1);
+      if constexpr (T == DType::kQ8_0) {
+        acc[t] += wb.d * dx * static_cast<float>(si);
+      } else if constexpr (T == DType::kQ4_0) {
+        // x . (q - 8) = sum(q x) - 8 sum(x): the activation sum from the CPU's rule.
+        acc[t] += wb.d * dx * static_cast<float>(si - 8 * x.c[t * nb + b]);
+      } else {
+        acc[t] += wb.d * dx * static_cast<float>(si) + wb.m * x.s[t * nb + b];
+      }
+    }
+  }
+}
+
 // SPLIT warps share a row (as in gemv.cu) so long rows of few-row matrices still fill
 // the GPU. R: warps per block (the fused kernels take 16, so that more rows share one
 // prologue). EPI as in gemv.cu. U: weight blocks a lane requests per group (two groups
@@ -298,75 +371,19 @@ __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R, U))
   pdl_wait();
   __shared__ __align__(16) unsigned long long in_slots[R][kNormSlots];
   input_scale_fetch(f, in_slots[warp]);
-  if constexpr (PRO == Pro::kQuant) {
-    const __half* xh = static_cast<const __half*>(xin);
-    x = q8_prologue(cols, q8_smem, [&](int j, float* v) {
-      unpack8h(__ldg(reinterpret_cast<const uint4*>(xh + j)), v);
-    });
-  } else if constexpr (PRO == Pro::kNormQuant) {
-    // The norm's scale first (every block sums the squares of the whole row: 16 KiB of
-    // L2 reads at 4,096 columns), then x * scale * norm_w quantized as the norm kernel's
-    // output would be, without its rounding to f16.
-    __shared__ float red_ss[R];
-    const float* xf = static_cast<const float*>(xin);
-    const float inv = block_rms_scale(xf, cols, f.in_eps, red_ss);
-    x = q8_prologue(cols, q8_smem, [&](int j, float* v) {
-      const float4 a = __ldg(reinterpret_cast<const float4*>(xf + j));
-      const float4 b = __ldg(reinterpret_cast<const float4*>(xf + j + 4));
-      const float4 wa = __ldg(reinterpret_cast<const float4*>(f.in_norm_w + j));
-      const float4 wb = __ldg(reinterpret_cast<const float4*>(f.in_norm_w + j + 4));
-      v[0] = a.x * inv * wa.x;
-      v[1] = a.y * inv * wa.y;
-      v[2] = a.z * inv * wa.z;
-      v[3] = a.w * inv * wa.w;
-      v[4] = b.x * inv * wb.x;
-      v[5] = b.y * inv * wb.y;
-      v[6] = b.z * inv * wb.z;
-      v[7] = b.w * inv * wb.w;
-    });
-  }
+  x = prologue<PRO, R>(x, xin, cols, f, q8_smem);
   for (int it = 0; g < n_groups; g += gridDim.x, ++it) {
     const int nbr = active ? nb : 0;  // blocks this warp multiplies
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-    auto accumulate_block = [&](const WBlock& wb, int b) {
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if (t < n) {
-          uint4 x0, x1;
-          if constexpr (PRO == Pro::kNone) {
-            const uint4* xq =
-                reinterpret_cast<const uint4*>(x.q + static_cast<uint32_t>(t * cols + b * 32));
-            x0 = __ldg(xq);
-            x1 = __ldg(xq + 1);
-          } else {  // the prologue's halves (one token)
-            x0 = *reinterpret_cast<const uint4*>(x.q + b * 16);
-            x1 = *reinterpret_cast<const uint4*>(x.q + cols / 2 + b * 16);
-          }
-          const float dx = x.d[t * nb + b];
-          if constexpr (kKType<T> != kq::KType::kNone) {
-            acc[t] += k_block_dot<T>(wb, x0, x1, dx, x.c[t * nb + b]);
-            continue;
-          }
-          const int si = block_dot<T>(wb, x0, x1);
-          if constexpr (T == DType::kQ8_0) {
-            acc[t] += wb.d * dx * static_cast<float>(si);
-          } else if constexpr (T == DType::kQ4_0) {
-            // x . (q - 8) = sum(q x) - 8 sum(x): the activation sum from the CPU's rule.
-            acc[t] += wb.d * dx * static_cast<float>(si - 8 * x.c[t * nb + b]);
-          } else {
-            acc[t] += wb.d * dx * static_cast<float>(si) + wb.m * x.s[t * nb + b];
-          }
-        }
-      }
-    };
     for (int b = b0; b < nbr; b += kGroup) {
       WBlock next[kUnroll] = {};
       if (b + kGroup < nbr) load_group(next, r, nbr, b + kGroup);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (b + u * kStride < nbr) accumulate_block(cur[u], b + u * kStride);
+        if (b + u * kStride < nbr)
+          accumulate_block<T, NT, PRO>(acc, cur[u], x, b + u * kStride, n, nb, cols);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
     }
