@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Batch-1 decode on the GPU machine, A/B in one build: builds with CUDA (unless
-# BUILD=0), runs the CUDA tests whose names contain $TESTS (default: all), the greedy
+# BUILD=0), runs the CUDA tests whose names contain one of the comma-separated $TESTS
+# (default: all but the timings; GoogleTest, GTEST_SOURCE as in gpu_check.sh), the greedy
 # checks against the CPU that take the one-token path (SmolLM2-shape F16 and Q4_0, FP8
 # weights), compute-sanitizer's memcheck over the tests named in $MEMCHECK if set, then `pagoda bench` tg128 on Llama-3.1-8B shapes (random weights) for each
 # type in $TYPES under each environment in $VARIANTS, and prints a table last.
@@ -37,12 +38,16 @@ mkdir -p "$OUT_DIR"
 SUMMARY="$OUT_DIR/summary.txt"
 : > "$SUMMARY"
 row() { printf '%-52s %s\n' "$1" "$2" | tee -a "$SUMMARY"; }
+# "a,b" -> --gtest_filter='*a*:*b*' (tests whose names contain a or b) in FILTER; none for "".
+name_filter() { FILTER=(); [ -z "$1" ] || FILTER=("--gtest_filter=*${1//,/*:*}*"); }
+gtest_tail() { grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ tests?" "$1" | tr '\n' ' '; }
 BIN=$BUILD_DIR
 
 if [ "${BUILD:-1}" = 1 ]; then
   t0=$(date +%s)
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPAGODA_CUDA=ON -DPAGODA_TESTS=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT_DIR/cmake.log" 2>&1 &&
+    -DCMAKE_CUDA_ARCHITECTURES=90 ${GTEST_SOURCE:+-DPAGODA_GTEST_SOURCE="$GTEST_SOURCE"} \
+    > "$OUT_DIR/cmake.log" 2>&1 &&
     cmake --build "$BUILD_DIR" -j"$(nproc)" --target pagoda pagoda_cuda pagoda_cuda_tests \
       > "$OUT_DIR/build.log" 2>&1
   rc=$?
@@ -70,15 +75,17 @@ for TYPE in $TYPES; do
 done
 
 if [ $CHECKS = 1 ]; then
-  timeout 300 $BIN/pagoda_cuda_tests ${TESTS:-} > "$OUT_DIR/cuda_tests.log" 2>&1
+  name_filter "${TESTS:-}"
+  timeout 300 $BIN/pagoda_cuda_tests ${FILTER[@]+"${FILTER[@]}"} > "$OUT_DIR/cuda_tests.log" 2>&1
   rc=$?
   grep -E "FAIL" "$OUT_DIR/cuda_tests.log" | head -n 20
-  row "CUDA tests ${TESTS:-(all)}" "$([ $rc = 0 ] && echo pass || echo FAIL) ($(tail -n 1 "$OUT_DIR/cuda_tests.log"))"
+  row "CUDA tests ${TESTS:-(all)}" "$([ $rc = 0 ] && echo pass || echo FAIL) ($(gtest_tail "$OUT_DIR/cuda_tests.log"))"
   if [ -n "${MEMCHECK:-}" ]; then
+    name_filter "$MEMCHECK"
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 $BIN/pagoda_cuda_tests \
-      "$MEMCHECK" > "$OUT_DIR/memcheck.log" 2>&1
+      "${FILTER[@]}" > "$OUT_DIR/memcheck.log" 2>&1
     rc=$?
-    row "memcheck $MEMCHECK" "$([ $rc = 0 ] && echo pass || echo FAIL) ($(grep -E "ERROR SUMMARY" "$OUT_DIR/memcheck.log" | tail -n 1); $(grep -E "tests," "$OUT_DIR/memcheck.log" | tail -n 1))"
+    row "memcheck $MEMCHECK" "$([ $rc = 0 ] && echo pass || echo FAIL) ($(grep -E "ERROR SUMMARY" "$OUT_DIR/memcheck.log" | tail -n 1); $(gtest_tail "$OUT_DIR/memcheck.log"))"
   fi
   python3 - "$OUT_DIR" <<'PY'
 import json, sys

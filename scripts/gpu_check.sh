@@ -12,7 +12,9 @@
 # Environment: PAGODA_DATA (folder with models/stories260K.gguf and
 # testdata/tokenizer/*.gguf; default ../shared), OUT_DIR (logs; default build-gpu/check),
 # MODEL_DIR (random models; default /dev/shm), JOBS (default: all cores),
-# MEMCHECK_TIMEOUT (seconds; default 240), BUILD_DIR (default build-gpu), BENCH_RUNNER=0
+# MEMCHECK_TIMEOUT (seconds; default 240), BUILD_DIR (default build-gpu), GTEST_SOURCE
+# (a googletest source tree, e.g. a copy of Debian's /usr/src/googletest, built for
+# pagoda_cuda_tests where libgtest-dev is not installed), BENCH_RUNNER=0
 # (skip the `pagoda bench` runs), THROUGHPUT_KV (KV cache types of the offline runs;
 # default "fp8 auto"), THROUGHPUT_REQUESTS (offline throughput run; default
 # 1000, 0 skips), THROUGHPUT_SEQS / THROUGHPUT_TOKENS (its --max-num-seqs and
@@ -47,6 +49,20 @@ mkdir -p "$OUT_DIR"
 SUMMARY="$OUT_DIR/summary.txt"
 : > "$SUMMARY"
 row() { printf '%-44s %s\n' "$1" "$2" | tee -a "$SUMMARY"; }
+# One line from a GoogleTest log: tests run, passed, skipped, failed.
+gtest_summary() {
+  local ran passed skipped failed
+  ran=$(grep -oE "^\[==========\] [0-9]+ tests? from .* ran" "$1" | tail -n 1 | grep -oE "[0-9]+" | head -n 1)
+  passed=$(grep -oE "^\[  PASSED  \] [0-9]+" "$1" | tail -n 1 | grep -oE "[0-9]+$")
+  skipped=$(grep -oE "^\[  SKIPPED \] [0-9]+ tests?," "$1" | tail -n 1 | grep -oE "[0-9]+")
+  failed=$(grep -oE "^\[  FAILED  \] [0-9]+ tests?," "$1" | tail -n 1 | grep -oE "[0-9]+")
+  echo "${ran:-0} tests: ${passed:-0} passed, ${skipped:-0} skipped, ${failed:-0} failed"
+}
+# The failures of a GoogleTest log: each failed check's message, then the failed tests.
+gtest_failures() {
+  grep -E -A3 ": Failure$" "$1" | head -n 40
+  grep -E "^\[  FAILED  \] [A-Za-z]" "$1" | head -n 30
+}
 now() { date +%s.%N; }
 secs() { python3 -c "print(f'{$2 - $1:.1f}')"; }
 FAILED=0
@@ -57,7 +73,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 echo "== build (CUDA, sm_90) =="
 t0=$(now)
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPAGODA_CUDA=ON -DPAGODA_TESTS=OFF \
-  -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT_DIR/cmake.log" 2>&1 &&
+  -DCMAKE_CUDA_ARCHITECTURES=90 ${GTEST_SOURCE:+-DPAGODA_GTEST_SOURCE="$GTEST_SOURCE"} \
+  > "$OUT_DIR/cmake.log" 2>&1 &&
   cmake --build "$BUILD_DIR" -j"$JOBS" > "$OUT_DIR/build.log" 2>&1
 rc=$?
 row "build (-j$JOBS)" "$([ $rc = 0 ] && echo ok || echo FAILED) in $(secs "$t0" "$(now)") s"
@@ -65,10 +82,12 @@ if [ $rc != 0 ]; then tail -n 40 "$OUT_DIR/build.log"; exit 1; fi
 BIN=$BUILD_DIR
 
 echo "== CUDA op and model tests =="
+# GoogleTest: every suite but the timings (PerfCuda, PerfOps), the op table's CUDA cases
+# (OpTable/*) included.
 timeout 300 $BIN/pagoda_cuda_tests > "$OUT_DIR/cuda_tests.log" 2>&1
 rc=$?
-grep -E "FAIL|tests," "$OUT_DIR/cuda_tests.log" | tail -n 30
-row "op + model tests vs CPU" "$([ $rc = 0 ] && echo pass || echo FAIL) ($(tail -n 1 "$OUT_DIR/cuda_tests.log"))"
+gtest_failures "$OUT_DIR/cuda_tests.log"
+row "op + model tests vs CPU" "$([ $rc = 0 ] && echo pass || echo FAIL) ($(gtest_summary "$OUT_DIR/cuda_tests.log"))"
 [ $rc = 0 ] || FAILED=1
 
 echo "== greedy generation: CUDA against CPU =="
@@ -253,8 +272,11 @@ rm -f "$SMOL"
 if [ $SKIP_BENCH = 0 ]; then
   if [ $QUICK = 0 ]; then
     echo "== kernel timings (Llama-3.1-8B shapes) =="
-    timeout 240 $BIN/pagoda_cuda_tests perf > "$OUT_DIR/perf.log" 2>&1
-    grep "perf " "$OUT_DIR/perf.log"
+    # The kernel timings (PerfCuda), then the op table's cases timed on the GPU (PerfOps).
+    timeout 240 $BIN/pagoda_cuda_tests --gtest_filter='PerfCuda.*' > "$OUT_DIR/perf.log" 2>&1
+    timeout 240 $BIN/pagoda_cuda_tests --gtest_filter='PerfOps/*.Time/cuda_*' \
+      > "$OUT_DIR/perf_ops.log" 2>&1
+    grep -h "perf " "$OUT_DIR/perf.log" "$OUT_DIR/perf_ops.log"
   fi
   for TYPE in $TYPES; do
     echo "== benchmarks: Llama-3.1-8B shapes, random $TYPE =="
@@ -438,7 +460,8 @@ if [ $QUICK = 1 ]; then
   row "compute-sanitizer memcheck" "skipped (--quick)"
 elif command -v compute-sanitizer > /dev/null; then
   timeout ${MEMCHECK_TIMEOUT:-240} compute-sanitizer --tool memcheck --error-exitcode 9 $BIN/pagoda_cuda_tests \
-    rms_norm,silu,q8_outputs,embed,weight,rope,attention,sample > "$OUT_DIR/memcheck.log" 2>&1
+    --gtest_filter='Cuda*rms_norm*:Cuda*silu*:Cuda*q8_outputs*:Cuda*embed*:Cuda*weight*:Cuda*rope*:Cuda*attention*:Cuda*sample*' \
+    > "$OUT_DIR/memcheck.log" 2>&1
   rc=$?
   tail -n 3 "$OUT_DIR/memcheck.log"
   row "compute-sanitizer memcheck" "$([ $rc = 0 ] && echo clean || echo "rc $rc") ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT_DIR/memcheck.log") error lines)"

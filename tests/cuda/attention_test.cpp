@@ -17,6 +17,8 @@
 namespace pagoda::cuda::testing {
 namespace {
 
+class CudaAttention : public CudaTest {};
+
 struct SeqSpec {
   int pos0, n_q;
 };
@@ -49,7 +51,7 @@ TestBatch make_batch(std::mt19937& rng, const std::vector<SeqSpec>& specs, int b
     t.tables.emplace_back(ids.begin() + static_cast<long>(next),
                           ids.begin() + static_cast<long>(next + need));
     next += static_cast<size_t>(need);
-    if (next > ids.size()) fail("test pool too small");
+    if (next > ids.size()) ADD_FAILURE() << "test pool too small";
   }
   for (size_t s = 0; s < specs.size(); ++s) {
     BatchSeq q;
@@ -93,7 +95,7 @@ struct RopeCase {
   int rope_dims;  // < head_dim: partial rotation
 };
 
-CUDA_TEST(rope_qkv_store_matches_cpu) {
+TEST_F(CudaAttention, rope_qkv_store_matches_cpu) {
   std::mt19937 rng(10);
   const int n_heads = 4, n_kv = 2, hd = 64, bs = 16, n_blocks = 40;
   const int qd = n_heads * hd, kvd = n_kv * hd, width = qd + 2 * kvd;
@@ -166,9 +168,9 @@ CUDA_TEST(rope_qkv_store_matches_cpu) {
         str_format("rope %s%s%s dims %d", rc.neox ? "neox" : "normal", rc.bias ? " bias" : "",
                    rc.factors ? " factors" : "", rc.rope_dims);
     // CUDA's sincosf is within 2 ulp of the C library's: a few fp16 roundings may differ.
-    expect_nmse(name + ": q", q_out.data(), q_ref.data(), q_ref.size(), 1e-8);
-    expect_nmse(name + ": k cache", k_out.data(), k_ref.data(), k_ref.size(), 1e-8);
-    expect_nmse(name + ": v cache", v_out.data(), v_ref.data(), v_ref.size(), 0.0);
+    EXPECT_NMSE(name + ": q", q_out.data(), q_ref.data(), q_ref.size(), 1e-8);
+    EXPECT_NMSE(name + ": k cache", k_out.data(), k_ref.data(), k_ref.size(), 1e-8);
+    EXPECT_NMSE(name + ": v cache", v_out.data(), v_ref.data(), v_ref.size(), 0.0);
 
     // The same rows into an FP8 pool: each slot holds fp8(x / scale). The reference is
     // the fp16 reference's value (within an fp16 rounding of the exact one) through
@@ -195,8 +197,8 @@ CUDA_TEST(rope_qkv_store_matches_cpu) {
           v8_out.push_back(from_fp8(v8_all[off]) * kFp8VScale);
         }
     }
-    expect_nmse(name + ": k fp8 cache", k8_out.data(), k8_ref.data(), k8_ref.size(), 1e-4);
-    expect_nmse(name + ": v fp8 cache", v8_out.data(), v8_ref.data(), v8_ref.size(), 1e-4);
+    EXPECT_NMSE(name + ": k fp8 cache", k8_out.data(), k8_ref.data(), k8_ref.size(), 1e-4);
+    EXPECT_NMSE(name + ": v fp8 cache", v8_out.data(), v8_ref.data(), v8_ref.size(), 1e-4);
   }
 }
 
@@ -300,7 +302,7 @@ void run_attention_case(const AttnCase& ac, std::mt19937& rng, ThreadPool& pool)
   // fp16 operands on both sides; the CPU rounds normalised softmax weights to fp16, the
   // tensor-core kernel unnormalised ones, the decode kernel none: differences ~1e-7.
   const double bound = ac.out == ActType::kBF16 ? 5e-5 : 1e-5;
-  expect_nmse(str_format("attention h%d/kv%d d%d %s splits %d %s%s bs %d:%s", ac.n_heads, ac.n_kv,
+  EXPECT_NMSE(str_format("attention h%d/kv%d d%d %s splits %d %s%s bs %d:%s", ac.n_heads, ac.n_kv,
                          hd, ac.prefill_kernel ? "tc" : "rows", ac.splits, act_name(ac.out),
                          ac.fp8 ? " fp8 kv" : "", bs, seqs.c_str()),
               got.data(), ref.data(), ref.size(), bound);
@@ -315,10 +317,10 @@ void run_context_splits(int hd, bool fp8, std::mt19937& rng, ThreadPool& pool) {
   }
 }
 
-CUDA_TEST(decode_splits_follow_the_context) {
+TEST_F(CudaAttention, decode_splits_follow_the_context) {
   // Llama-3.1-8B's 8 KV heads: one row may take up to 32 splits (264 / 8 blocks), 4 rows
   // up to 8; 128 rows fill the GPU with one split each.
-  expect(decode_splits(1, 8) == 32, "decode_splits(1, 8) == 32");
+  EXPECT_TRUE(decode_splits(1, 8) == 32) << "decode_splits(1, 8) == 32";
   struct Case {
     int rows, ctx, keys, splits;
   };
@@ -326,12 +328,13 @@ CUDA_TEST(decode_splits_follow_the_context) {
                         Case{1, 1000, 256, 4}, Case{1, 4000, 256, 16}, Case{1, 100000, 256, 32},
                         Case{128, 100000, 256, 1}, Case{4, 3000, 128, 8}}) {
     const int got = decode_splits_for_context(c.rows, 8, c.ctx, c.keys);
-    expect(got == c.splits, str_format("decode_splits_for_context(%d, 8, %d, %d) = %d, want %d",
-                                       c.rows, c.ctx, c.keys, got, c.splits));
+    EXPECT_TRUE(got == c.splits) << str_format(
+        "decode_splits_for_context(%d, 8, %d, %d) = %d, want %d", c.rows, c.ctx, c.keys, got,
+        c.splits);
   }
 }
 
-CUDA_TEST(attention_matches_cpu) {
+TEST_F(CudaAttention, attention_matches_cpu) {
   std::mt19937 rng(11);
   ThreadPool pool(4);
   const std::vector<SeqSpec> mixed = {{0, 1}, {37, 1}, {300, 1}, {1000, 2}, {37, 29}, {0, 130}};
@@ -359,7 +362,7 @@ CUDA_TEST(attention_matches_cpu) {
     run_attention_case({4, 2, hd, mixed, false, 0, ActType::kF32}, rng, pool);
 }
 
-CUDA_TEST(attention_fp8_kv_matches_cpu) {
+TEST_F(CudaAttention, attention_fp8_kv_matches_cpu) {
   std::mt19937 rng(12);
   ThreadPool pool(4);
   const std::vector<SeqSpec> mixed = {{0, 1}, {37, 1}, {300, 1}, {1000, 2}, {37, 29}, {0, 130}};
@@ -389,7 +392,7 @@ CUDA_TEST(attention_fp8_kv_matches_cpu) {
 
 // KV blocks of 32, 64 and 256 tokens (--block-size): a sequence's keys then run longer
 // between block-table lookups, and a key tile may sit inside one block or cross several.
-CUDA_TEST(attention_other_block_sizes_match_cpu) {
+TEST_F(CudaAttention, attention_other_block_sizes_match_cpu) {
   std::mt19937 rng(13);
   ThreadPool pool(4);
   const std::vector<SeqSpec> mixed = {{0, 1}, {37, 1}, {300, 1}, {1000, 2}, {37, 29}, {0, 130}};

@@ -18,6 +18,8 @@
 namespace pagoda::cuda::testing {
 namespace {
 
+class CudaFusion : public CudaTest {};
+
 struct Shape {
   int dim, n_heads, n_kv, hd, ff;
 };
@@ -226,7 +228,7 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
                  fold == Fold::kSlots      ? ", norm folded in"
                  : fold == Fold::kPrologue ? ", norm in the prologue"
                                            : "");
-  if (!gemv_takes(w->m, 1, f)) return fail(name + ": gemv_takes refused it");
+  if (!gemv_takes(w->m, 1, f)) FAIL() << name + ": gemv_takes refused it";
   const void* in_x = fold == Fold::kSlots      ? in.act.get()
                      : fold == Fold::kPrologue ? dx.get()
                                                : xn.get();
@@ -235,7 +237,7 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
 
   const auto qs = pool_values(q_sep, KvType::kF16, 1, static_cast<size_t>(qd));
   const auto qf = pool_values(q_fus, KvType::kF16, 1, static_cast<size_t>(qd));
-  expect_nmse(name + ": q", qf.data(), qs.data(), qs.size(), bound);
+  EXPECT_NMSE(name + ": q", qf.data(), qs.data(), qs.size(), bound);
   // The whole pools: the row's slot as the separate kernels wrote it, every other slot
   // as it was.
   for (int kv_i = 0; kv_i < 2; ++kv_i) {
@@ -243,7 +245,7 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
     const auto ps = pool_values(kv_i == 0 ? sep.k : sep.v, kv_type, scale, pool_elems);
     const auto pf = pool_values(kv_i == 0 ? fus.k : fus.v, kv_type, scale, pool_elems);
     // FP8: a value within a rounding of an E4M3 midpoint may land one step away.
-    expect_nmse(name + (kv_i == 0 ? ": K pool" : ": V pool"), pf.data(), ps.data(), ps.size(),
+    EXPECT_NMSE(name + (kv_i == 0 ? ": K pool" : ": V pool"), pf.data(), ps.data(), ps.size(),
                 kv_type == KvType::kF16 ? bound : std::max(bound, 1e-4));
     const auto bytes = to_host<uint8_t>(kv_i == 0 ? fus.k : fus.v, fill.size());
     const size_t eb = kv_elem_bytes(kv_type);
@@ -255,8 +257,8 @@ void check_qkv(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, KvType kv
       const bool ours = block == 7 && in_block == OneRow::kPos % OneRow::kBlockSize;
       if (!ours && std::memcmp(&bytes[i * eb], &fill[i * eb], eb) != 0) ++changed_elsewhere;
     }
-    expect(changed_elsewhere == 0, str_format("%s: %zu values outside the row's slot changed",
-                                              name.c_str(), changed_elsewhere));
+    EXPECT_TRUE(changed_elsewhere == 0) << str_format(
+        "%s: %zu values outside the row's slot changed", name.c_str(), changed_elsewhere);
   }
 }
 
@@ -275,13 +277,13 @@ void check_store(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t) {
   EXPECT_OK(gemm.matmul(w->m, dx.get(), cols, 1, y_sep.as<float>(), rows, true, nullptr));
   const std::string name =
       str_format("fused quantize + %s %dx%d, accumulate", type_name(t).c_str(), rows, cols);
-  if (!gemv_takes(w->m, 1, GemvFusion{})) return fail(name + ": gemv_takes refused it");
+  if (!gemv_takes(w->m, 1, GemvFusion{})) FAIL() << name + ": gemv_takes refused it";
   EXPECT_OK(gemv_fused(w->m, dx.get(), y_fus.as<float>(), true, GemvFusion{}, nullptr));
   const auto ys = to_host<float>(y_sep, static_cast<size_t>(rows));
   const auto yf = to_host<float>(y_fus, static_cast<size_t>(rows));
   // f32 sums of the same products, perhaps in another order (one warp a row where the
   // plain kernel may give a long row four).
-  expect_nmse(name, yf.data(), ys.data(), ys.size(), 1e-10);
+  EXPECT_NMSE(name, yf.data(), ys.data(), ys.size(), 1e-10);
 }
 
 // A product adding to the residual that also hands the next norm its input
@@ -310,11 +312,11 @@ void check_norm_store(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, Ac
   f.norm_ss = ss.as<unsigned long long>();
   const std::string name = str_format("%s %dx%d storing the next norm's %s input",
                                       type_name(t).c_str(), rows, cols, act_name(at));
-  if (!gemv_takes(w->m, 1, f)) return fail(name + ": gemv_takes refused it");
+  if (!gemv_takes(w->m, 1, f)) FAIL() << name + ": gemv_takes refused it";
   EXPECT_OK(gemv_fused(w->m, dx.get(), y_fus.as<float>(), true, f, nullptr));
   const auto ys = to_host<float>(y_sep, static_cast<size_t>(rows));
   const auto yf = to_host<float>(y_fus, static_cast<size_t>(rows));
-  expect_nmse(name + ": the residual", yf.data(), ys.data(), ys.size(), 1e-10);
+  EXPECT_NMSE(name + ": the residual", yf.data(), ys.data(), ys.size(), 1e-10);
   std::vector<float> xw(yf.size());
   std::vector<unsigned long long> want(kNormBytes / 8, 0);
   for (size_t i = 0; i < yf.size(); ++i) {
@@ -323,9 +325,9 @@ void check_norm_store(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t, Ac
         std::llrint(static_cast<double>(yf[i] * yf[i]) * kNormFixed));
   }
   const auto got = to_host<uint8_t>(out, static_cast<size_t>(rows) * act_bytes(at));
-  expect(got == encode_act(xw, at), name + ": x * w differs from the host's");
-  expect(to_host<unsigned long long>(ss, kNormBytes / 8) == want,
-         name + ": sums of squares differ from the host's");
+  EXPECT_TRUE(got == encode_act(xw, at)) << name + ": x * w differs from the host's";
+  EXPECT_TRUE(to_host<unsigned long long>(ss, kNormBytes / 8) == want)
+      << name + ": sums of squares differ from the host's";
 }
 
 // A plain one-token product (gate_up) reading a folded norm's input (float and FP8
@@ -354,18 +356,18 @@ void check_norm_read(std::mt19937& rng, Gemm& gemm, const Shape& s, WType t) {
   const std::string name =
       str_format("%s %dx%d %s", type_name(t).c_str(), rows, s.dim,
                  prologue ? "with the norm in its prologue" : "reading a folded norm's input");
-  if (!gemv_takes(w->m, 1, f)) return fail(name + ": gemv_takes refused it");
+  if (!gemv_takes(w->m, 1, f)) FAIL() << name + ": gemv_takes refused it";
   EXPECT_OK(
       gemv_fused(w->m, prologue ? dx.get() : in.act.get(), y_fus.as<float>(), false, f, nullptr));
   const auto ys = to_host<float>(y_sep, static_cast<size_t>(rows));
   const auto yf = to_host<float>(y_fus, static_cast<size_t>(rows));
-  expect_nmse(name, yf.data(), ys.data(), ys.size(), folded_bound(t));
+  EXPECT_NMSE(name, yf.data(), ys.data(), ys.size(), folded_bound(t));
 }
 
-CUDA_TEST(folded_norms_match_separate_kernels) {
+TEST_F(CudaFusion, folded_norms_match_separate_kernels) {
   std::mt19937 rng(33);
   auto gemm = Gemm::create();
-  if (!gemm) return fail(gemm.status().message());
+  if (!gemm) FAIL() << gemm.status().message();
   for (const Shape& s : kShapes) {
     for (WType t : kTypes) {
       for (ActType at : {ActType::kF16, ActType::kBF16})
@@ -381,10 +383,10 @@ CUDA_TEST(folded_norms_match_separate_kernels) {
   }
 }
 
-CUDA_TEST(fused_products_match_separate_kernels) {
+TEST_F(CudaFusion, fused_products_match_separate_kernels) {
   std::mt19937 rng(31);
   auto gemm = Gemm::create();
-  if (!gemm) return fail(gemm.status().message());
+  if (!gemm) FAIL() << gemm.status().message();
   // Each shape with the kernels' own choice of warps a row, then the small one with each
   // split forced (1, 2 and, for block weights, 4 warps a row).
   for (int forced : {0, 1, 2, 4}) {
@@ -403,7 +405,7 @@ CUDA_TEST(fused_products_match_separate_kernels) {
   set_gemv_q8_split_override(0);
 }
 
-CUDA_TEST(fused_products_refuse_what_they_cannot_run) {
+TEST_F(CudaFusion, fused_products_refuse_what_they_cannot_run) {
   std::mt19937 rng(32);
   const Shape s = kShapes[0];
   const int width = (s.n_heads + 2 * s.n_kv) * s.hd;
@@ -418,36 +420,40 @@ CUDA_TEST(fused_products_refuse_what_they_cannot_run) {
   f.q_out = dummy.as<uint16_t>();
   f.kv.n_kv_heads = s.n_kv;
   f.kv.head_dim = s.hd;
-  expect(gemv_takes(w16->m, 1, f), "gemv_takes: F16 qkv with the RoPE epilogue");
-  expect(!gemv_takes(w16->m, 2, f), "gemv_takes refuses two tokens");
+  EXPECT_TRUE(gemv_takes(w16->m, 1, f)) << "gemv_takes: F16 qkv with the RoPE epilogue";
+  EXPECT_TRUE(!gemv_takes(w16->m, 2, f)) << "gemv_takes refuses two tokens";
   GemvFusion neox = f;
   neox.rope.neox = true;
-  expect(!gemv_takes(w16->m, 1, neox), "gemv_takes refuses NeoX RoPE (pairs in other blocks)");
+  EXPECT_TRUE(!gemv_takes(w16->m, 1, neox))
+      << "gemv_takes refuses NeoX RoPE (pairs in other blocks)";
   GemvFusion rows = f;
   rows.rope.n_kv_heads = s.n_kv + 1;
-  expect(!gemv_takes(w16->m, 1, rows), "gemv_takes refuses rows that are not q, k, v");
-  expect(!gemv_takes(q4->m, 1, f), "gemv_takes refuses block weights' rows that are not q, k, v");
-  expect(gemv_takes(q4->m, 1, GemvFusion{}),
-         "gemv_takes: Q4_0 with its input quantized in the kernel");
-  expect(!gemv_fused(w16->m, dummy.get(), nullptr, true, f, nullptr),
-         "gemv_fused refuses to accumulate with an epilogue");
+  EXPECT_TRUE(!gemv_takes(w16->m, 1, rows)) << "gemv_takes refuses rows that are not q, k, v";
+  EXPECT_TRUE(!gemv_takes(q4->m, 1, f))
+      << "gemv_takes refuses block weights' rows that are not q, k, v";
+  EXPECT_TRUE(gemv_takes(q4->m, 1, GemvFusion{}))
+      << "gemv_takes: Q4_0 with its input quantized in the kernel";
+  EXPECT_TRUE(!gemv_fused(w16->m, dummy.get(), nullptr, true, f, nullptr))
+      << "gemv_fused refuses to accumulate with an epilogue";
   GemvFusion norm;
   norm.norm_w = dummy.as<float>();
   norm.norm_out = dummy.get();
   norm.norm_ss = reinterpret_cast<unsigned long long*>(dummy.get());
-  expect(gemv_takes(w16->m, 1, norm), "gemv_takes: a storing product with a norm folded in");
-  expect(!gemv_fused(w16->m, dummy.get(), dummy.as<float>(), false, norm, nullptr),
-         "gemv_fused refuses a norm's input from a product not adding to the residual");
+  EXPECT_TRUE(gemv_takes(w16->m, 1, norm)) << "gemv_takes: a storing product with a norm folded in";
+  EXPECT_TRUE(!gemv_fused(w16->m, dummy.get(), dummy.as<float>(), false, norm, nullptr))
+      << "gemv_fused refuses a norm's input from a product not adding to the residual";
   GemvFusion rope_norm = f;
   rope_norm.norm_w = norm.norm_w;
   rope_norm.norm_out = norm.norm_out;
   rope_norm.norm_ss = norm.norm_ss;
-  expect(!gemv_takes(w16->m, 1, rope_norm), "gemv_takes refuses a norm's input from qkv+RoPE");
+  EXPECT_TRUE(!gemv_takes(w16->m, 1, rope_norm))
+      << "gemv_takes refuses a norm's input from qkv+RoPE";
   GemvFusion reading;
   reading.in_ss = norm.norm_ss;
-  expect(!gemv_takes(w16->m, 1, reading), "gemv_takes refuses a folded norm without its width");
-  expect(!gemv_fused(w16->m, dummy.get(), nullptr, false, neox, nullptr),
-         "gemv_fused refuses what gemv_takes refuses");
+  EXPECT_TRUE(!gemv_takes(w16->m, 1, reading))
+      << "gemv_takes refuses a folded norm without its width";
+  EXPECT_TRUE(!gemv_fused(w16->m, dummy.get(), nullptr, false, neox, nullptr))
+      << "gemv_fused refuses what gemv_takes refuses";
 }
 
 }  // namespace

@@ -9,23 +9,23 @@
 #include "core/dtype.h"
 
 namespace pagoda::cuda::testing {
-namespace {
-int g_failures = 0;
-int g_checks = 0;
-}  // namespace
-
-std::vector<Test>& registry() {
-  static std::vector<Test> tests;
-  return tests;
+void CudaTest::SetUp() {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: the CUDA tests need a GPU";
 }
 
-void fail(const std::string& what) {
-  ++g_failures;
-  std::printf("  FAIL %s\n", what.c_str());
+void CudaTest::TearDown() {
+  if (!have_device()) return;
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaSuccess) << "CUDA error after the test: " << cudaGetErrorString(e);
 }
 
-void expect_nmse(const std::string& what, const float* a, const double* ref, size_t n,
-                 double bound) {
+bool have_device() {
+  static const bool yes = device_count() > 0;
+  return yes;
+}
+
+::testing::AssertionResult nmse_within(const std::string& what, const float* a, const double* ref,
+                                       size_t n, double bound) {
   double num = 0, den = 0;
   size_t nan_at = n;
   for (size_t i = 0; i < n; ++i) {
@@ -35,21 +35,20 @@ void expect_nmse(const std::string& what, const float* a, const double* ref, siz
     den += ref[i] * ref[i];
   }
   const double e = den > 0 ? num / den : num;
-  ++g_checks;
-  if (nan_at < n) {
-    fail(str_format("%s: element %zu of %zu is %g (unwritten or overflow)", what.c_str(), nan_at, n,
-                    a[nan_at]));
-  } else if (!(e <= bound)) {
-    fail(str_format("%s: nmse %.3g > bound %.3g", what.c_str(), e, bound));
-  } else {
-    std::printf("  ok   %-60s nmse %.3g (bound %.0e)\n", what.c_str(), e, bound);
-  }
+  if (nan_at < n)
+    return ::testing::AssertionFailure() << what << ": element " << nan_at << " of " << n << " is "
+                                         << a[nan_at] << " (unwritten or overflow)";
+  if (!(e <= bound))
+    return ::testing::AssertionFailure()
+           << str_format("%s: nmse %.3g > bound %.3g", what.c_str(), e, bound);
+  std::printf("  ok   %-60s nmse %.3g (bound %.0e)\n", what.c_str(), e, bound);
+  return ::testing::AssertionSuccess();
 }
 
-void expect_nmse(const std::string& what, const float* a, const float* ref, size_t n,
-                 double bound) {
+::testing::AssertionResult nmse_within(const std::string& what, const float* a, const float* ref,
+                                       size_t n, double bound) {
   std::vector<double> r(ref, ref + n);
-  expect_nmse(what, a, r.data(), n, bound);
+  return nmse_within(what, a, r.data(), n, bound);
 }
 
 std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale) {
@@ -62,20 +61,21 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale) {
 DeviceBuffer to_device(const void* p, size_t bytes) {
   auto b = DeviceBuffer::alloc(bytes);
   if (!b) {
-    fail("device allocation: " + b.status().message());
+    ADD_FAILURE() << "device allocation: " << b.status().message();
     return {};
   }
-  if (cudaMemcpy(b->get(), p, bytes, cudaMemcpyHostToDevice) != cudaSuccess) fail("copy to device");
+  if (cudaMemcpy(b->get(), p, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+    ADD_FAILURE() << "copy to device";
   return std::move(b).value();
 }
 
 DeviceBuffer poisoned(size_t bytes) {
   auto b = DeviceBuffer::alloc(bytes);
   if (!b) {
-    fail("device allocation: " + b.status().message());
+    ADD_FAILURE() << "device allocation: " << b.status().message();
     return {};
   }
-  if (!fill_nan(b->get(), bytes, nullptr)) fail("fill_nan");
+  if (!fill_nan(b->get(), bytes, nullptr)) ADD_FAILURE() << "fill_nan";
   return std::move(b).value();
 }
 
@@ -111,14 +111,6 @@ const char* act_name(ActType t) {
   return t == ActType::kF32 ? "f32" : t == ActType::kF16 ? "f16" : "bf16";
 }
 
-void expect(bool ok, const std::string& what) {
-  ++g_checks;
-  if (ok)
-    std::printf("  ok   %s\n", what.c_str());
-  else
-    fail(what);
-}
-
 uint8_t to_fp8(float x) {
   return __nv_fp8_e4m3(x).__x;
 }
@@ -135,16 +127,17 @@ TestMatrix make_matrix(std::mt19937& rng, DType type, int64_t rows, int64_t cols
   tm.deq.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     const auto v = random_floats(rng, static_cast<size_t>(cols));
-    if (!cpu::quantize_row(type, v.data(), tm.gguf.data() + rb * r, cols)) fail("quantize_row");
+    if (!cpu::quantize_row(type, v.data(), tm.gguf.data() + rb * r, cols))
+      ADD_FAILURE() << "quantize_row";
     if (!cpu::dequantize_row(type, tm.gguf.data() + rb * r, tm.deq.data() + r * cols, cols))
-      fail("dequantize_row");
+      ADD_FAILURE() << "dequantize_row";
   }
   tm.m.type = type;
   tm.m.rows = rows;
   tm.m.cols = cols;
   auto b = DeviceBuffer::alloc(device_matrix_bytes(type, rows, cols));
   if (!b) {
-    fail(b.status().message());
+    ADD_FAILURE() << b.status().message();
     return tm;
   }
   tm.buf = std::move(b).value();
@@ -156,46 +149,3 @@ TestMatrix make_matrix(std::mt19937& rng, DType type, int64_t rows, int64_t cols
 }
 
 }  // namespace pagoda::cuda::testing
-
-int main(int argc, char** argv) {
-  using namespace pagoda::cuda::testing;
-  const int n_dev = pagoda::cuda::device_count();
-  if (n_dev == 0) {
-    std::printf("no CUDA device: skipping the CUDA tests\n");
-    return 0;
-  }
-  cudaSetDevice(0);
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
-  std::printf("device: %s, sm_%d%d, %d SMs\n", prop.name, prop.major, prop.minor,
-              prop.multiProcessorCount);
-  // argv[1]: comma-separated name fragments; a test runs when its name contains one.
-  std::vector<std::string> filters;
-  for (std::string f = argc > 1 ? argv[1] : "";;) {
-    const size_t comma = f.find(',');
-    filters.push_back(f.substr(0, comma));
-    if (comma == std::string::npos) break;
-    f = f.substr(comma + 1);
-  }
-  auto selected = [&](const char* name, bool perf) {
-    for (const std::string& f : filters)
-      if (std::strstr(name, f.c_str()) && (!perf || f.find("perf") != std::string::npos))
-        return true;
-    return false;
-  };
-  int run = 0, failed_tests = 0;
-  for (const Test& t : registry()) {
-    // Timings run only when asked for by name ("perf").
-    if (!selected(t.name, std::strncmp(t.name, "perf_", 5) == 0)) continue;
-    std::printf("[ %s ]\n", t.name);
-    const int before = g_failures;
-    t.fn();
-    const cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) fail(std::string("CUDA error after the test: ") + cudaGetErrorString(e));
-    ++run;
-    if (g_failures != before) ++failed_tests;
-  }
-  std::printf("\n%d tests, %d checks, %d failed checks, %d failed tests\n", run, g_checks,
-              g_failures, failed_tests);
-  return g_failures == 0 ? 0 : 1;
-}

@@ -1,9 +1,10 @@
-// A minimal test runner for the CUDA tests (the GPU machine has no GoogleTest): tests
-// register themselves, checks record failures with a message, main() runs them all (or
-// those whose name contains argv[1]) and prints one line per check and a summary.
+// Helpers of the CUDA tests (GoogleTest, like the CPU tests): the fixture that skips on a
+// machine without a GPU, device copies, random data, activation encodings, test weight
+// matrices, and the normalised-error check.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
@@ -18,31 +19,29 @@
 
 namespace pagoda::cuda::testing {
 
-struct Test {
-  const char* name;
-  void (*fn)();
+// Base of every CUDA test: skips when there is no device (CI compiles these tests on
+// machines without a GPU), and after the test fails on a CUDA error left behind.
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
 };
-std::vector<Test>& registry();
-struct Registrar {
-  Registrar(const char* name, void (*fn)()) { registry().push_back({name, fn}); }
-};
-#define CUDA_TEST(name)                                                    \
-  static void name();                                                      \
-  static ::pagoda::cuda::testing::Registrar name##_registrar(#name, name); \
-  static void name()
+// Whether a device is there (device_count() > 0), asked once.
+bool have_device();
 
-// Records a failed check (the test goes on; main() reports).
-void fail(const std::string& what);
-// A yes/no check, counted and printed like the others.
-void expect(bool ok, const std::string& what);
-// Normalised error check: sum((a - ref)^2) / sum(ref^2) <= bound, NaN fails.
-void expect_nmse(const std::string& what, const float* a, const double* ref, size_t n,
-                 double bound);
-void expect_nmse(const std::string& what, const float* a, const float* ref, size_t n, double bound);
-#define EXPECT_OK(expr)                                                               \
-  do {                                                                                \
-    ::pagoda::Status s_ = (expr);                                                     \
-    if (!s_) ::pagoda::cuda::testing::fail(std::string(#expr) + ": " + s_.message()); \
+// Normalised error: sum((a - ref)^2) / sum(ref^2) <= bound, NaN fails. Passing, it
+// prints the measured error and the bound (one line a check, as the logs keep them);
+// failing, the message says both.
+::testing::AssertionResult nmse_within(const std::string& what, const float* a, const double* ref,
+                                       size_t n, double bound);
+::testing::AssertionResult nmse_within(const std::string& what, const float* a, const float* ref,
+                                       size_t n, double bound);
+#define EXPECT_NMSE(what, a, ref, n, bound) \
+  EXPECT_TRUE(::pagoda::cuda::testing::nmse_within(what, a, ref, n, bound))
+#define EXPECT_OK(expr)                                       \
+  do {                                                        \
+    ::pagoda::Status s_ = (expr);                             \
+    EXPECT_TRUE(s_.is_ok()) << #expr << ": " << s_.message(); \
   } while (0)
 
 std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale = 1.0f);
@@ -59,7 +58,7 @@ std::vector<T> to_host(const DeviceBuffer& b, size_t n) {
   std::vector<T> v(n);
   cudaDeviceSynchronize();
   if (cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
-    fail("copy to host");
+    ADD_FAILURE() << "copy to host";
   return v;
 }
 

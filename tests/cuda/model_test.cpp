@@ -19,6 +19,8 @@
 namespace pagoda::cuda::testing {
 namespace {
 
+class CudaModel : public CudaTest {};
+
 struct ModelSpec {
   const char* arch;
   DType type;
@@ -47,7 +49,8 @@ std::string write_model(const ModelSpec& s, std::mt19937& rng) {
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       for (float& x : row) x = dist(rng);
-      if (!cpu::quantize_row(type, row.data(), data.data() + rb * r, cols)) fail("quantize");
+      if (!cpu::quantize_row(type, row.data(), data.data() + rb * r, cols))
+        ADD_FAILURE() << "quantize";
     }
     std::vector<int64_t> ne = {cols};
     if (rows > 1) ne.push_back(rows);
@@ -77,7 +80,7 @@ std::string write_model(const ModelSpec& s, std::mt19937& rng) {
   }
   const std::string path = str_format("/tmp/pagoda_cuda_test_%d_%s_%s.gguf", getpid(), s.arch,
                                       std::string(dtype_name(s.type)).c_str());
-  if (!w.write(path)) fail("writing " + path);
+  if (!w.write(path)) ADD_FAILURE() << "writing " + path;
   return path;
 }
 
@@ -87,9 +90,9 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n
                       int split_keys = CudaSwitches{}.split_keys) {
   const std::string path = write_model(s, rng);
   auto file = GgufFile::open(path);
-  if (!file) return fail(file.status().message());
+  if (!file) FAIL() << file.status().message();
   auto cpu_model = Model::load(**file);
-  if (!cpu_model) return fail(cpu_model.status().message());
+  if (!cpu_model) FAIL() << cpu_model.status().message();
   RunnerOptions o;
   o.cuda.split_keys = split_keys;
   o.n_kv_blocks = 64;
@@ -98,7 +101,7 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n
   auto cpu = make_cpu_runner(**cpu_model, pool, o);
   auto gpu = cuda::make_runner(**file, o);
   std::remove(path.c_str());
-  if (!gpu) return fail(gpu.status().message());
+  if (!gpu) FAIL() << gpu.status().message();
   const int V = s.vocab;
   std::vector<int32_t> table_a(32), table_b(32);
   for (int i = 0; i < 32; ++i) {
@@ -130,7 +133,7 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n
     std::vector<float> lc(b.logit_rows.size() * static_cast<size_t>(V)), lg(lc.size(), NAN);
     EXPECT_OK(cpu->forward(b, StepOutput::Logits(lc.data())));
     EXPECT_OK((*gpu)->forward(b, StepOutput::Logits(lg.data())));
-    expect_nmse(
+    EXPECT_NMSE(
         str_format("%s %s %s", s.arch, std::string(dtype_name(s.type)).c_str(), what.c_str()),
         lg.data(), lc.data(), lc.size(), bound);
   };
@@ -152,11 +155,11 @@ void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n
   std::vector<float> lc(static_cast<size_t>(V)), lg(lc.size(), NAN);
   EXPECT_OK(cpu->forward(b, StepOutput::Logits(lc.data())));
   EXPECT_OK((*gpu)->forward(b, StepOutput::Logits(lg.data())));
-  expect_nmse(str_format("%s %s copied block", s.arch, std::string(dtype_name(s.type)).c_str()),
+  EXPECT_NMSE(str_format("%s %s copied block", s.arch, std::string(dtype_name(s.type)).c_str()),
               lg.data(), lc.data(), lc.size(), bound);
 }
 
-CUDA_TEST(model_forward_matches_cpu) {
+TEST_F(CudaModel, model_forward_matches_cpu) {
   std::mt19937 rng(20);
   // Float weights: both sides multiply the same rounded operands; the differences are
   // summation order and attention's fp16 softmax weights. Quantized weights: the CPU
@@ -179,7 +182,7 @@ CUDA_TEST(model_forward_matches_cpu) {
 // batch-only rule, 256 the default that the other tests run): with 10 keys a split, A's decode rows
 // (context 151 on) run 16 splits until context 161, then 32, each count eager once, then captured,
 // then replayed from its graph; B's (4 on) run 1. Every step's logits must still be the CPU's.
-CUDA_TEST(decode_split_keys_match_cpu) {
+TEST_F(CudaModel, decode_split_keys_match_cpu) {
   std::mt19937 rng(23);
   for (const int keys : {0, 10, 64}) {
     std::printf("split_keys %d\n", keys);
@@ -197,7 +200,7 @@ CUDA_TEST(decode_split_keys_match_cpu) {
 void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
   const std::string path = write_model(spec, rng);
   auto file = GgufFile::open(path);
-  if (!file) return fail(file.status().message());
+  if (!file) FAIL() << file.status().message();
   RunnerOptions o;
   o.n_kv_blocks = 64;
   o.max_batch_tokens = 160;
@@ -205,7 +208,7 @@ void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
   auto plain = cuda::make_runner(**file, o);
   auto piped = cuda::make_runner(**file, o);
   std::remove(path.c_str());
-  if (!plain || !piped) return fail("loading the runners");
+  if (!plain || !piped) FAIL() << "loading the runners";
   const std::string what = str_format("pipeline %s %s", std::string(dtype_name(spec.type)).c_str(),
                                       sampled ? "sampled" : "greedy");
   std::vector<int32_t> table_a(32), table_b(32);
@@ -267,18 +270,20 @@ void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
     EXPECT_OK((*piped)->collect(&picks));
     got.push_back(picks);
   }
-  expect(got == want, what + ": the plain runner's tokens");
+  EXPECT_TRUE(got == want) << what + ": the plain runner's tokens";
   // Refusals: a placeholder past the previous step's picks; a third outstanding step.
-  expect(!(*piped)->launch(batch(kSteps, {-1, -3}), nullptr).is_ok(),
-         what + ": row 2 of 2 refused");
+  EXPECT_TRUE(!(*piped)->launch(batch(kSteps, {-1, -3}), nullptr).is_ok())
+      << what + ": row 2 of 2 refused";
   const Batch ok = batch(kSteps, {tok(rng), tok(rng)});
   EXPECT_OK((*piped)->launch(ok, nullptr));
   EXPECT_OK((*piped)->launch(batch(kSteps + 1, {-1, -2}), nullptr));
-  expect(!(*piped)->launch(batch(kSteps + 2, {-1, -2}), nullptr).is_ok(), what + ": third refused");
+  EXPECT_TRUE(!(*piped)->launch(batch(kSteps + 2, {-1, -2}), nullptr).is_ok())
+      << what + ": third refused";
   std::vector<int32_t> p_ok, p_next, p_swapped;
   EXPECT_OK((*piped)->collect(&p_ok));
   EXPECT_OK((*piped)->collect(&p_next));
-  expect(!(*piped)->collect(&p_swapped).is_ok(), what + ": collect with nothing queued refused");
+  EXPECT_TRUE(!(*piped)->collect(&p_swapped).is_ok())
+      << what + ": collect with nothing queued refused";
   // The refusals left the last picks usable: placeholders out of row order, each sequence
   // given the other's pick.
   EXPECT_OK((*piped)->launch(batch(kSteps + 2, {-2, -1}), nullptr));
@@ -289,11 +294,11 @@ void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
   EXPECT_OK((*plain)->forward(batch(kSteps + 1, w_ok), StepOutput::Greedy(w_next.data())));
   EXPECT_OK((*plain)->forward(batch(kSteps + 2, {w_next[1], w_next[0]}),
                               StepOutput::Greedy(w_swapped.data())));
-  expect(p_ok == w_ok && p_next == w_next && p_swapped == w_swapped,
-         what + ": steps after the refusals, swapped placeholders, the plain runner's tokens");
+  EXPECT_TRUE(p_ok == w_ok && p_next == w_next && p_swapped == w_swapped)
+      << what + ": steps after the refusals, swapped placeholders, the plain runner's tokens";
 }
 
-CUDA_TEST(pipelined_steps_match_plain_steps) {
+TEST_F(CudaModel, pipelined_steps_match_plain_steps) {
   std::mt19937 rng(21);
   for (bool sampled : {false, true}) {
     compare_pipeline({"llama", DType::kF16, 256, 4, 2, 512, 2, 1000, false, false}, sampled, rng);

@@ -18,6 +18,8 @@
 namespace pagoda::cuda::testing {
 namespace {
 
+class CudaOps : public CudaTest {};
+
 constexpr ActType kActs[] = {ActType::kF32, ActType::kF16, ActType::kBF16};
 
 // Bound on the NMSE of a value rounded to `t` (f16: 2^-11 relative, bf16: 2^-8).
@@ -25,7 +27,7 @@ double rounding_bound(ActType t) {
   return t == ActType::kF32 ? 1e-12 : t == ActType::kF16 ? 1e-6 : 3e-5;
 }
 
-CUDA_TEST(rms_norm_matches_cpu) {
+TEST_F(CudaOps, rms_norm_matches_cpu) {
   std::mt19937 rng(1);
   // 7 rows take 1,024 threads a row and 70 rows 256: dim 5,000 at 70 rows is the path for
   // rows too long to stay in registers.
@@ -48,7 +50,7 @@ CUDA_TEST(rms_norm_matches_cpu) {
           cpu::rms_norm(x.data() + static_cast<size_t>(r) * dim, w.data(),
                         ref.data() + static_cast<size_t>(i) * dim, dim, 1e-5f);
         }
-        expect_nmse(str_format("rms_norm dim %d %s%s", dim, act_name(t), gather ? " gathered" : ""),
+        EXPECT_NMSE(str_format("rms_norm dim %d %s%s", dim, act_name(t), gather ? " gathered" : ""),
                     got.data(), ref.data(), ref.size(), rounding_bound(t));
       }
     }
@@ -57,7 +59,7 @@ CUDA_TEST(rms_norm_matches_cpu) {
 
 // Greedy choice on the GPU against std::max_element (the first maximum): odd and aligned
 // vocabularies, a maximum planted twice (the lower index wins) and one in the last place.
-CUDA_TEST(argmax_rows_match_first_maximum) {
+TEST_F(CudaOps, argmax_rows_match_first_maximum) {
   std::mt19937 rng(13);
   for (int vocab : {50257, 128256}) {
     const int n = 4;
@@ -72,14 +74,14 @@ CUDA_TEST(argmax_rows_match_first_maximum) {
     for (int r = 0; r < n; ++r) {
       const auto want = static_cast<int32_t>(std::max_element(row(r), row(r) + vocab) - row(r));
       if (got[static_cast<size_t>(r)] != want)
-        fail(str_format("argmax vocab %d row %d: %d, want %d", vocab, r,
-                        got[static_cast<size_t>(r)], want));
+        ADD_FAILURE() << str_format("argmax vocab %d row %d: %d, want %d", vocab, r,
+                                    got[static_cast<size_t>(r)], want);
     }
     std::printf("  ok   argmax vocab %d: %d rows\n", vocab, n);
   }
 }
 
-CUDA_TEST(silu_mul_matches_cpu) {
+TEST_F(CudaOps, silu_mul_matches_cpu) {
   std::mt19937 rng(2);
   const int n = 5, ff = 1000;
   const auto gu = random_floats(rng, static_cast<size_t>(n) * 2 * ff, 2.0f);
@@ -94,7 +96,7 @@ CUDA_TEST(silu_mul_matches_cpu) {
                     gu.data() + static_cast<size_t>(i) * 2 * ff + ff,
                     ref.data() + static_cast<size_t>(i) * ff, ff);
     // The CPU's vector exp differs from CUDA's expf in the last bits.
-    expect_nmse(str_format("silu_mul %s", act_name(t)), got.data(), ref.data(), ref.size(),
+    EXPECT_NMSE(str_format("silu_mul %s", act_name(t)), got.data(), ref.data(), ref.size(),
                 std::max(1e-11, rounding_bound(t)));
   }
 }
@@ -119,7 +121,7 @@ std::vector<uint8_t> q8_bytes(const DeviceBuffer& b, int64_t cols, int n) {
   return out;
 }
 
-CUDA_TEST(q8_outputs_match_separate_quantization) {
+TEST_F(CudaOps, q8_outputs_match_separate_quantization) {
   std::mt19937 rng(21);
   for (int n : {1, 5, 70}) {
     const int dim = 4128, ff = 1056;  // not multiples of the norm's 1,024 threads
@@ -143,16 +145,17 @@ CUDA_TEST(q8_outputs_match_separate_quantization) {
         EXPECT_OK(silu_mul(dgu.as<float>(), n, ff, f16.get(), ActType::kF16, nullptr));
       }
       EXPECT_OK(quantize_q8(f16.get(), cols, n, b, nullptr));
-      expect(q8_bytes(fused, cols, n) == q8_bytes(sep, cols, n),
-             str_format("%s to 8-bit activations, n=%d: the bytes of f16 output + quantize_q8",
-                        norm ? "rms_norm" : "silu_mul", n));
+      EXPECT_TRUE(q8_bytes(fused, cols, n) == q8_bytes(sep, cols, n))
+          << str_format("%s to 8-bit activations, n=%d: the bytes of f16 output + quantize_q8",
+                        norm ? "rms_norm" : "silu_mul", n);
     }
   }
   DeviceBuffer tiny = poisoned(gemv_q8_scratch_bytes(64, 1));
   const Q8Act bad = q8_act_view(tiny.get(), 64, 1);
   DeviceBuffer dx = to_device(random_floats(rng, 100)), dw = to_device(random_floats(rng, 100));
-  expect(!rms_norm_q8(dx.as<float>(), 100, nullptr, dw.as<float>(), bad, 1, 100, 1e-5f, nullptr),
-         "rms_norm_q8 refuses a width that is not whole blocks");
+  EXPECT_TRUE(
+      !rms_norm_q8(dx.as<float>(), 100, nullptr, dw.as<float>(), bad, 1, 100, 1e-5f, nullptr))
+      << "rms_norm_q8 refuses a width that is not whole blocks";
 }
 
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
@@ -167,7 +170,7 @@ double cpu_bound(DType t) {
   return dtype_info(t).block_elems > 32 ? 1e-4 : 1e-8;
 }
 
-CUDA_TEST(embed_rows_match_cpu_dequantization) {
+TEST_F(CudaOps, embed_rows_match_cpu_dequantization) {
   std::mt19937 rng(3);
   for (DType type : kWeightTypes) {
     const int64_t rows = 50, cols = 256;
@@ -181,7 +184,7 @@ CUDA_TEST(embed_rows_match_cpu_dequantization) {
     std::vector<float> ref;
     for (int32_t t : tokens)
       ref.insert(ref.end(), tm.deq.begin() + t * cols, tm.deq.begin() + (t + 1) * cols);
-    expect_nmse(str_format("embed_rows %s", std::string(dtype_name(type)).c_str()), got.data(),
+    EXPECT_NMSE(str_format("embed_rows %s", std::string(dtype_name(type)).c_str()), got.data(),
                 ref.data(), ref.size(), 1e-12);
   }
 }
@@ -203,10 +206,10 @@ std::vector<double> matmul_ref(const TestMatrix& tm, const std::vector<float>& x
   return y;
 }
 
-CUDA_TEST(weight_products_match_reference) {
+TEST_F(CudaOps, weight_products_match_reference) {
   std::mt19937 rng(4);
   auto gemm = Gemm::create();
-  if (!gemm) return fail(gemm.status().message());
+  if (!gemm) FAIL() << gemm.status().message();
   for (DType type : kWeightTypes) {
     for (int64_t cols : {256, 1024}) {
       if (type == DType::kF32 && cols == 1024) continue;
@@ -230,7 +233,7 @@ CUDA_TEST(weight_products_match_reference) {
           // Quantized weights with a few tokens: 8-bit activations (~1e-5 from exact),
           // checked tightly against the CPU's product below.
           const double bound = quant ? (n > kGemvMaxTokens ? 1e-6 : 1e-4) : 1e-9;
-          expect_nmse(
+          EXPECT_NMSE(
               str_format("matmul %s %lldx%lld n=%d%s (%s)", std::string(dtype_name(type)).c_str(),
                          static_cast<long long>(rows), static_cast<long long>(cols), n,
                          acc ? " accumulate" : "", n <= kGemvMaxTokens ? "gemv" : "cublasLt"),
@@ -241,12 +244,12 @@ CUDA_TEST(weight_products_match_reference) {
             if (acc) cpu_y = y0;
             std::vector<float> tmp(static_cast<size_t>(n * rows));
             auto wm = cpu::WeightMatrix::from_gguf(type, tm.gguf.data(), rows, cols);
-            if (!wm) return fail(wm.status().message());
+            if (!wm) FAIL() << wm.status().message();
             ThreadPool pool(2);
             cpu::MatmulScratch scratch;
             cpu::matmul(*wm, x.data(), n, cols, tmp.data(), rows, pool, scratch);
             for (size_t i = 0; i < tmp.size(); ++i) cpu_y[i] = acc ? cpu_y[i] + tmp[i] : tmp[i];
-            expect_nmse(
+            EXPECT_NMSE(
                 str_format("matmul %s %lldx%lld n=%d%s vs CPU matmul",
                            std::string(dtype_name(type)).c_str(), static_cast<long long>(rows),
                            static_cast<long long>(cols), n, acc ? " accumulate" : ""),
@@ -262,10 +265,10 @@ CUDA_TEST(weight_products_match_reference) {
 // group of weight blocks, the last one partial, with 4 warps per row (few rows) and 1
 // (16,384 rows or more): against the CPU backend's product, which quantizes the
 // activations by the same rule.
-CUDA_TEST(quantized_gemv_long_rows_match_cpu) {
+TEST_F(CudaOps, quantized_gemv_long_rows_match_cpu) {
   std::mt19937 rng(22);
   auto gemm = Gemm::create();
-  if (!gemm) return fail(gemm.status().message());
+  if (!gemm) FAIL() << gemm.status().message();
   ThreadPool pool(4);
   const std::pair<int64_t, int64_t> shapes[] = {{64, 18432}, {16392, 5120}};
   for (DType type :
@@ -273,7 +276,7 @@ CUDA_TEST(quantized_gemv_long_rows_match_cpu) {
     for (const auto& [rows, cols] : shapes) {
       TestMatrix tm = make_matrix(rng, type, rows, cols);
       auto wm = cpu::WeightMatrix::from_gguf(type, tm.gguf.data(), rows, cols);
-      if (!wm) return fail(wm.status().message());
+      if (!wm) FAIL() << wm.status().message();
       for (int n : {1, 3}) {
         const auto x_raw =
             encode_act(random_floats(rng, static_cast<size_t>(n * cols)), ActType::kF16);
@@ -291,7 +294,7 @@ CUDA_TEST(quantized_gemv_long_rows_match_cpu) {
             EXPECT_OK(
                 (*gemm)->matmul(tm.m, dx.get(), cols, n, dy.as<float>(), rows, false, nullptr));
             const auto got = to_host<float>(dy, static_cast<size_t>(n * rows));
-            expect_nmse(
+            EXPECT_NMSE(
                 str_format("gemv %s %lldx%lld n=%d split %d, %d blocks a group vs CPU "
                            "matmul",
                            std::string(dtype_name(type)).c_str(), static_cast<long long>(rows),
@@ -312,10 +315,10 @@ CUDA_TEST(quantized_gemv_long_rows_match_cpu) {
 // with their own per-tensor scale, both against a double reference built from the host's
 // bytes, and against the unquantized product (loosely: FP8 rounds each operand by up to
 // 1/16).
-CUDA_TEST(fp8_weight_products_match_reference) {
+TEST_F(CudaOps, fp8_weight_products_match_reference) {
   std::mt19937 rng(14);
   auto gemm = Gemm::create();
-  if (!gemm) return fail(gemm.status().message());
+  if (!gemm) FAIL() << gemm.status().message();
   for (DType type : {DType::kBF16, DType::kF16, DType::kF32}) {
     // Rows and columns multiples of 16, as the loader quantizes only such matrices;
     // token counts that are not (17) are padded by the product.
@@ -344,10 +347,10 @@ CUDA_TEST(fp8_weight_products_match_reference) {
       differ += bytes[i] != to_fp8(tm.deq[i] / w_scale);
       wq[i] = from_fp8(bytes[i]) * w_scale;
     }
-    expect(got_scale == w_scale, str_format("fp8 weight scale %s: device %.9g, host %.9g",
-                                            name.c_str(), got_scale, w_scale));
-    expect(differ == 0, str_format("fp8 weight bytes %s: %d of %zu differ from cuda_fp8.h's",
-                                   name.c_str(), differ, n_w));
+    EXPECT_TRUE(got_scale == w_scale) << str_format("fp8 weight scale %s: device %.9g, host %.9g",
+                                                    name.c_str(), got_scale, w_scale);
+    EXPECT_TRUE(differ == 0) << str_format(
+        "fp8 weight bytes %s: %d of %zu differ from cuda_fp8.h's", name.c_str(), differ, n_w);
     DeviceMatrix fm = tm.m;
     fm.data = q.get();
     fm.fp8 = true;
@@ -404,30 +407,30 @@ CUDA_TEST(fp8_weight_products_match_reference) {
       // FP8 tensor-core products keep fewer bits while they accumulate: 1.4e-8 to 1.8e-8
       // with cuBLASLt's f32 promotion, 4e-8 to 3.3e-7 with fast accumulation (H200).
       const double bound = n <= kGemvMaxTokens ? 1e-8 : (*gemm)->fp8_fast_accum() ? 2e-6 : 1e-7;
-      expect_nmse(what, got.data(), ref.data(), ref.size(), bound);
-      expect_nmse(what + " vs unquantized", got.data(), exact.data(), exact.size(), 5e-3);
+      EXPECT_NMSE(what, got.data(), ref.data(), ref.size(), bound);
+      EXPECT_NMSE(what + " vs unquantized", got.data(), exact.data(), exact.size(), 5e-3);
       if (n > kGemvMaxTokens && !acc) {
         // The max taken by the activations' producer (here fp8_amax itself): the same
         // product; and every product leaves the max at 0 for the next one.
         auto slot = (*gemm)->fp8_amax_slot();
-        if (!slot) return fail(slot.status().message());
+        if (!slot) FAIL() << slot.status().message();
         uint32_t before = 1;
         cudaMemcpy(&before, *slot, 4, cudaMemcpyDeviceToHost);
-        expect(before == 0, what + ": the activation max is 0 after the product");
+        EXPECT_TRUE(before == 0) << what + ": the activation max is 0 after the product";
         EXPECT_OK(fp8_amax(dx.get(), at, n, cols, cols, *slot, nullptr));
         DeviceBuffer dy2 = poisoned(static_cast<size_t>(n * rows) * 4);
         EXPECT_OK((*gemm)->matmul_fp8_scanned(fm, dx.get(), cols, n, dy2.as<float>(), rows, false,
                                               nullptr));
         const auto got2 = to_host<float>(dy2, static_cast<size_t>(n * rows));
-        expect(std::memcmp(got2.data(), got.data(), got.size() * 4) == 0,
-               what + ": with the max taken beforehand, the same bytes");
+        EXPECT_TRUE(std::memcmp(got2.data(), got.data(), got.size() * 4) == 0)
+            << what + ": with the max taken beforehand, the same bytes";
       }
     }
   }
 }
 
 // rms_norm's max |output| for the FP8 product after it: the max of the values as stored.
-CUDA_TEST(rms_norm_takes_the_fp8_activation_max) {
+TEST_F(CudaOps, rms_norm_takes_the_fp8_activation_max) {
   std::mt19937 rng(23);
   for (int n : {9, 70}) {
     const int dim = 4096;
@@ -445,17 +448,17 @@ CUDA_TEST(rms_norm_takes_the_fp8_activation_max) {
       const uint32_t bits = to_host<uint32_t>(amax, 1)[0];
       float have;
       std::memcpy(&have, &bits, 4);
-      expect(have == want, str_format("rms_norm %s n=%d: max |out| %.9g, taken on the way %.9g",
-                                      act_name(t), n, want, have));
+      EXPECT_TRUE(have == want) << str_format(
+          "rms_norm %s n=%d: max |out| %.9g, taken on the way %.9g", act_name(t), n, want, have);
     }
   }
 }
 
-CUDA_TEST(weight_product_odd_width_uses_scalar_path) {
+TEST_F(CudaOps, weight_product_odd_width_uses_scalar_path) {
   // stories260K-like widths (172 is not a multiple of 8): the unaligned fallback.
   std::mt19937 rng(5);
   auto gemm = Gemm::create();
-  if (!gemm) return fail(gemm.status().message());
+  if (!gemm) FAIL() << gemm.status().message();
   for (DType type : {DType::kF32, DType::kF16}) {
     TestMatrix tm = make_matrix(rng, type, 64, 172);
     const ActType at = act_type_for(type);
@@ -466,7 +469,7 @@ CUDA_TEST(weight_product_odd_width_uses_scalar_path) {
     EXPECT_OK((*gemm)->matmul(tm.m, dx.get(), 172, n, dy.as<float>(), 64, false, nullptr));
     const auto got = to_host<float>(dy, static_cast<size_t>(n * 64));
     const auto ref = matmul_ref(tm, x, n, nullptr);
-    expect_nmse(str_format("matmul %s 64x172 n=2", std::string(dtype_name(type)).c_str()),
+    EXPECT_NMSE(str_format("matmul %s 64x172 n=2", std::string(dtype_name(type)).c_str()),
                 got.data(), ref.data(), ref.size(), 1e-9);
   }
 }

@@ -1,4 +1,4 @@
-// Kernel timings at Llama-3.1-8B shapes (run with `pagoda_cuda_tests perf`): weight
+// Kernel timings at Llama-3.1-8B shapes (`pagoda_cuda_tests --gtest_filter='PerfCuda.*'`): weight
 // products per type as memory bandwidth (one token) and TFLOP/s (prefill batches), and
 // attention. Weights are tiled from one random block: the bytes moved are what counts.
 #include <algorithm>
@@ -11,6 +11,9 @@
 
 namespace pagoda::cuda::testing {
 namespace {
+
+// Timings only: not in the default run (--gtest_filter='PerfCuda.*').
+class PerfCuda : public CudaTest {};
 
 // Median time of `fn` in ms over `reps` runs after two warm-ups.
 template <typename F>
@@ -49,7 +52,7 @@ DeviceBuffer random_device(size_t bytes, std::mt19937& rng) {
   }
   auto b = DeviceBuffer::alloc(bytes);
   if (!b) {
-    fail(b.status().message());
+    ADD_FAILURE() << b.status().message();
     return {};
   }
   for (size_t off = 0; off < bytes; off += block.size())
@@ -68,10 +71,10 @@ constexpr Shape kShapes[] = {{"qkv", 6144, 4096},
                              {"down", 4096, 14336},
                              {"output", 128256, 4096}};
 
-CUDA_TEST(perf_weight_products) {
+TEST_F(PerfCuda, weight_products) {
   std::mt19937 rng(7);
   auto gemm = Gemm::create();
-  if (!gemm) return fail(gemm.status().message());
+  if (!gemm) FAIL() << gemm.status().message();
   DeviceBuffer x = random_device(2048 * 14336 * 2, rng), y = random_device(2048 * 128256 * 4, rng);
   for (DType type :
        {DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
@@ -107,7 +110,7 @@ CUDA_TEST(perf_weight_products) {
         // The product alone, its activations already quantized (as a norm or SiLU in
         // front of it writes them in a decode step).
         auto xq = (*gemm)->q8_input(s.cols, 1, nullptr);
-        if (!xq) return fail(xq.status().message());
+        if (!xq) FAIL() << xq.status().message();
         (void)quantize_q8(x.get(), s.cols, 1, *xq, nullptr);
         for (int split : {0, 1, 2, 4}) {  // 0: the default choice
           set_gemv_q8_split_override(split);
@@ -142,10 +145,10 @@ CUDA_TEST(perf_weight_products) {
 // the whole product (activation max, quantization, cuBLASLt E4M3), the activation
 // passes alone, and the BF16 output product before and after FP8 products have run on
 // the same Gemm (a profile of 128-sequence decode showed it 6x slower in FP8 runs).
-CUDA_TEST(perf_fp8_products) {
+TEST_F(PerfCuda, fp8_products) {
   std::mt19937 rng(8);
   auto gemm = Gemm::create();
-  if (!gemm) return fail(gemm.status().message());
+  if (!gemm) FAIL() << gemm.status().message();
   DeviceBuffer x = random_device(512 * 14336 * 2, rng), y = random_device(512 * 128256 * 4, rng);
   DeviceBuffer out_w = random_device(device_matrix_bytes(DType::kBF16, 128256, 4096), rng);
   DeviceMatrix out_m{DType::kBF16, 128256, 4096};
@@ -199,7 +202,7 @@ CUDA_TEST(perf_fp8_products) {
   time_output("after FP8 products");
 }
 
-CUDA_TEST(perf_attention) {
+TEST_F(PerfCuda, attention) {
   std::mt19937 rng(8);
   const int n_heads = 32, n_kv = 8, hd = 128, bs = 16;
   for (int ctx : {512, 4096}) {
@@ -274,7 +277,7 @@ CUDA_TEST(perf_attention) {
 
 // Decode of a batch of long contexts (the offline-throughput step: 256 sequences at
 // depth 1,536, each with its own shuffled blocks), the case bound by reading the KV cache.
-CUDA_TEST(perf_attention_batch) {
+TEST_F(PerfCuda, attention_batch) {
   std::mt19937 rng(9);
   const int n_heads = 32, n_kv = 8, hd = 128, bs = 16;
   for (int rows : {64, 256}) {
@@ -332,7 +335,7 @@ CUDA_TEST(perf_attention_batch) {
 
 // Sampling on the GPU at a serving batch (256 rows of a 128k vocabulary, top-p and top-k
 // on): the cost a sampled decode step adds instead of sending 128 MB of logits to the host.
-CUDA_TEST(perf_sample) {
+TEST_F(PerfCuda, sample) {
   std::mt19937 rng(10);
   const int vocab = 128256, rows = 256;
   DeviceBuffer x = random_device(static_cast<size_t>(rows) * vocab * 4, rng);

@@ -16,6 +16,8 @@
 namespace pagoda::cuda::testing {
 namespace {
 
+class CudaSample : public CudaTest {};
+
 // Probabilities of the filtered distribution (0 outside the kept set).
 std::vector<double> reference_probs(std::vector<float> x, const SamplingRow& r,
                                     const std::vector<int32_t>& pen) {
@@ -78,7 +80,7 @@ std::vector<int32_t> draw(const std::vector<float>& logits, int rows, SamplingRo
   return to_host<int32_t>(d_out, rows);
 }
 
-CUDA_TEST(sample_matches_filtered_distribution) {
+TEST_F(CudaSample, sample_matches_filtered_distribution) {
   std::mt19937 rng(21);
   const int vocab = 32000, rows = 2048;
   std::vector<float> logits = random_floats(rng, vocab, 2.5f);
@@ -152,13 +154,15 @@ CUDA_TEST(sample_matches_filtered_distribution) {
     std::printf("  sample %-38s kept %5d, outside %d, worst |count - N p| %.2f%s\n", c.name, kept,
                 outside, worst, edge ? " (top-p boundary within rounding)" : "");
     if (outside > (edge ? rows / 100 : 0))
-      fail(std::string(c.name) + ": tokens outside the kept set were drawn");
-    if (!edge && worst > 2.0) fail(std::string(c.name) + ": frequencies off the distribution");
-    if (kept < 2) fail(std::string(c.name) + ": the case keeps too few tokens to test anything");
+      ADD_FAILURE() << std::string(c.name) + ": tokens outside the kept set were drawn";
+    if (!edge && worst > 2.0)
+      ADD_FAILURE() << std::string(c.name) + ": frequencies off the distribution";
+    if (kept < 2)
+      ADD_FAILURE() << std::string(c.name) + ": the case keeps too few tokens to test anything";
   }
 }
 
-CUDA_TEST(sample_greedy_applies_penalties) {
+TEST_F(CudaSample, sample_greedy_applies_penalties) {
   // Temperature 0 (and top_k 1): the first maximum after the penalties, as the CPU picks.
   std::mt19937 rng(22);
   const int vocab = 50257, rows = 8;
@@ -198,17 +202,17 @@ CUDA_TEST(sample_greedy_applies_penalties) {
   int moved = 0;
   for (int j = 0; j < rows; ++j) {
     if (got[j] != want[j])
-      fail("greedy row " + std::to_string(j) + ": " + std::to_string(got[j]) + " vs " +
-           std::to_string(want[j]));
+      ADD_FAILURE() << "greedy row " + std::to_string(j) + ": " + std::to_string(got[j]) + " vs " +
+                           std::to_string(want[j]);
     moved += want[j] != static_cast<int32_t>(std::max_element(all.begin() + j * vocab,
                                                               all.begin() + (j + 1) * vocab) -
                                              (all.begin() + j * vocab));
   }
   std::printf("  sample greedy: %d rows, %d moved off the raw maximum by penalties\n", rows, moved);
-  if (moved == 0) fail("no penalty changed the greedy choice: the test has no teeth");
+  if (moved == 0) ADD_FAILURE() << "no penalty changed the greedy choice: the test has no teeth";
 }
 
-CUDA_TEST(sample_large_vocab) {
+TEST_F(CudaSample, sample_large_vocab) {
   // A 128k vocabulary at a serving batch: only kept tokens come out.
   std::mt19937 rng(23);
   const int vocab = 128256, rows = 256;
@@ -222,7 +226,7 @@ CUDA_TEST(sample_large_vocab) {
   int outside = 0;
   for (int32_t t : got) outside += t < 0 || t >= vocab || p[t] == 0.0;
   std::printf("  sample 128k vocab x %d rows: %d outside the kept set\n", rows, outside);
-  if (outside) fail("large vocabulary: tokens outside the kept set");
+  if (outside) ADD_FAILURE() << "large vocabulary: tokens outside the kept set";
 }
 
 }  // namespace
