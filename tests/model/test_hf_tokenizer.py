@@ -230,3 +230,24 @@ def test_unsupported_component_is_named(pagoda_bin, hf_folders, tmp_path):
                          capture_output=True, text=True)
     assert res.returncode != 0
     assert "normalizer NFKC is not supported" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["qwen2", "phi-3"])
+def test_folder_chat_template_renders_as_transformers(pagoda_bin, hf_folders, name, tmp_path):
+    """The folder's chat template (chat_template.jinja here) rendered by `pagoda template -m`
+    equals transformers' apply_chat_template on the same folder."""
+    import json
+    from transformers import AutoTokenizer
+    folder = _folder(hf_folders, name)
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is a pagoda?"},
+                {"role": "assistant", "content": "A tiered tower."},
+                {"role": "user", "content": "Where?"}]
+    mfile = tmp_path / "messages.json"
+    mfile.write_text(json.dumps(messages))
+    res = subprocess.run([str(pagoda_bin), "template", "-m", str(folder), "--messages",
+                          str(mfile), "--add-generation-prompt"], capture_output=True)
+    assert res.returncode == 0, res.stderr.decode()
+    ref = AutoTokenizer.from_pretrained(str(folder))
+    want = ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert res.stdout.decode() == want
