@@ -251,3 +251,84 @@ def test_folder_chat_template_renders_as_transformers(pagoda_bin, hf_folders, na
     ref = AutoTokenizer.from_pretrained(str(folder))
     want = ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert res.stdout.decode() == want
+
+
+# Edits to the converted files that reach the other components the loader maps (each is a
+# shape found in published tokenizer.json files), checked against tokenizers the same way.
+def _digits_prefix_space(j):  # SmolLM2's pre-tokenizer
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True},
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]}
+
+
+def _merges_as_strings(j):  # files written before merges became pairs
+    j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"] if " " not in "".join(m)]
+
+
+def _ignore_merges(j):  # Meta's Llama-3 file
+    j["model"]["ignore_merges"] = True
+
+
+def _digit_groups_then_split(j):
+    j["pre_tokenizer"]["pretokenizers"].insert(0, {"type": "Digits", "individual_digits": False})
+
+
+def _metaspace_split_always(j):  # older Llama-2 conversions
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                          "split": True}
+
+
+def _unk_instead_of_bytes(j):
+    j["model"]["byte_fallback"] = False
+    j["model"]["unk_token"] = "<unk>"
+
+
+def _strip_around_specials(j):  # Phi-3's file strips whitespace right of its markers
+    for t in j["added_tokens"]:
+        if t["special"] and t["content"].startswith("<|"):
+            t["rstrip"] = True
+        if t["content"] == "<|end|>":
+            t["lstrip"] = True
+
+
+def _bos_and_eos_template(j):
+    j["post_processor"] = {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                      {"Sequence": {"id": "A", "type_id": 0}},
+                                      {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                           "pair": [], "special_tokens": {
+                               "<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]},
+                               "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}}
+
+
+VARIANTS = [
+    ("gpt-2", _digits_prefix_space), ("gpt-2", _merges_as_strings),
+    ("llama-bpe", _ignore_merges), ("qwen2", _digit_groups_then_split),
+    ("llama-spm", _metaspace_split_always), ("llama-spm", _unk_instead_of_bytes),
+    ("phi-3", _strip_around_specials), ("llama-spm", _bos_and_eos_template),
+]
+
+
+@pytest.mark.parametrize("name,edit", VARIANTS, ids=[f"{n}-{e.__name__[1:]}" for n, e in VARIANTS])
+def test_edited_folder_ids_match_tokenizers(pagoda_bin, hf_folders, name, edit, tmp_path):
+    import json
+    import shutil
+    src = _folder(hf_folders, name)
+    for f in src.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    j = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    edit(j)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(j, ensure_ascii=False), encoding="utf-8")
+    ref = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    cases = _cases(name, ref)
+    cases += [b"12345 and 1,000,000 \xe2\x85\xa7 \xd9\xa3\xd9\xa4", b"  x", b"\xe2\x96\x81a b",
+              b"<|user|>\n hi<|end|>\n<|assistant|>", b"\xe1\x84\x80\xf0\x9f\x98\x80 z"]
+    problems = []
+    for add_special in (False, True):
+        for parse_special in (True, False):
+            ours = _ours(pagoda_bin, tmp_path, cases, add_special, parse_special)
+            want = _reference(ref, cases, add_special, parse_special)
+            d = _first_diff(cases, ours, want)
+            if d:
+                problems.append(f"add_special={add_special} parse_special={parse_special}: {d}")
+    assert not problems, "\n".join(problems)
