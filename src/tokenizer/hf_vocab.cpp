@@ -84,6 +84,7 @@ class Parser {
 
     v_.type = t_.steps.byte_level ? VocabType::kBpe : VocabType::kSpm;
     v_.hf_bpe = true;
+    v_.unicode_strip = true;
     v_.pre.canonical = "tokenizer.json";
     v_.pre.regex_only = true;
     v_.detect_special_by_text(/*mark=*/false);

@@ -74,6 +74,9 @@ struct Vocab {
   bool byte_fallback = false;
   bool fuse_unk = false;
   TokenId bpe_unk = -1;
+  // lstrip/rstrip around special tokens take Unicode whitespace (Hugging Face), not the C
+  // locale's isspace (llama.cpp).
+  bool unicode_strip = false;
 
   std::unordered_set<TokenId> end_of_generation;
   // Control, user-defined and unknown tokens, longest text first: the order in which text

@@ -327,6 +327,9 @@ def test_edited_folder_ids_match_tokenizers(pagoda_bin, hf_folders, name, edit, 
     cases = _cases(name, ref)
     cases += [b"12345 and 1,000,000 \xe2\x85\xa7 \xd9\xa3\xd9\xa4", b"  x", b"\xe2\x96\x81a b",
               b"<|user|>\n hi<|end|>\n<|assistant|>", b"\xe1\x84\x80\xf0\x9f\x98\x80 z"]
+    # Stripping takes Unicode whitespace (not U+001C, which Python's isspace would).
+    cases += [s.encode() for s in ["<|user|>\u00a0hi", "x\u3000<|end|>", "<|user|>\u2028\u0085 hi",
+                                   "<|user|>\x1c hi", "a \u2003\t<|end|>\u202f\u205fb"]]
     problems = []
     for add_special in (False, True):
         for parse_special in (True, False):
