@@ -3,6 +3,7 @@
 #include <queue>
 #include <string>
 
+#include "core/status.h"
 #include "tokenizer/byte_alphabet.h"
 #include "tokenizer/merge_symbols.h"
 #include "tokenizer/unicode.h"
@@ -57,11 +58,17 @@ class BpeWord {
       try_add(l.prev, b.left);
       try_add(b.left, l.next);
     }
+    bool after_unk = false;
     for (const Symbol& s : symbols_) {
       if (s.length == 0) continue;
       const std::string_view piece = word_.substr(s.offset, s.length);
       if (auto id = vocab_.find(piece)) {
         out->push_back(*id);
+        after_unk = false;
+        continue;
+      }
+      if (vocab_.hf_bpe) {
+        after_unk = push_unknown_hf(piece, after_unk, out);
         continue;
       }
       // Not a token: llama.cpp falls back to single bytes of the encoded piece, which are
@@ -72,6 +79,28 @@ class BpeWord {
   }
 
  private:
+  // A symbol that is not a token is one character no merge can touch (merges join tokens).
+  // Hugging Face's BPE writes it as its bytes' <0xXX> tokens under byte_fallback when all
+  // exist, else as the unknown token (one for a run of them with fuse_unk), else drops it.
+  // Returns whether the unknown token ends the output.
+  bool push_unknown_hf(std::string_view piece, bool after_unk, std::vector<TokenId>* out) {
+    if (vocab_.byte_fallback) {
+      std::vector<TokenId> bytes;
+      for (char c : piece) {
+        auto id = vocab_.find(str_format("<0x%02X>", static_cast<uint8_t>(c)));
+        if (!id) break;
+        bytes.push_back(*id);
+      }
+      if (bytes.size() == piece.size()) {
+        out->insert(out->end(), bytes.begin(), bytes.end());
+        return false;
+      }
+    }
+    if (vocab_.bpe_unk < 0) return after_unk;
+    if (!(vocab_.fuse_unk && after_unk)) out->push_back(vocab_.bpe_unk);
+    return true;
+  }
+
   void try_add(int left, int right) {
     if (left < 0 || right < 0) return;
     const Symbol& l = symbols_[static_cast<size_t>(left)];
@@ -92,6 +121,11 @@ class BpeWord {
 };
 
 }  // namespace
+
+void bpe_encode_word(const Vocab& vocab, std::string_view word, std::vector<TokenId>* out) {
+  std::string key;
+  BpeWord(vocab, &key).encode(word, vocab.pre.ignore_merges, out);
+}
 
 bool bpe_encode(const Vocab& vocab, const PreTokenizer& pre, std::string_view text,
                 std::vector<TokenId>* out, const TokenBudget& budget) {

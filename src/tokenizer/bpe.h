@@ -17,4 +17,8 @@ namespace pagoda {
 bool bpe_encode(const Vocab& vocab, const PreTokenizer& pre, std::string_view text,
                 std::vector<TokenId>* out, const TokenBudget& budget = {});
 
+// Merges one word already in the vocabulary's alphabet (byte-mapped for byte-level BPE, raw
+// UTF-8 for Hugging Face's character-level BPE) and appends its ids.
+void bpe_encode_word(const Vocab& vocab, std::string_view word, std::vector<TokenId>* out);
+
 }  // namespace pagoda

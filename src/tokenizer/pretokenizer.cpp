@@ -323,9 +323,9 @@ Result<PreTokenizer> PreTokenizer::create(const PreTokenizerSpec& spec) {
   PreTokenizer p;
   p.spec_ = spec;
   for (const std::string& pattern : spec.patterns) {
-    if (pattern == kGpt2) {
+    if (pattern == kGpt2 && !spec.regex_only) {
       p.steps_.push_back({Kind::kGpt2, nullptr});
-    } else if (pattern == kLlama3 || pattern == kLlama3CaseInsensitive) {
+    } else if ((pattern == kLlama3 || pattern == kLlama3CaseInsensitive) && !spec.regex_only) {
       p.steps_.push_back({Kind::kLlama3, nullptr});
     } else {
       PAGODA_ASSIGN_OR_RETURN(Regex re, Regex::compile(pattern));

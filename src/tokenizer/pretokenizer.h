@@ -23,6 +23,9 @@ struct PreTokenizerSpec {
   bool ignore_merges = false;  // a word that is itself a token skips the merges
   bool add_bos = false;        // default for tokenizer.ggml.add_bos_token
   bool no_bos = false;         // the variant has no BOS token by default (chatglm)
+  // Every pattern runs through the regex engine, never a hand-written splitter: a pattern
+  // from a tokenizer.json means what the regex says, not llama.cpp's reading of it.
+  bool regex_only = false;
 };
 
 // The variant for a tokenizer.ggml.pre value; nullptr for a name we do not know.

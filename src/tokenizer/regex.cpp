@@ -43,6 +43,19 @@ Ranges complement(const Ranges& in) {
   return out;
 }
 
+// `r` plus the other case of every ASCII letter in it.
+Ranges fold_ascii_case(Ranges r) {
+  const size_t n = r.size();
+  for (size_t k = 0; k < n; ++k) {
+    const auto [lo, hi] = r[k];
+    for (const auto& [from, to] : {std::pair<uint32_t, uint32_t>{'A', 'a'}, {'a', 'A'}}) {
+      const uint32_t a = std::max(lo, from), b = std::min(hi, from + 25);
+      if (a <= b) r.emplace_back(a - from + to, b - from + to);
+    }
+  }
+  return r;
+}
+
 // ASCII classes as std::regex sees them in the "C" locale.
 const Ranges kSpace = {{0x09, 0x0D}, {0x20, 0x20}};
 const Ranges kDigit = {{'0', '9'}};
@@ -134,6 +147,7 @@ class Parser {
   }
 
   int add_class(Ranges r, bool negate) {
+    if (icase_) r = fold_ascii_case(std::move(r));
     Regex::Class c;
     c.ranges = negate ? complement(r) : normalized(std::move(r));
     classes_->push_back(std::move(c));
@@ -402,6 +416,14 @@ class Parser {
           if (k == ':') {
             i_ += 2;
             group = alternation();
+          } else if (k == 'i' && peek(2) == ':') {
+            // (?i:...), as Hugging Face patterns write the contractions: ASCII letters match
+            // either case (tokenizers does not fold U+017F to 's' there either).
+            i_ += 3;
+            const bool outer = icase_;
+            icase_ = true;
+            group = alternation();
+            icase_ = outer;
           } else if (k == '=' || k == '!') {
             i_ += 2;
             group = make(Node::Kind::kLook);
@@ -452,6 +474,7 @@ class Parser {
   std::vector<uint32_t> p_;
   size_t i_ = 0;
   bool collapsed_;
+  bool icase_ = false;  // inside (?i:...)
   std::vector<Regex::Class>* classes_;
   std::string error_;
 };

@@ -18,6 +18,9 @@ size_t LengthBound::min_tokens(std::string_view text) const {
 
 LengthBound length_bound(const Vocab& vocab) {
   LengthBound none, b;
+  // A tokenizer.json's BPE may fuse a run of unknown characters into one token, and its
+  // normalizer rewrites the text first: no bound from the raw length holds.
+  if (vocab.hf_bpe) return none;
   // A symbol left unmerged is one character of at most 4 bytes.
   b.max_bytes_per_token = 4;
   for (const TokenData& t : vocab.tokens)

@@ -5,6 +5,7 @@
 
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_alphabet.h"
+#include "tokenizer/hf_vocab.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/special_tokens.h"
 #include "tokenizer/spm.h"
@@ -59,8 +60,10 @@ std::string bytes_of_bpe_token(std::string_view text) {
 
 class GgufTokenizer final : public Tokenizer {
  public:
-  GgufTokenizer(Vocab vocab, std::optional<PreTokenizer> pre)
-      : vocab_(std::move(vocab)), pre_(std::move(pre)) {
+  // `hf`: the vocabulary came from a tokenizer.json, whose steps encode ordinary text.
+  GgufTokenizer(Vocab vocab, std::optional<PreTokenizer> pre,
+                std::shared_ptr<const HfTextSteps> hf = nullptr)
+      : vocab_(std::move(vocab)), pre_(std::move(pre)), hf_(std::move(hf)) {
     // All pieces back to back, with start offsets (the top bit marks pieces hidden
     // unless rendering special tokens): the engine looks up a piece for every generated
     // token, and a table of separate strings cost it three cache misses (the token's
@@ -94,6 +97,9 @@ class GgufTokenizer final : public Tokenizer {
       if (f.token >= 0) {
         out.push_back(f.token);
         fits = !budget.exceeded(out.size());
+      } else if (hf_) {
+        fits = hf_encode_text(vocab_, *hf_, text.substr(f.offset, f.length), f.offset == 0, &out,
+                              budget);
       } else if (vocab_.type == VocabType::kSpm) {
         fits = encode_spm(text.substr(f.offset, f.length), vocab_.add_space_prefix && after_special,
                           budget, &out);
@@ -193,6 +199,7 @@ class GgufTokenizer final : public Tokenizer {
 
   Vocab vocab_;
   std::optional<PreTokenizer> pre_;
+  std::shared_ptr<const HfTextSteps> hf_;
   LengthBound length_bound_ = length_bound(vocab_);
   bool spm_cuts_ = vocab_.type == VocabType::kSpm && spm_cuts_before_spaces(vocab_);
   static constexpr uint32_t kHidden = 1u << 31;
@@ -201,6 +208,27 @@ class GgufTokenizer final : public Tokenizer {
 };
 
 }  // namespace
+
+namespace {
+
+// Pieces render to at most their stored text's bytes; the piece table's offsets are 31-bit.
+Status check_piece_table(const Vocab& vocab) {
+  size_t text_bytes = 0;
+  for (const TokenData& t : vocab.tokens) text_bytes += t.text.size();
+  if (text_bytes >= (size_t{1} << 31))
+    return invalid_argument("tokenizer: the vocabulary's token strings exceed 2 GiB");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_folder(const std::string& dir) {
+  PAGODA_ASSIGN_OR_RETURN(HfTokenizer t, load_hf_tokenizer(dir));
+  PAGODA_RETURN_IF_ERROR(check_piece_table(t.vocab));
+  auto steps = std::make_shared<const HfTextSteps>(std::move(t.steps));
+  return std::unique_ptr<Tokenizer>(
+      new GgufTokenizer(std::move(t.vocab), std::nullopt, std::move(steps)));
+}
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) {
   PAGODA_ASSIGN_OR_RETURN(Vocab vocab, Vocab::from_gguf(file));
@@ -211,11 +239,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) {
       return p.status().with_context("tokenizer: pre-tokenizer '" + vocab.pre.canonical + "'");
     pre = std::move(p).value();
   }
-  // Pieces render to at most their stored text's bytes; the piece table's offsets are 31-bit.
-  size_t text_bytes = 0;
-  for (const TokenData& t : vocab.tokens) text_bytes += t.text.size();
-  if (text_bytes >= (size_t{1} << 31))
-    return invalid_argument("tokenizer: the vocabulary's token strings exceed 2 GiB");
+  PAGODA_RETURN_IF_ERROR(check_piece_table(vocab));
   return std::unique_ptr<Tokenizer>(new GgufTokenizer(std::move(vocab), std::move(pre)));
 }
 

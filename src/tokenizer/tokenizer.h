@@ -1,6 +1,7 @@
 // Tokenizers built from GGUF metadata (tokenizer.ggml.*): SentencePiece-style ("llama")
 // and byte-level BPE ("gpt2") with the pre-tokenizer named by tokenizer.ggml.pre.
-// Vocabulary-only GGUF files (no tensors) are enough to build one.
+// Vocabulary-only GGUF files (no tensors) are enough to build one. Or from a Hugging Face
+// folder's tokenizer.json, whose text steps the file states itself.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +30,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   static Result<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& file);
+  // From a Hugging Face model folder's tokenizer.json and tokenizer_config.json
+  // (tokenizer/hf_vocab.h says what is covered); ids follow Hugging Face's tokenizers.
+  static Result<std::unique_ptr<Tokenizer>> from_hf_folder(const std::string& dir);
 
   // Text to ids. add_special: prepend BOS (and append EOS) when the vocabulary's
   // metadata asks for it. parse_special: text matching a special/control token's

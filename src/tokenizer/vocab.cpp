@@ -111,6 +111,18 @@ const std::vector<std::string_view> kEogNames = {"<|eot_id|>",
                                                  "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
                                                  "[e~["};
 
+// First token of `names` present in `v`, made a control token when `mark`.
+void detect(Vocab& v, bool mark, TokenId* id, const std::vector<std::string_view>& names) {
+  if (*id >= 0) return;
+  for (std::string_view n : names) {
+    if (auto t = v.find(n)) {
+      *id = *t;
+      if (mark) v.tokens[static_cast<size_t>(*t)].attr |= kAttrControl;
+      return;
+    }
+  }
+}
+
 class Loader {
  public:
   Loader(const GgufFile& f, Vocab* v) : f_(f), v_(*v) {}
@@ -119,8 +131,8 @@ class Loader {
     PAGODA_RETURN_IF_ERROR(read_model());
     PAGODA_RETURN_IF_ERROR(read_tokens());
     PAGODA_RETURN_IF_ERROR(read_special_ids());
-    detect_by_text();
-    build_special_list();
+    v_.detect_special_by_text(/*mark=*/true);
+    v_.build_special_list();
     apply_model_quirks();
     return Status::ok();
   }
@@ -279,83 +291,6 @@ class Loader {
     return Status::ok();
   }
 
-  void make_control(TokenId id) {
-    if (v_.valid(id)) v_.tokens[static_cast<size_t>(id)].attr |= kAttrControl;
-  }
-
-  // First token present from `names`, made a control token.
-  void detect(TokenId* id, const std::vector<std::string_view>& names) {
-    if (*id >= 0) return;
-    for (std::string_view n : names) {
-      if (auto t = v_.find(n)) {
-        *id = *t;
-        make_control(*t);
-        return;
-      }
-    }
-  }
-
-  void detect_by_text() {
-    detect(&v_.eot, kEotNames);
-    detect(&v_.eom, kEomNames);
-    detect(&v_.fim_pre, kFimPreNames);
-    detect(&v_.fim_suf, kFimSufNames);
-    detect(&v_.fim_mid, kFimMidNames);
-    detect(&v_.fim_pad, kFimPadNames);
-    detect(&v_.fim_rep, kFimRepNames);
-    detect(&v_.fim_sep, kFimSepNames);
-
-    // Control tokens named "unused" are placeholders.
-    for (TokenData& t : v_.tokens)
-      if ((t.attr & kAttrControl) && t.text.find("unused") != std::string::npos)
-        t.attr |= kAttrUnused;
-
-    auto& eog = v_.end_of_generation;
-    for (TokenId id : {v_.fim_pad, v_.fim_rep, v_.fim_sep})
-      if (id >= 0) eog.insert(id);
-    for (std::string_view n : kEogNames) {
-      if (auto t = v_.find(n)) {
-        eog.insert(*t);
-        make_control(*t);
-      }
-    }
-    // gpt-oss channel markers must always render.
-    for (std::string_view n : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
-      if (auto t = v_.find(n)) v_.tokens[static_cast<size_t>(*t)].attr = kAttrUserDefined;
-    for (TokenId id : {v_.eos, v_.eot, v_.eom})
-      if (id >= 0) eog.insert(id);
-
-    // In the harmony (gpt-oss, solar-open) vocabularies <|end|> ends a message, not the
-    // generation, when <|return|> and <|call|> (or <|calls|> and <|flush|>) exist.
-    const auto in_eog = [&](std::string_view n) {
-      auto t = v_.find(n);
-      return t && eog.count(*t) > 0;
-    };
-    const bool has_call = in_eog("<|call|>") || in_eog("<|calls|>");
-    if (in_eog("<|end|>") &&
-        ((in_eog("<|return|>") && has_call) || (has_call && in_eog("<|flush|>")))) {
-      const TokenId end = *v_.find("<|end|>");
-      eog.erase(end);
-      v_.tokens[static_cast<size_t>(end)].attr = kAttrUserDefined;
-    }
-    // Gemma 4: </s> is an ordinary token there.
-    if (in_eog("<|tool_response>") && in_eog("</s>")) {
-      const TokenId s = *v_.find("</s>");
-      eog.erase(s);
-      v_.tokens[static_cast<size_t>(s)].attr = kAttrNormal;
-    }
-  }
-
-  void build_special_list() {
-    for (TokenId id = 0; id < v_.n_tokens(); ++id)
-      if (v_.attr(id) & (kAttrControl | kAttrUserDefined | kAttrUnknown))
-        v_.special_tokens.push_back(id);
-    std::stable_sort(v_.special_tokens.begin(), v_.special_tokens.end(), [&](TokenId a, TokenId b) {
-      return v_.tokens[static_cast<size_t>(a)].text.size() >
-             v_.tokens[static_cast<size_t>(b)].text.size();
-    });
-  }
-
   // Whitespace stripping around special tokens is not stored in GGUF; llama.cpp sets it
   // for a few model families by name, and so do we.
   void apply_model_quirks() {
@@ -390,6 +325,68 @@ class Loader {
 };
 
 }  // namespace
+
+void Vocab::detect_special_by_text(bool mark) {
+  detect(*this, mark, &eot, kEotNames);
+  detect(*this, mark, &eom, kEomNames);
+  detect(*this, mark, &fim_pre, kFimPreNames);
+  detect(*this, mark, &fim_suf, kFimSufNames);
+  detect(*this, mark, &fim_mid, kFimMidNames);
+  detect(*this, mark, &fim_pad, kFimPadNames);
+  detect(*this, mark, &fim_rep, kFimRepNames);
+  detect(*this, mark, &fim_sep, kFimSepNames);
+
+  // Control tokens named "unused" are placeholders.
+  if (mark)
+    for (TokenData& t : tokens)
+      if ((t.attr & kAttrControl) && t.text.find("unused") != std::string::npos)
+        t.attr |= kAttrUnused;
+
+  auto& eog = end_of_generation;
+  for (TokenId id : {fim_pad, fim_rep, fim_sep})
+    if (id >= 0) eog.insert(id);
+  for (std::string_view n : kEogNames) {
+    if (auto t = find(n)) {
+      eog.insert(*t);
+      if (mark) tokens[static_cast<size_t>(*t)].attr |= kAttrControl;
+    }
+  }
+  // gpt-oss channel markers must always render.
+  if (mark)
+    for (std::string_view n : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+      if (auto t = find(n)) tokens[static_cast<size_t>(*t)].attr = kAttrUserDefined;
+  for (TokenId id : {eos, eot, eom})
+    if (id >= 0) eog.insert(id);
+
+  // In the harmony (gpt-oss, solar-open) vocabularies <|end|> ends a message, not the
+  // generation, when <|return|> and <|call|> (or <|calls|> and <|flush|>) exist.
+  const auto in_eog = [&](std::string_view n) {
+    auto t = find(n);
+    return t && eog.count(*t) > 0;
+  };
+  const bool has_call = in_eog("<|call|>") || in_eog("<|calls|>");
+  if (in_eog("<|end|>") &&
+      ((in_eog("<|return|>") && has_call) || (has_call && in_eog("<|flush|>")))) {
+    const TokenId end = *find("<|end|>");
+    eog.erase(end);
+    if (mark) tokens[static_cast<size_t>(end)].attr = kAttrUserDefined;
+  }
+  // Gemma 4: </s> is an ordinary token there.
+  if (in_eog("<|tool_response>") && in_eog("</s>")) {
+    const TokenId s = *find("</s>");
+    eog.erase(s);
+    if (mark) tokens[static_cast<size_t>(s)].attr = kAttrNormal;
+  }
+}
+
+void Vocab::build_special_list() {
+  special_tokens.clear();
+  for (TokenId id = 0; id < n_tokens(); ++id)
+    if (attr(id) & (kAttrControl | kAttrUserDefined | kAttrUnknown)) special_tokens.push_back(id);
+  std::stable_sort(special_tokens.begin(), special_tokens.end(), [&](TokenId a, TokenId b) {
+    return tokens[static_cast<size_t>(a)].text.size() > tokens[static_cast<size_t>(b)].text.size();
+  });
+}
 
 Result<Vocab> Vocab::from_gguf(const GgufFile& file) {
   Vocab v;

@@ -67,12 +67,31 @@ struct Vocab {
   bool add_eos = false;
   bool add_space_prefix = false;
 
+  // Hugging Face's BPE model (tokenizer.json, tokenizer/hf_vocab.h) writes a character that
+  // is not a token by its own rule: <0xXX> byte tokens (byte_fallback), else its model's
+  // unknown token, one per run with fuse_unk.
+  bool hf_bpe = false;
+  bool byte_fallback = false;
+  bool fuse_unk = false;
+  TokenId bpe_unk = -1;
+  // lstrip/rstrip around special tokens take Unicode whitespace (Hugging Face), not the C
+  // locale's isspace (llama.cpp).
+  bool unicode_strip = false;
+
   std::unordered_set<TokenId> end_of_generation;
   // Control, user-defined and unknown tokens, longest text first: the order in which text
   // matching them is split out before tokenization.
   std::vector<TokenId> special_tokens;
 
   static Result<Vocab> from_gguf(const GgufFile& file);
+
+  // Steps both loaders share once tokens, attributes and the special ids are in place. EOT,
+  // EOM and FIM ids found by their text (llama.cpp's lists) and the end-of-generation set;
+  // `mark` lets them also turn those tokens into control tokens, as GGUF files need (a
+  // tokenizer.json says itself which added tokens are special).
+  void detect_special_by_text(bool mark);
+  // Fills special_tokens from the attributes.
+  void build_special_list();
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   bool valid(TokenId id) const { return id >= 0 && id < n_tokens(); }

@@ -26,10 +26,10 @@ std::string format_vocab_test_line(const std::vector<TokenId>& ids) {
 }
 
 std::string run_vocab_test(const Tokenizer& tok, const std::vector<std::string>& inputs,
-                           bool parse_special) {
+                           bool parse_special, bool add_special) {
   std::string out;
   for (const std::string& in : inputs)
-    out += format_vocab_test_line(tok.encode(in, /*add_special=*/false, parse_special));
+    out += format_vocab_test_line(tok.encode(in, add_special, parse_special));
   return out;
 }
 

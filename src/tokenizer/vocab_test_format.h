@@ -18,8 +18,9 @@ namespace pagoda {
 std::vector<std::string> parse_vocab_test_inputs(std::string_view contents);
 // One .out line for `ids`, newline included.
 std::string format_vocab_test_line(const std::vector<TokenId>& ids);
-// The whole .out file for `inputs` (parse_special is off for llama.cpp's files).
+// The whole .out file for `inputs` (parse_special and add_special are off for llama.cpp's
+// files).
 std::string run_vocab_test(const Tokenizer& tok, const std::vector<std::string>& inputs,
-                           bool parse_special = false);
+                           bool parse_special = false, bool add_special = false);
 
 }  // namespace pagoda

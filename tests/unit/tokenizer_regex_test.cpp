@@ -77,7 +77,7 @@ TEST(TokenizerRegex, CollapsedCategories) {
 
 TEST(TokenizerRegex, RejectsWhatItCannotDo) {
   for (const char* bad :
-       {"(", "a)", "[a", "a{3,1}", "\\p{Han}", "[é\\p{L}]", "(?i:a)", "(a*)*", "*a", "\\q", "\\"}) {
+       {"(", "a)", "[a", "a{3,1}", "\\p{Han}", "[é\\p{L}]", "(?x:a)", "(a*)*", "*a", "\\q", "\\"}) {
     auto re = Regex::compile(bad);
     EXPECT_FALSE(re.is_ok()) << bad;
     if (!re.is_ok()) {

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "common.h"
 #include "pagoda/chat_template.h"
+#include "tokenizer/hf_vocab.h"
 
 namespace pagoda::cli {
 namespace {
@@ -90,7 +91,17 @@ int cmd_template(int argc, char** argv) {
 
   ChatTemplateInputs in;
   std::string source;
-  if (args->has("--model")) {
+  if (args->has("--model") && is_hf_tokenizer_folder(*args->get("--model"))) {
+    // A Hugging Face folder: chat_template.jinja or tokenizer_config.json's chat_template.
+    auto hf = load_hf_tokenizer(*args->get("--model"));
+    if (!hf) return fail("template", hf.status());
+    if (hf->chat_template.empty())
+      return fail("template", not_found("'" + *args->get("--model") + "' has no chat template"));
+    source = hf->chat_template;
+    const Vocab& v = hf->vocab;
+    if (v.valid(v.bos)) in.bos_token = v.tokens[static_cast<size_t>(v.bos)].text;
+    if (v.valid(v.eos)) in.eos_token = v.tokens[static_cast<size_t>(v.eos)].text;
+  } else if (args->has("--model")) {
     auto loaded = load(*args->get("--model"), false, true);
     if (!loaded) return fail("template", loaded.status());
     auto tmpl = loaded->file->get_string("tokenizer.chat_template");

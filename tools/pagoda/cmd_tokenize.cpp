@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -17,15 +18,17 @@
 #include "core/status.h"
 #include "json_out.h"
 #include "model/gguf.h"
+#include "tokenizer/hf_vocab.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_test_format.h"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: pagoda tokenize -m MODEL.gguf (-p TEXT | -f FILE | --stdin | --vocab-test CASES.inp)\n"
+    "usage: pagoda tokenize -m MODEL (-p TEXT | -f FILE | --stdin | --vocab-test CASES.inp)\n"
     "                       [--pieces] [--no-bos] [--parse-special] [--info] [--dump-pieces]\n"
-    "  -m, --model FILE      GGUF file with tokenizer.ggml.* metadata (vocabulary-only is fine)\n"
+    "  -m, --model PATH      GGUF file with tokenizer.ggml.* metadata (vocabulary-only is fine),\n"
+    "                        or a Hugging Face folder with tokenizer.json\n"
     "  -p, --prompt TEXT     text to tokenize\n"
     "  -f, --file FILE       tokenize the contents of FILE\n"
     "      --stdin           tokenize standard input\n"
@@ -36,7 +39,7 @@ constexpr const char* kUsage =
     "      --parse-special   text like <|im_end|> becomes that control token\n"
     "      --vocab-test FILE print one line per case of a llama.cpp .inp conformance file\n"
     "                        (add_special and parse_special off, as test-tokenizer-0 does;\n"
-    "                        --parse-special turns parse_special on)\n"
+    "                        --parse-special turns parse_special on, --add-special add_special)\n"
     "      --info            print the vocabulary's special tokens and flags\n"
     "      --dump-pieces     print every token's piece in hex, plain and with specials rendered\n";
 
@@ -44,7 +47,7 @@ struct Options {
   std::string model;
   std::optional<std::string> prompt, file, vocab_test, decode;
   bool from_stdin = false, pieces = false, no_bos = false, parse_special = false, info = false,
-       dump_pieces = false, json = false;
+       dump_pieces = false, json = false, add_special = false;
 };
 
 int fail(const std::string& message) {
@@ -104,6 +107,19 @@ void dump_pieces(const pagoda::Tokenizer& tok) {
                 hex(tok.token_to_piece(id, true)).c_str());
 }
 
+// A GGUF file, or a Hugging Face folder (one holding tokenizer.json).
+pagoda::Result<std::unique_ptr<pagoda::Tokenizer>> open_tokenizer(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    if (!pagoda::is_hf_tokenizer_folder(path))
+      return pagoda::not_found("the folder has no tokenizer.json");
+    return pagoda::Tokenizer::from_hf_folder(path);
+  }
+  auto file = pagoda::GgufFile::open(path);
+  if (!file.is_ok()) return file.status();
+  return pagoda::Tokenizer::from_gguf(**file);
+}
+
 }  // namespace
 
 namespace pagoda::cli {
@@ -143,6 +159,8 @@ int cmd_tokenize(int argc, char** argv) {
       o.pieces = true;
     } else if (a == "--no-bos") {
       o.no_bos = true;
+    } else if (a == "--add-special") {
+      o.add_special = true;
     } else if (a == "--parse-special") {
       o.parse_special = true;
     } else if (a == "--info") {
@@ -160,9 +178,7 @@ int cmd_tokenize(int argc, char** argv) {
   if (inputs == 0 && !o.info)
     return usage_error("nothing to tokenize (-p, -f, --stdin or --vocab-test)");
 
-  auto file = pagoda::GgufFile::open(o.model);
-  if (!file.is_ok()) return ::fail(file.status().message());
-  auto tok = pagoda::Tokenizer::from_gguf(**file);
+  auto tok = open_tokenizer(o.model);
   if (!tok.is_ok()) return ::fail(o.model + ": " + tok.status().message());
   const pagoda::Tokenizer& t = **tok;
 
@@ -171,8 +187,8 @@ int cmd_tokenize(int argc, char** argv) {
   if (o.vocab_test) {
     auto contents = read_file(*o.vocab_test);
     if (!contents.is_ok()) return ::fail(contents.status().message());
-    const std::string out =
-        pagoda::run_vocab_test(t, pagoda::parse_vocab_test_inputs(*contents), o.parse_special);
+    const std::string out = pagoda::run_vocab_test(t, pagoda::parse_vocab_test_inputs(*contents),
+                                                   o.parse_special, o.add_special);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
   }
