@@ -86,7 +86,7 @@ std::string write_model(const ModelSpec& s, std::mt19937& rng) {
 void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n_decode = 3,
                       int split_keys = CudaSwitches{}.split_keys) {
   const std::string path = write_model(s, rng);
-  auto file = GgufFile::open(path);
+  auto file = open_tensor_source(path);
   if (!file) return fail(file.status().message());
   auto cpu_model = Model::load(**file);
   if (!cpu_model) return fail(cpu_model.status().message());
@@ -196,7 +196,7 @@ CUDA_TEST(decode_split_keys_match_cpu) {
 // through the decode graphs; bad placeholders and a third queued step are refused.
 void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
   const std::string path = write_model(spec, rng);
-  auto file = GgufFile::open(path);
+  auto file = open_tensor_source(path);
   if (!file) return fail(file.status().message());
   RunnerOptions o;
   o.n_kv_blocks = 64;
