@@ -344,12 +344,15 @@ Result<ModelSource> resolve_model(const std::string& spec) {
   if (fs::is_directory(p, ec)) {
     // A checkpoint the engine runs is counted tensor by tensor, as its loaders store it;
     // any other folder (an architecture Pagoda plans but does not run, a config.json
-    // without weights) from its configuration and checkpoint size.
+    // without weights, a checkpoint it refuses) from its configuration and checkpoint
+    // size, with a note saying why.
     auto ts = open_tensor_source(spec);
-    if (ts) return source_from_tensors(**ts);
-    const StatusCode code = ts.status().code();
-    if (code != StatusCode::kUnsupported && code != StatusCode::kNotFound) return ts.status();
-    return source_from_folder(p);
+    Result<ModelSource> engine = ts ? source_from_tensors(**ts) : Result<ModelSource>(ts.status());
+    if (engine) return engine;
+    PAGODA_ASSIGN_OR_RETURN(ModelSource src, source_from_folder(p));
+    src.notes.push_back("Pagoda's engine cannot load this folder (" + engine.status().message() +
+                        "); planned from its config.json");
+    return src;
   }
   if (fs::exists(p, ec)) {
     if (!fs::is_regular_file(p, ec))
