@@ -13,9 +13,10 @@ struct FolderTokenizer {
 // template) as Pagoda's Tokenizer. Until the tokenizer.json reader is wired in here, the
 // commands that need a folder's tokenizer refuse it; those driven by token ids run.
 Result<FolderTokenizer> load_folder_tokenizer(const std::string& dir) {
-  return unsupported("the tokenizer of checkpoint folder '" + dir +
-                     "' (tokenizer.json, tokenizer_config.json) cannot be read yet; commands "
-                     "that take token ids (pagoda logits --tokens, perplexity over ids) run");
+  return unsupported(
+      "the tokenizer of checkpoint folder '" + dir +
+      "' (tokenizer.json, tokenizer_config.json) cannot be read yet; commands "
+      "that take token ids (logits --tokens, bench, perplexity --kl-base FOLDER) run");
 }
 
 }  // namespace

@@ -198,8 +198,9 @@ def transformers_logits(folder, tokens):
 
 
 @pytest.mark.parametrize("name,vocab,bound", [
-    # Measured max |diff| / range: smol 1.1e-3, qwen2 2e-4, llama3 (bf16) 3e-4.
-    ("smol", 49152, 5e-3), ("qwen2", 151936, 5e-3), ("llama3", 128256, 5e-3)])
+    # Measured max |diff| / range over two sets of 24 ids (AVX2): SmolLM2 F16 1.5e-3 and
+    # 8.8e-4, Qwen2 F16 2.5e-4 and 2.6e-4, llama3-scaled BF16 2.7e-3 and 3.3e-3.
+    ("smol", 49152, 5e-3), ("qwen2", 151936, 2e-3), ("llama3", 128256, 1e-2)])
 def test_logits_agree_with_transformers(folders, name, vocab, bound):
     torch_or_skip()
     folder = folders[name]
