@@ -4,6 +4,10 @@
 #  - its Q8_0 and F16 conversions, made by `pagoda quantize`
 #  - small random-weight models made by `pagoda mkmodel` for architectures and features
 #    no small real model covers (Qwen2 biases, llama3 RoPE scaling)
+#  - SmolLM2-135M-Instruct-hf/, a Hugging Face checkpoint folder (config.json,
+#    model.safetensors, tokenizer.json, ...) written from the F16 file by
+#    scripts/hf_from_gguf.py (gguf + numpy + safetensors, no torch; Q/K permutation undone
+#    as transformers' GGUF loader does, which tests/model/test_hf_folder.py checks)
 # Needs build/pagoda. Idempotent; files already there are kept after their check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,4 +53,13 @@ done
   --kv-heads 1 --ffn 320 --ctx 131072 --rope-theta 500000 --rope-scaling llama3 --rope-factor 8 \
   --rope-low-freq-factor 1 --rope-high-freq-factor 4 --rope-orig-ctx 8192 --std 0.08 \
   --embd-std 0.5 --type BF16 --seed 11 -o models/llama3-rope-random.gguf
+HF=models/SmolLM2-135M-Instruct-hf
+if ! [ -f "$HF/model.safetensors" ] || ! [ -f "$HF/tokenizer.json" ]; then
+  PY=python3
+  [ -x .venv/bin/python ] && PY=.venv/bin/python
+  rm -rf "$HF.partial"
+  $PY scripts/hf_from_gguf.py models/SmolLM2-135M-Instruct.F16.gguf "$HF.partial"
+  rm -rf "$HF"
+  mv "$HF.partial" "$HF"
+fi
 echo "models ready: $(ls models | tr '\n' ' ')"

@@ -57,17 +57,38 @@ head -c 65536 ../shared/testdata/tokenizer/ggml-vocab-llama-spm.gguf > "$CORPUS/
 build-fuzz/fuzz_gguf -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
   -print_final_stats=1 "$CORPUS" 2>&1 | tail -n 12
 
+echo "== safetensors fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
+cmake --build build-fuzz -j"$JOBS" --target fuzz_safetensors
+SCORPUS=$(mktemp -d)
+trap 'rm -rf "$CORPUS" "$SCORPUS"' EXIT
+# Seeds written by the safetensors package: F16, F32 and I64 tensors with metadata,
+# and an index (the target parses the bytes up to the first NUL as one).
+.venv/bin/python - "$SCORPUS" <<'PY'
+import json, sys, numpy as np
+from safetensors.numpy import save_file
+d = sys.argv[1]
+save_file({"model.embed_tokens.weight": np.ones((4, 8), np.float16),
+           "model.norm.weight": np.arange(8, dtype=np.float32),
+           "model.layers.0.self_attn.q_proj.bias": np.zeros(3, np.int64)},
+          f"{d}/tiny.safetensors", metadata={"format": "pt"})
+open(f"{d}/index.json", "w").write(json.dumps(
+    {"metadata": {"total_size": 96}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                    "b": "model-00002-of-00002.safetensors"}}))
+PY
+build-fuzz/fuzz_safetensors -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 \
+  -rss_limit_mb=2048 -print_final_stats=1 "$SCORPUS" 2>&1 | tail -n 12
+
 echo "== chat-template fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
 cmake --build build-fuzz -j"$JOBS" --target fuzz_chat_template
 TCORPUS=$(mktemp -d)
-trap 'rm -rf "$CORPUS" "$TCORPUS"' EXIT
+trap 'rm -rf "$CORPUS" "$SCORPUS" "$TCORPUS"' EXIT
 cp ../shared/testdata/chat-templates/*.jinja "$TCORPUS/"
 build-fuzz/fuzz_chat_template -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=20000 \
   -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$TCORPUS" 2>&1 | tail -n 12
 echo "== HTTP request fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
 cmake --build build-fuzz -j"$JOBS" --target fuzz_http_request
 HCORPUS=$(mktemp -d)
-trap 'rm -rf "$CORPUS" "$TCORPUS" "$HCORPUS"' EXIT
+trap 'rm -rf "$CORPUS" "$SCORPUS" "$TCORPUS" "$HCORPUS"' EXIT
 # Seeds: the first byte sets the piece size, the rest is what a client sends.
 printf '\x03POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n{"a": [1]}\n' \
   > "$HCORPUS/cl"
@@ -80,7 +101,7 @@ build-fuzz/fuzz_http_request -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=163
 echo "== OpenAI request fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
 cmake --build build-fuzz -j"$JOBS" --target fuzz_openai_request
 RCORPUS=$(mktemp -d)
-trap 'rm -rf "$CORPUS" "$TCORPUS" "$HCORPUS" "$RCORPUS"' EXIT
+trap 'rm -rf "$CORPUS" "$SCORPUS" "$TCORPUS" "$HCORPUS" "$RCORPUS"' EXIT
 # Seeds: a chat request (with tools), completions with text and token ids, and one with
 # stop strings and ids, a seed and log-probabilities. The target reads stories260K's
 # vocabulary (PAGODA_FUZZ_VOCAB names another).

@@ -19,6 +19,7 @@
 #include "engine/engine_core.h"
 #include "engine/fault_injection.h"
 #include "engine/kv_budget.h"
+#include "engine/model_tokenizer.h"
 #include "model/gguf.h"
 #include "model/runner.h"
 #include "tokenizer/tokenizer.h"
@@ -105,8 +106,8 @@ class EngineImpl : public Engine {
     config_ = cfg;
     // Checked before the load, so that a mistyped value fails at once.
     PAGODA_ASSIGN_OR_RETURN(const FaultPlan faults, parse_fault_plan(cfg.settings.fault_inject));
-    PAGODA_ASSIGN_OR_RETURN(file_, GgufFile::open(cfg.model_path));
-    auto tok = Tokenizer::from_gguf(*file_);
+    PAGODA_ASSIGN_OR_RETURN(file_, open_tensor_source(cfg.model_path));
+    auto tok = load_tokenizer(*file_);
     if (!tok) return tok.status().with_context("loading the tokenizer of '" + cfg.model_path + "'");
     tok_ = std::move(tok).value();
     if (cfg.block_size <= 0 || cfg.block_size % cpu::kKvBlockQuantum != 0)
@@ -180,10 +181,10 @@ class EngineImpl : public Engine {
   // `pagoda plan`); the start-up log sets the plan beside what the GPU reports.
   Result<KvBudget> load_cuda(int gpu) {
     PAGODA_ASSIGN_OR_RETURN(const GpuMemory before, cuda_memory_info(gpu));
-    const auto ctx = file_->get_int(
-        std::string(file_->get_string("general.architecture").value_or("")) + ".context_length");
-    PAGODA_ASSIGN_OR_RETURN(const GpuKvBudget g, plan_gpu_kv_pool(*file_, ctx.value_or(0), config_,
-                                                                  before.free, before.total));
+    PAGODA_ASSIGN_OR_RETURN(const ModelConfig mc, file_->model_config());
+    PAGODA_ASSIGN_OR_RETURN(
+        const GpuKvBudget g,
+        plan_gpu_kv_pool(*file_, mc.context_length, config_, before.free, before.total));
     RunnerOptions o;
     o.n_kv_blocks = g.kv.n_blocks;
     o.kv_block_size = config_.block_size;
@@ -360,7 +361,7 @@ class EngineImpl : public Engine {
   }
 
   EngineConfig config_;
-  std::unique_ptr<GgufFile> file_;
+  std::unique_ptr<TensorSource> file_;  // the GGUF file or checkpoint folder, while loading
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;

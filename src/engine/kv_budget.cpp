@@ -92,10 +92,10 @@ Result<KvBudget> plan_kv_pool(const ModelConfig& model, const EngineConfig& conf
   return b;
 }
 
-Result<GpuKvBudget> plan_gpu_kv_pool(const GgufFile& file, int64_t model_context,
+Result<GpuKvBudget> plan_gpu_kv_pool(const TensorSource& file, int64_t model_context,
                                      const EngineConfig& config, int64_t free_bytes,
                                      int64_t total_bytes) {
-  PAGODA_ASSIGN_OR_RETURN(ledger::ModelSource src, ledger::source_from_gguf(file));
+  PAGODA_ASSIGN_OR_RETURN(ledger::ModelSource src, ledger::source_from_tensors(file));
   ledger::restate_for_cuda(&src);  // the bytes the loader will put on the device
   ledger::PlanInput in = ledger::input_from_source(src);
   PAGODA_ASSIGN_OR_RETURN(const KvCacheType kv, kv_cache_type(config, /*gpu=*/true));

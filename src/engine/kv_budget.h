@@ -48,7 +48,7 @@ struct GpuKvBudget {
   KvCacheType kv_cache_type = KvCacheType::k16Bit;  // config.kv_cache_dtype
   bool fp8_weights = false;                         // config.quantization
 };
-Result<GpuKvBudget> plan_gpu_kv_pool(const GgufFile& file, int64_t model_context,
+Result<GpuKvBudget> plan_gpu_kv_pool(const TensorSource& file, int64_t model_context,
                                      const EngineConfig& config, int64_t free_bytes,
                                      int64_t total_bytes);
 

@@ -10,6 +10,7 @@
 #include "core/text.h"
 #include "model/arch/arch.h"
 #include "model/model.h"
+#include "model/tensor_source.h"
 #include "model/weight_types.h"
 
 namespace pagoda::ledger {
@@ -33,14 +34,16 @@ std::string type_name(DType t) {
   }
 }
 
-SourceTensor classify(const GgufTensorInfo& t) {
+// Where a tensor named as GGUF names it lives and how it splits; bytes and type as given.
+SourceTensor classify(const std::string& name, int64_t bytes, int64_t elements, int n_dims,
+                      DType type) {
   SourceTensor s;
-  s.name = t.name;
-  s.bytes = static_cast<int64_t>(t.size);
-  s.elements = t.n_elements();
-  s.matrix = t.n_dims >= 2;
-  s.type = type_name(t.type);
-  const std::string_view n = t.name;
+  s.name = name;
+  s.bytes = bytes;
+  s.elements = elements;
+  s.matrix = n_dims >= 2;
+  s.type = type_name(type);
+  const std::string_view n = s.name;
   if (n == "token_embd.weight") {
     s.place = TensorPlace::kFirstStage;
     s.split = TensorSplit::kTensorParallel;
@@ -209,7 +212,8 @@ Result<ModelSource> source_from_gguf(const GgufFile& f) {
   }
   std::map<std::string, int64_t> by_type;
   for (const GgufTensorInfo& t : f.tensors()) {
-    src.tensors.push_back(classify(t));
+    src.tensors.push_back(
+        classify(t.name, static_cast<int64_t>(t.size), t.n_elements(), t.n_dims, t.type));
     const SourceTensor& s = src.tensors.back();
     if (s.place == TensorPlace::kLayer && (s.layer < 0 || s.layer >= src.shape.n_layers))
       return corrupt("tensor '" + t.name + "' names a layer outside the model");
@@ -218,6 +222,38 @@ Result<ModelSource> source_from_gguf(const GgufFile& f) {
   for (const auto& [type, bytes] : by_type)
     if (src.dtype.empty() || bytes > by_type[src.dtype]) src.dtype = type;
   PAGODA_RETURN_IF_ERROR(validate(src.shape).with_context("'" + f.path() + "'"));
+  return src;
+}
+
+Result<ModelSource> source_from_tensors(const TensorSource& ts) {
+  if (const GgufFile* f = ts.gguf()) return source_from_gguf(*f);
+  PAGODA_ASSIGN_OR_RETURN(const ModelConfig c, ts.model_config());
+  ModelSource src;
+  src.kind = "checkpoint";
+  src.where = ts.path();
+  src.shape = shape_from_config(c);
+  std::map<std::string, int64_t> by_type;
+  bool restated = false;
+  for (const WeightTensor& t : ts.tensors()) {
+    // Both backends keep vectors (norms, biases, RoPE factors) in f32, whatever the
+    // checkpoint stores them in.
+    const bool vector = t.n_dims < 2;
+    restated = restated || (vector && t.type != DType::kF32);
+    src.tensors.push_back(classify(t.name,
+                                   vector ? t.n_elements() * 4 : static_cast<int64_t>(t.size),
+                                   t.n_elements(), t.n_dims, vector ? DType::kF32 : t.type));
+    const SourceTensor& s = src.tensors.back();
+    if (s.place == TensorPlace::kLayer && (s.layer < 0 || s.layer >= src.shape.n_layers))
+      return corrupt("tensor '" + t.file_name + "' names a layer outside the model");
+    if (s.matrix) by_type[s.type] += s.bytes;
+  }
+  for (const auto& [type, bytes] : by_type)
+    if (src.dtype.empty() || bytes > by_type[src.dtype]) src.dtype = type;
+  if (restated)
+    src.notes.push_back(
+        "the checkpoint's vectors (norms, biases) are counted in f32, as "
+        "the engine keeps them");
+  PAGODA_RETURN_IF_ERROR(validate(src.shape).with_context("'" + ts.path() + "'"));
   return src;
 }
 
@@ -240,8 +276,8 @@ namespace {
 // (model/weight_types.h) and notes what changed; tensors its loader refuses keep the
 // file's bytes (the load will say why).
 int restate(ModelSource* src, WeightBackend backend) {
-  if (src->kind != "gguf") return 0;
-  std::vector<size_t> index;  // into src->tensors
+  if (src->tensors.empty()) return 0;  // no tensors to restate: counted from the shape
+  std::vector<size_t> index;           // into src->tensors
   std::vector<std::pair<std::string, DType>> matrices;
   for (size_t i = 0; i < src->tensors.size(); ++i) {
     const SourceTensor& t = src->tensors[i];
@@ -305,7 +341,19 @@ Result<ModelSource> resolve_model(const std::string& spec) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p(spec);
-  if (fs::is_directory(p, ec)) return source_from_folder(p);
+  if (fs::is_directory(p, ec)) {
+    // A checkpoint the engine runs is counted tensor by tensor, as its loaders store it;
+    // any other folder (an architecture Pagoda plans but does not run, a config.json
+    // without weights, a checkpoint it refuses) from its configuration and checkpoint
+    // size, with a note saying why.
+    auto ts = open_tensor_source(spec);
+    Result<ModelSource> engine = ts ? source_from_tensors(**ts) : Result<ModelSource>(ts.status());
+    if (engine) return engine;
+    PAGODA_ASSIGN_OR_RETURN(ModelSource src, source_from_folder(p));
+    src.notes.push_back("Pagoda's engine cannot load this folder (" + engine.status().message() +
+                        "); planned from its config.json");
+    return src;
+  }
   if (fs::exists(p, ec)) {
     if (!fs::is_regular_file(p, ec))
       return invalid_argument("'" + spec + "' is not a regular file");

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "ledger/model_shape.h"
 #include "model/gguf.h"
+#include "model/tensor_source.h"
 
 namespace pagoda::ledger {
 
@@ -62,6 +63,10 @@ ModelSource source_from_catalog(const CatalogEntry& entry);
 // From an opened GGUF file: the engine's ModelConfig when Pagoda supports the
 // architecture, otherwise the common GGUF hyperparameter keys; weights are the tensors.
 Result<ModelSource> source_from_gguf(const GgufFile& file);
+// From a GGUF file or a checkpoint folder Pagoda runs (model/tensor_source.h): a GGUF
+// file as source_from_gguf; a checkpoint's tensors as the loaders keep them (matrices in
+// their checkpoint type, vectors in f32), so that the plan counts the engine's bytes.
+Result<ModelSource> source_from_tensors(const TensorSource& source);
 // From the text of a config.json (multimodal configs: their text_config).
 Result<ModelSource> source_from_hf_config(std::string_view json_text, const std::string& where);
 // Total tensor bytes of a single .safetensors file, from its header.

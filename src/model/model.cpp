@@ -5,13 +5,14 @@
 #include "backend/cpu/convert_blocks.h"
 #include "core/log.h"
 #include "model/arch/arch.h"
+#include "model/tensor_source.h"
 #include "model/weight_types.h"
 
 namespace pagoda {
 namespace {
 
-Result<std::vector<float>> load_vector(const GgufFile& f, const std::string& name, int64_t n) {
-  PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f.find_tensor(name, {n}));
+Result<std::vector<float>> load_vector(const TensorSource& f, const std::string& name, int64_t n) {
+  PAGODA_ASSIGN_OR_RETURN(const WeightTensor* t, f.find_tensor(name, {n}));
   std::vector<float> v(static_cast<size_t>(n));
   if (t->type == DType::kF32) {
     std::memcpy(v.data(), f.tensor_data(*t), static_cast<size_t>(n) * sizeof(float));
@@ -41,14 +42,14 @@ struct LoadContext {
 // Loads the matrices named in `names` (each [cols] x rows[i]), converting types the
 // kernels lack; when all end in one type they are stacked into one matrix so a single
 // product computes them all.
-Result<std::vector<cpu::WeightMatrix>> load_stacked(const GgufFile& f,
+Result<std::vector<cpu::WeightMatrix>> load_stacked(const TensorSource& f,
                                                     const std::vector<std::string>& names,
                                                     const std::vector<int64_t>& rows, int64_t cols,
                                                     LoadContext* ctx) {
-  std::vector<const GgufTensorInfo*> ts;
+  std::vector<const WeightTensor*> ts;
   std::vector<DType> types;  // as stored
   for (size_t i = 0; i < names.size(); ++i) {
-    PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f.find_tensor(names[i], {cols, rows[i]}));
+    PAGODA_ASSIGN_OR_RETURN(const WeightTensor* t, f.find_tensor(names[i], {cols, rows[i]}));
     const DType to = cpu_storage_type(t->type);
     if (!cpu::is_supported_weight_type(to))
       return unsupported("tensor '" + names[i] + "' has type " + std::string(dtype_name(t->type)) +
@@ -90,13 +91,14 @@ Result<std::vector<cpu::WeightMatrix>> load_stacked(const GgufFile& f,
     }
   }
   // Copied: let the file's pages go now, so loading never holds a model twice.
-  for (const GgufTensorInfo* t : ts) f.release_tensor(*t);
+  for (const WeightTensor* t : ts) f.release_tensor(*t);
   return out;
 }
 
-Result<cpu::WeightMatrix> load_matrix(const GgufFile& f, const std::string& name, int64_t rows,
-                                      int64_t cols, LoadContext* ctx) {
-  PAGODA_ASSIGN_OR_RETURN(auto v, load_stacked(f, {name}, {rows}, cols, ctx));
+// A product of one matrix.
+Result<cpu::WeightMatrix> load_matrix(const TensorSource& f, const MatrixTensor& m,
+                                      LoadContext* ctx) {
+  PAGODA_ASSIGN_OR_RETURN(auto v, load_stacked(f, {m.name}, {m.rows}, m.cols, ctx));
   return std::move(v[0]);
 }
 
@@ -119,17 +121,22 @@ Status check_batch(const Batch& batch, int32_t n_vocab, int prev_picks) {
 
 Model::~Model() = default;
 
-Result<std::unique_ptr<Model>> Model::load(const GgufFile& f, ThreadPool* pool) {
+Result<std::unique_ptr<Model>> Model::load(const GgufFile& file, ThreadPool* pool) {
+  PAGODA_ASSIGN_OR_RETURN(const std::unique_ptr<TensorSource> src, gguf_tensor_source(file));
+  return load(*src, pool);
+}
+
+Result<std::unique_ptr<Model>> Model::load(const TensorSource& f, ThreadPool* pool) {
   std::unique_ptr<Model> m(new Model());
   PAGODA_ASSIGN_OR_RETURN(m->config_, read_model_config(f));
   ModelConfig& c = m->config_;
   PAGODA_RETURN_IF_ERROR(require_features(c.recipe, kCpuRecipeFeatures, "the CPU backend"));
   LoadContext ctx;
   ctx.pool = pool;
-  PAGODA_ASSIGN_OR_RETURN(m->tok_embd_, load_matrix(f, kTokEmbdTensor, c.n_vocab, c.dim, &ctx));
+  PAGODA_ASSIGN_OR_RETURN(m->tok_embd_, load_matrix(f, {kTokEmbdTensor, c.n_vocab, c.dim}, &ctx));
   PAGODA_ASSIGN_OR_RETURN(m->output_norm_, load_vector(f, kOutputNormTensor, c.dim));
   if (!c.recipe.tied_output) {
-    PAGODA_ASSIGN_OR_RETURN(m->output_, load_matrix(f, kOutputTensor, c.n_vocab, c.dim, &ctx));
+    PAGODA_ASSIGN_OR_RETURN(m->output_, load_matrix(f, {kOutputTensor, c.n_vocab, c.dim}, &ctx));
   }
   if (c.rope_has_freq_factors) {
     PAGODA_ASSIGN_OR_RETURN(m->rope_freq_factors_,
@@ -147,11 +154,10 @@ Result<std::unique_ptr<Model>> Model::load(const GgufFile& f, ThreadPool* pool) 
       PAGODA_ASSIGN_OR_RETURN(auto b, load_vector(f, t.qkv_bias[i], t.qkv.rows[i]));
       L.qkv_bias.insert(L.qkv_bias.end(), b.begin(), b.end());
     }
-    PAGODA_ASSIGN_OR_RETURN(L.wo, load_matrix(f, t.wo.names[0], t.wo.rows[0], t.wo.cols, &ctx));
+    PAGODA_ASSIGN_OR_RETURN(L.wo, load_matrix(f, t.wo, &ctx));
     PAGODA_ASSIGN_OR_RETURN(L.gate_up,
                             load_stacked(f, t.gate_up.names, t.gate_up.rows, t.gate_up.cols, &ctx));
-    PAGODA_ASSIGN_OR_RETURN(L.down,
-                            load_matrix(f, t.down.names[0], t.down.rows[0], t.down.cols, &ctx));
+    PAGODA_ASSIGN_OR_RETURN(L.down, load_matrix(f, t.down, &ctx));
   }
   // Every tensor now lives in ordinary memory; the file's pages need not stay resident.
   f.release_tensor_data();

@@ -15,6 +15,7 @@
 #include "model/gguf.h"
 #include "model/kv_storage.h"
 #include "model/model_config.h"
+#include "model/tensor_source.h"
 
 namespace pagoda {
 
@@ -49,9 +50,13 @@ inline constexpr uint32_t kCpuRecipeFeatures = kFeatQkvBias | kFeatNeoxRope;
 
 class Model {
  public:
-  // Reads config and weights from an opened GGUF file (copied into ordinary memory).
-  // Tensors the kernels cannot take are converted on `pool` (null: a pool of every
-  // hardware thread, made only when something needs converting).
+  // Reads config and weights from a GGUF file or checkpoint folder (model/tensor_source.h),
+  // copied into ordinary memory tensor by tensor, each tensor's mapped pages given back
+  // once copied. Tensors the kernels cannot take are converted on `pool` (null: a pool of
+  // every hardware thread, made only when something needs converting).
+  static Result<std::unique_ptr<Model>> load(const TensorSource& source,
+                                             ThreadPool* pool = nullptr);
+  // The same over an opened GGUF file.
   static Result<std::unique_ptr<Model>> load(const GgufFile& file, ThreadPool* pool = nullptr);
 
   const ModelConfig& config() const { return config_; }

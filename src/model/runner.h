@@ -105,14 +105,15 @@ class ModelRunner {
 std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool,
                                              const RunnerOptions& options);
 
-// The CUDA backend: loads the weights of `file` straight to the GPU. Unsupported when
+// The CUDA backend: loads the weights of `file` (a GGUF file or checkpoint folder,
+// model/tensor_source.h) straight to the GPU. Unsupported when
 // Pagoda was built without CUDA, its plugin cannot be loaded, or no GPU is present.
 //
 // The backend is a plugin (libpagoda_cuda.so beside the executable, or the file named by
 // set_cuda_plugin_path: PAGODA_CUDA_PLUGIN) opened on first use: linking cuBLASLt into the
 // executable cost every CPU process ~180 MB of resident memory (its relocations, data and static
 // initialisers) and its load time, for a GPU it never touches.
-Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const GgufFile& file,
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const TensorSource& file,
                                                       const RunnerOptions& options);
 struct GpuMemory {
   int64_t free = 0, total = 0;  // bytes, as cudaMemGetInfo reports them
@@ -125,6 +126,6 @@ void set_cuda_plugin_path(const std::string& path);
 bool cuda_built();
 // Bumped whenever make_cuda_runner's types change, so a stale plugin is refused rather
 // than called with the wrong layout.
-inline constexpr int kCudaPluginAbi = 8;
+inline constexpr int kCudaPluginAbi = 9;
 
 }  // namespace pagoda

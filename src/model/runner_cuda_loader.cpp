@@ -15,7 +15,7 @@ namespace pagoda {
 namespace {
 
 using AbiFn = int (*)();
-using MakeFn = void (*)(const GgufFile*, const RunnerOptions*,
+using MakeFn = void (*)(const TensorSource*, const RunnerOptions*,
                         Result<std::unique_ptr<ModelRunner>>*);
 using MemFn = void (*)(int, Result<GpuMemory>*);
 
@@ -95,7 +95,7 @@ void set_cuda_plugin_path(const std::string& path) {
   g_plugin_path = path;
 }
 
-Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const GgufFile& file,
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const TensorSource& file,
                                                       const RunnerOptions& options) {
   if (!plugin().make) return unsupported(plugin().error);
   Result<std::unique_ptr<ModelRunner>> out = internal_error("the CUDA backend returned nothing");

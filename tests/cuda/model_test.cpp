@@ -89,7 +89,7 @@ std::string write_model(const ModelSpec& s, std::mt19937& rng) {
 void compare_backends(const ModelSpec& s, double bound, std::mt19937& rng, int n_decode = 3,
                       int split_keys = CudaSwitches{}.split_keys) {
   const std::string path = write_model(s, rng);
-  auto file = GgufFile::open(path);
+  auto file = open_tensor_source(path);
   if (!file) FAIL() << file.status().message();
   auto cpu_model = Model::load(**file);
   if (!cpu_model) FAIL() << cpu_model.status().message();
@@ -199,7 +199,7 @@ TEST_F(CudaModel, decode_split_keys_match_cpu) {
 // through the decode graphs; bad placeholders and a third queued step are refused.
 void compare_pipeline(const ModelSpec& spec, bool sampled, std::mt19937& rng) {
   const std::string path = write_model(spec, rng);
-  auto file = GgufFile::open(path);
+  auto file = open_tensor_source(path);
   if (!file) FAIL() << file.status().message();
   RunnerOptions o;
   o.n_kv_blocks = 64;

@@ -14,12 +14,12 @@ namespace {
 const std::string kModel = std::string(PAGODA_SHARED_DIR) + "/models/stories260K.gguf";
 
 TEST(KvBudget, AnFp8PoolHoldsTwiceTheTokensOfAnFp16One) {
-  auto f = GgufFile::open(kModel);
+  auto f = open_tensor_source(kModel);
   ASSERT_TRUE(f.is_ok()) << f.status().message();
-  const int64_t layers = *(*f)->get_int("llama.block_count");
-  const int64_t heads = *(*f)->get_int("llama.attention.head_count");
-  const int64_t kv_heads = *(*f)->get_int("llama.attention.head_count_kv");
-  const int64_t head_dim = *(*f)->get_int("llama.embedding_length") / heads;
+  const int64_t layers = *(*f)->gguf()->get_int("llama.block_count");
+  const int64_t heads = *(*f)->gguf()->get_int("llama.attention.head_count");
+  const int64_t kv_heads = *(*f)->gguf()->get_int("llama.attention.head_count_kv");
+  const int64_t head_dim = *(*f)->gguf()->get_int("llama.embedding_length") / heads;
   const int64_t elems_per_token = layers * kv_heads * head_dim * 2;
 
   EngineConfig c;
@@ -49,12 +49,12 @@ TEST(KvBudget, Fp8WeightsLeaveRoomForTheirActivationScratch) {
   // What CudaModel::reserve asks Gemm::reserve_fp8 for: the batch's tokens (rounded up to
   // 16) x the widest input in one byte, 16-byte aligned, and a 16-row fp32 tile of the
   // widest output, from the file's own metadata.
-  auto f = GgufFile::open(kModel);
+  auto f = open_tensor_source(kModel);
   ASSERT_TRUE(f.is_ok()) << f.status().message();
-  const int64_t dim = *(*f)->get_int("llama.embedding_length");
-  const int64_t heads = *(*f)->get_int("llama.attention.head_count");
-  const int64_t kv_dim = *(*f)->get_int("llama.attention.head_count_kv") * (dim / heads);
-  const int64_t ffn = *(*f)->get_int("llama.feed_forward_length");
+  const int64_t dim = *(*f)->gguf()->get_int("llama.embedding_length");
+  const int64_t heads = *(*f)->gguf()->get_int("llama.attention.head_count");
+  const int64_t kv_dim = *(*f)->gguf()->get_int("llama.attention.head_count_kv") * (dim / heads);
+  const int64_t ffn = *(*f)->gguf()->get_int("llama.feed_forward_length");
 
   EngineConfig c;
   c.device = "cuda";

@@ -28,9 +28,10 @@ def test_unknown_command_and_flags():
 def test_missing_and_unreadable_models(tmp_path):
     expect_error(["run", "-m", "/no/such/model.gguf", "-p", "hi"], "/no/such/model.gguf")
     expect_error(["run", "-p", "hi"], "missing -m")
+    # A directory is a Hugging Face checkpoint folder (tests/model/test_hf_folder.py).
     d = tmp_path / "dir.gguf"
     d.mkdir()
-    expect_error(["run", "-m", str(d), "-p", "hi"], "not a regular file")
+    expect_error(["run", "-m", str(d), "-p", "hi"], "has no config.json")
 
 
 def test_corrupt_models(tmp_path):

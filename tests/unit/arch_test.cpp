@@ -90,14 +90,14 @@ TEST(Arch, LayerTensorsNameEveryPartOnce) {
   EXPECT_EQ(t.qkv.names[1], "blk.3.attn_k.weight");
   EXPECT_EQ(t.qkv.rows, (std::vector<int64_t>{64, 16, 16}));
   EXPECT_EQ(t.qkv.cols, 64);
-  EXPECT_EQ(t.wo.rows, (std::vector<int64_t>{64}));
+  EXPECT_EQ(t.wo.rows, 64);
   EXPECT_EQ(t.wo.cols, 64);
   EXPECT_EQ(t.down.cols, 96);
   EXPECT_TRUE(t.qkv_bias.empty());
   c.recipe.qkv_bias = true;
   t = layer_tensors(c, 0);
   EXPECT_EQ(t.qkv_bias, (std::vector<std::string>{"blk.0.attn_q.bias", "blk.0.attn_k.bias",
-                                                   "blk.0.attn_v.bias"}));
+                                                  "blk.0.attn_v.bias"}));
 }
 
 // The shared model with `key` = `value` added to its metadata.
@@ -132,7 +132,8 @@ TEST(Arch, BackendRefusesARecipeFeatureByName) {
   ASSERT_TRUE(src.is_ok()) << src.status().message();
   bool noted = false;
   for (const std::string& n : src->notes)
-    noted = noted || n.find("does not run this file (sliding-window attention") != std::string::npos;
+    noted =
+        noted || n.find("does not run this file (sliding-window attention") != std::string::npos;
   EXPECT_TRUE(noted);
 }
 

@@ -24,7 +24,7 @@ double median(std::vector<double> v) {
 
 int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
   const double t_load = now_seconds();
-  auto file = GgufFile::open(model_path);
+  auto file = open_tensor_source(model_path);
   if (!file) return fail("bench", file.status());
   const int P = bc.prompt_len, G = bc.gen_len, D = bc.depth, B = std::max(1, bc.parallel);
   const int per_seq = std::max(P, D + G) + 16;

@@ -25,7 +25,7 @@ double median(std::vector<double> v) {
 
 std::vector<FlagSpec> bench_flag_specs() {
   return {
-      {"--model", "-m", true, "GGUF model file"},
+      {"--model", "-m", true, "GGUF model file or Hugging Face checkpoint folder"},
       {"--prompt-len", "-p", true, "prompt tokens for the prefill test (default 512; 0 skips it)"},
       {"--gen-len", "-n", true, "tokens for the decode test (default 128; 0 skips it)"},
       {"--threads", "-t", true, "threads (default: all cores)"},

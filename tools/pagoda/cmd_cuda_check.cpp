@@ -141,7 +141,7 @@ using Prompts = std::vector<std::vector<int32_t>>;
 
 std::vector<FlagSpec> cuda_check_flag_specs() {
   return {
-      {"--model", "-m", true, "GGUF model file"},
+      {"--model", "-m", true, "GGUF model file or Hugging Face checkpoint folder"},
       {"--tokens", "", true, "one prompt as token ids: \"1 2 3\""},
       {"--tokens-file", "", true, "prompts as token ids, one prompt per line"},
       {"--n-predict", "-n", true, "tokens to generate per prompt (default 64)"},
@@ -257,13 +257,13 @@ Result<GpuRuns> run_on_gpu(ModelRunner& gpu, int n_ctx, const Prompts& prompts, 
 // Empty when the GPU computes with the CPU's numbers (a token-for-token check); else what
 // differs, for the top-5 check: FP8, or weights the CUDA loader converts
 // (model/cuda_weight_types.h), or K types (see the top of this file).
-std::string rounded_numbers(const RunnerOptions& o, const GgufFile& file) {
+std::string rounded_numbers(const RunnerOptions& o, const TensorSource& file) {
   int converted = 0;
-  if (auto src = ledger::source_from_gguf(file)) converted = ledger::restate_for_cuda(&*src);
+  if (auto src = ledger::source_from_tensors(file)) converted = ledger::restate_for_cuda(&*src);
   // K types: the block types of 256-element super-blocks.
   const bool k_quants =
       std::any_of(file.tensors().begin(), file.tensors().end(),
-                  [](const GgufTensorInfo& t) { return dtype_info(t.type).block_elems == 256; });
+                  [](const WeightTensor& t) { return dtype_info(t.type).block_elems == 256; });
   const bool fp8_kv = o.kv_cache_type == KvCacheType::kFp8;
   if (o.fp8_weights && fp8_kv) return "fp8 weights + KV";
   if (o.fp8_weights) return "fp8 weights";

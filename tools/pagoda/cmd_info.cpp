@@ -1,5 +1,5 @@
-// pagoda info: what a GGUF file holds (metadata, tensors, model configuration), or with
-// --env the PAGODA_* switches and the values in force.
+// pagoda info: what a GGUF file or checkpoint folder holds (metadata or configuration,
+// tensors), or with --env the PAGODA_* switches and the values in force.
 #include <cstdio>
 
 #include "args.h"
@@ -8,10 +8,45 @@
 #include "core/settings.h"
 
 namespace pagoda::cli {
+namespace {
+
+// A checkpoint folder: the configuration config.json gives, and its tensors under the
+// names the loaders use.
+int info_folder(const std::string& path, bool tensors) {
+  auto src = open_tensor_source(path);
+  if (!src) return fail("info", src.status());
+  const TensorSource& s = **src;
+  auto c = s.model_config();
+  if (!c) return fail("info", c.status());
+  uint64_t total = 0;
+  for (const WeightTensor& t : s.tensors()) total += t.size;
+  std::printf("folder: %s (Hugging Face checkpoint, %s)\n", path.c_str(),
+              std::string(s.format()).c_str());
+  std::printf(
+      "config: %s, %d layers, dim %d, %d heads (%d KV) of %d, ffn %d, vocab %d, context %d, "
+      "rope theta %g%s, rms eps %g, %s output\n",
+      c->arch.c_str(), c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim,
+      c->n_vocab, c->context_length, c->rope_theta,
+      c->rope_has_freq_factors ? " (llama3 scaling)" : "", c->rms_eps,
+      c->recipe.tied_output ? "tied" : "separate");
+  std::printf("tensors: %zu, %llu bytes of data\n", s.tensors().size(),
+              static_cast<unsigned long long>(total));
+  if (tensors) {
+    for (const WeightTensor& t : s.tensors()) {
+      std::printf("  %-40s %-5s [", t.file_name.c_str(), std::string(dtype_name(t.type)).c_str());
+      for (int d = 0; d < t.n_dims; ++d)
+        std::printf("%s%lld", d ? ", " : "", static_cast<long long>(t.ne[d]));
+      std::printf("] as %s\n", t.name.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
 
 int cmd_info(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
-      {"--model", "-m", true, "GGUF file"},
+      {"--model", "-m", true, "GGUF file or Hugging Face checkpoint folder"},
       {"--tensors", "", false, "list every tensor"},
       {"--env", "", false, "list the PAGODA_* environment switches and the values in force"},
       {"--help", "-h", false, "show this help"},
@@ -29,6 +64,7 @@ int cmd_info(int argc, char** argv) {
   std::string path =
       args->get_or("--model", args->positional().empty() ? "" : args->positional()[0]);
   if (path.empty()) return fail("info", invalid_argument("missing -m FILE"));
+  if (is_model_folder(path)) return info_folder(path, args->has("--tensors"));
   auto f = GgufFile::open(path);
   if (!f) return fail("info", f.status());
   const GgufFile& g = **f;

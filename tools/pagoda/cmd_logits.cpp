@@ -14,7 +14,7 @@ namespace pagoda::cli {
 
 int cmd_logits(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
-      {"--model", "-m", true, "GGUF model file"},
+      {"--model", "-m", true, "GGUF model file or Hugging Face checkpoint folder"},
       {"--prompt", "-p", true, "prompt text (tokenized with the model's tokenizer)"},
       {"--tokens", "", true, "prompt as token ids instead of text: \"1 2 3\""},
       {"--all", "", false, "logits at every prompt position, not only the last"},

@@ -44,7 +44,7 @@ Result<Evaluated> open_runner(const std::string& path, DeviceKind device, bool t
 
 int cmd_perplexity(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
-      {"--model", "-m", true, "GGUF model file"},
+      {"--model", "-m", true, "GGUF model file or Hugging Face checkpoint folder"},
       {"--file", "-f", true, "text file to evaluate (tokenized with the model's tokenizer)"},
       {"--ctx-size", "-c", true, "tokens a chunk; the second half of each is scored (default 512)"},
       {"--chunks", "", true, "evaluate at most this many chunks (default: all)"},

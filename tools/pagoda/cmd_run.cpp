@@ -26,7 +26,7 @@ Result<std::string> chatml(const Tokenizer& tok, const std::string& system,
 
 std::vector<FlagSpec> run_flag_specs() {
   return {
-      {"--model", "-m", true, "GGUF model file"},
+      {"--model", "-m", true, "GGUF model file or Hugging Face checkpoint folder"},
       {"--prompt", "-p", true, "prompt text"},
       {"--tokens", "", true, "prompt as token ids instead of text: \"1 2 3\""},
       {"--n-predict", "-n", true, "tokens to generate (default 128)"},

@@ -171,10 +171,12 @@ int cmd_serve(int argc, char** argv) {
       return fail("serve", invalid_argument("--chat-template '" + path + "' is empty"));
     sc.chat_template = std::move(text).value();
   } else {
-    // The chat template travels in the model file; the engine does not keep its metadata.
-    auto file = GgufFile::open(ec.model_path);
+    // The chat template travels with the model; the engine does not keep its metadata.
+    auto file = open_tensor_source(ec.model_path);
     if (!file) return fail("serve", file.status());
-    if (auto t = (*file)->get_string("tokenizer.chat_template")) sc.chat_template = std::string(*t);
+    auto t = load_chat_template(**file);
+    if (!t) return fail("serve", t.status());
+    sc.chat_template = std::move(t).value();
   }
   const double t0 = now_seconds();
   auto engine = Engine::create(ec);

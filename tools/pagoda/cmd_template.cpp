@@ -104,8 +104,9 @@ int cmd_template(int argc, char** argv) {
   } else if (args->has("--model")) {
     auto loaded = load(*args->get("--model"), false, true);
     if (!loaded) return fail("template", loaded.status());
-    auto tmpl = loaded->file->get_string("tokenizer.chat_template");
-    if (!tmpl)
+    auto tmpl = load_chat_template(*loaded->file);
+    if (!tmpl) return fail("template", tmpl.status());
+    if (tmpl->empty())
       return fail("template",
                   not_found("'" + *args->get("--model") + "' has no tokenizer.chat_template"));
     source = std::string(*tmpl);

@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "engine/model_tokenizer.h"
 #include "model/runner.h"
 
 namespace pagoda::cli {
@@ -21,9 +22,9 @@ double now_seconds() {
 Result<Loaded> load(const std::string& path, bool want_model, bool want_tokenizer) {
   const double t0 = now_seconds();
   Loaded l;
-  PAGODA_ASSIGN_OR_RETURN(l.file, GgufFile::open(path));
+  PAGODA_ASSIGN_OR_RETURN(l.file, open_tensor_source(path));
   if (want_tokenizer) {
-    auto tok = Tokenizer::from_gguf(*l.file);
+    auto tok = load_tokenizer(*l.file);
     if (!tok) return tok.status().with_context("loading the tokenizer of '" + path + "'");
     l.tokenizer = std::move(tok).value();
   }

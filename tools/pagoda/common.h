@@ -9,16 +9,19 @@
 #include "core/device.h"
 #include "core/status.h"
 #include "engine/detokenizer.h"
+#include "engine/model_tokenizer.h"
 #include "engine/perplexity.h"
 #include "model/gguf.h"
 #include "model/model.h"
+#include "model/tensor_source.h"
 #include "pagoda/settings.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
 
 struct Loaded {
-  std::unique_ptr<GgufFile> file;
+  // The GGUF file or checkpoint folder (model/tensor_source.h).
+  std::unique_ptr<TensorSource> file;
   std::unique_ptr<Model> model;          // null when only the vocabulary was asked for
   std::unique_ptr<Tokenizer> tokenizer;  // null when not asked for
   double load_seconds = 0;

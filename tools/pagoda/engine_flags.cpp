@@ -10,7 +10,7 @@ namespace pagoda::cli {
 
 std::vector<FlagSpec> engine_flag_specs() {
   return {
-      {"--model", "-m", true, "GGUF model file"},
+      {"--model", "-m", true, "GGUF model file or Hugging Face checkpoint folder"},
       {"--threads", "-t", true, "threads (default: all cores)"},
       {"--max-num-seqs", "", true, "most sequences running at once (default 256)"},
       {"--max-num-batched-tokens", "", true,

@@ -6,8 +6,8 @@ namespace pagoda {
 namespace {
 
 constexpr Architecture kArchitectures[] = {
-    {"llama", llama_read_config},
-    {"qwen2", qwen2_read_config},
+    {"llama", "LlamaForCausalLM", llama_read_config, llama_read_hf_config},
+    {"qwen2", "Qwen2ForCausalLM", qwen2_read_config, qwen2_read_hf_config},
 };
 
 Status require_int(const GgufFile& f, const std::string& key, int64_t lo, int64_t hi, int* out) {
@@ -31,6 +31,16 @@ const Architecture* find_architecture(std::string_view name) {
 
 std::string_view supported_architectures() {
   return "llama, qwen2";
+}
+
+const Architecture* find_hf_architecture(std::string_view hf_name) {
+  for (const Architecture& a : kArchitectures)
+    if (a.hf_name == hf_name) return &a;
+  return nullptr;
+}
+
+std::string_view supported_hf_architectures() {
+  return "LlamaForCausalLM, Qwen2ForCausalLM";
 }
 
 Result<ModelConfig> read_model_config(const GgufFile& f) {
@@ -64,10 +74,27 @@ LayerTensors layer_tensors(const ModelConfig& c, int l) {
   t.ffn_norm = p + "ffn_norm.weight";
   t.qkv = {{p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, {q, kv, kv}, c.dim};
   if (c.recipe.qkv_bias) t.qkv_bias = {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"};
-  t.wo = {{p + "attn_output.weight"}, {c.dim}, q};
+  t.wo = {p + "attn_output.weight", c.dim, q};
   t.gate_up = {{p + "ffn_gate.weight", p + "ffn_up.weight"}, {c.ffn_dim, c.ffn_dim}, c.dim};
-  t.down = {{p + "ffn_down.weight"}, {c.dim}, c.ffn_dim};
+  t.down = {p + "ffn_down.weight", c.dim, c.ffn_dim};
   return t;
+}
+
+std::vector<std::string> model_tensor_names(const ModelConfig& c) {
+  std::vector<std::string> out = {kTokEmbdTensor, kOutputNormTensor};
+  if (!c.recipe.tied_output) out.push_back(kOutputTensor);
+  if (c.rope_has_freq_factors) out.push_back(kRopeFreqsTensor);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerTensors t = layer_tensors(c, l);
+    out.push_back(t.attn_norm);
+    out.push_back(t.ffn_norm);
+    for (const MatrixParts* m : {&t.qkv, &t.gate_up})
+      out.insert(out.end(), m->names.begin(), m->names.end());
+    out.push_back(t.wo.name);
+    out.push_back(t.down.name);
+    out.insert(out.end(), t.qkv_bias.begin(), t.qkv_bias.end());
+  }
+  return out;
 }
 
 Status read_llama_like_config(const GgufFile& f, std::string_view arch_sv, ModelConfig* c) {

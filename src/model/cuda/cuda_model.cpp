@@ -1,5 +1,6 @@
-// Loading a GGUF model onto the GPU: configuration as the CPU Model reads it, weights
-// copied from the file map straight to device memory (quantized blocks repacked on the
+// Loading a model onto the GPU (a GGUF file or a checkpoint folder, model/tensor_source.h):
+// configuration as the CPU Model reads it, weights copied from the file maps straight to
+// device memory (quantized blocks repacked on the
 // device), q/k/v and gate/up stacked so each layer runs two wide products instead of five.
 #include "model/cuda/cuda_model.h"
 
@@ -27,7 +28,7 @@ namespace {
 // Everything the loader keeps on the device goes through here.
 class Loader {
  public:
-  Loader(const GgufFile& f, cuda::DeviceContext& dev, std::vector<cuda::DeviceBuffer>& owned,
+  Loader(const TensorSource& f, cuda::DeviceContext& dev, std::vector<cuda::DeviceBuffer>& owned,
          ThreadPool& pool)
       : f_(f), dev_(dev), owned_(owned), pool_(pool), up_(pool, dev.stream()) {}
 
@@ -37,7 +38,7 @@ class Loader {
 
   // A vector as f32 on the device.
   Result<const float*> vector(const std::string& name, int64_t n) {
-    PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f_.find_tensor(name, {n, 1}));
+    PAGODA_ASSIGN_OR_RETURN(const WeightTensor* t, f_.find_tensor(name, {n, 1}));
     std::vector<float> v(static_cast<size_t>(n));
     if (t->type == DType::kF32) {
       std::memcpy(v.data(), f_.tensor_data(*t), static_cast<size_t>(n) * sizeof(float));
@@ -57,11 +58,11 @@ class Loader {
   // Matrices named in `names` ([cols] x rows[i] each) stacked into one device matrix.
   Result<cuda::DeviceMatrix> matrix(const std::vector<std::string>& names,
                                     const std::vector<int64_t>& rows, int64_t cols) {
-    std::vector<const GgufTensorInfo*> ts;
+    std::vector<const WeightTensor*> ts;
     std::vector<DType> types;
     int64_t total = 0;
     for (size_t i = 0; i < names.size(); ++i) {
-      PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* t, f_.find_tensor(names[i], {cols, rows[i]}));
+      PAGODA_ASSIGN_OR_RETURN(const WeightTensor* t, f_.find_tensor(names[i], {cols, rows[i]}));
       ts.push_back(t);
       types.push_back(t->type);
       total += rows[i];
@@ -95,7 +96,7 @@ class Loader {
     const bool plain = m.type == DType::kF32 || m.type == DType::kF16 || m.type == DType::kBF16;
     int64_t row0 = 0;
     for (size_t i = 0; i < ts.size(); ++i) {
-      const GgufTensorInfo* t = ts[i];
+      const WeightTensor* t = ts[i];
       const void* src = f_.tensor_data(*t);
       size_t size = t->size;
       std::vector<uint8_t> converted;
@@ -179,14 +180,14 @@ class Loader {
 
   Status release() {
     PAGODA_RETURN_IF_ERROR(up_.finish());
-    for (const GgufTensorInfo* t : pending_release_) f_.release_tensor(*t);
+    for (const WeightTensor* t : pending_release_) f_.release_tensor(*t);
     pending_release_.clear();
     return Status::ok();
   }
 
  private:
   // The tensor's rows in type `to`, GGUF layout, converted on the host by the pool.
-  Result<std::vector<uint8_t>> convert(const GgufTensorInfo& t, DType to) {
+  Result<std::vector<uint8_t>> convert(const WeightTensor& t, DType to) {
     auto out =
         cpu::convert_matrix(t.type, f_.tensor_data(t), t.ne[1], t.ne[0], to, pool_, &converted_);
     if (!out)
@@ -194,14 +195,14 @@ class Loader {
     return out;
   }
 
-  const GgufFile& f_;
+  const TensorSource& f_;
   cuda::DeviceContext& dev_;
   std::vector<cuda::DeviceBuffer>& owned_;
   ThreadPool& pool_;
   WeightUploader up_;
   cpu::ConversionTally converted_;
   cuda::DeviceBuffer stage_;
-  std::vector<const GgufTensorInfo*> pending_release_;
+  std::vector<const WeightTensor*> pending_release_;
   size_t bytes_ = 0;
 };
 
@@ -216,7 +217,7 @@ CudaModel::~CudaModel() {
 }
 
 // PAGODA_CUDA_OMIT: comma-separated kinds of op to leave out of every step.
-Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
+Result<std::unique_ptr<CudaModel>> CudaModel::load(const TensorSource& f,
                                                    const RunnerOptions& options) {
   if (options.kv_block_size <= 0 || options.kv_block_size % 16 != 0)
     return invalid_argument("KV block size must be a positive multiple of 16");
@@ -247,7 +248,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const GgufFile& f,
   return m;
 }
 
-Status CudaModel::load_weights(const GgufFile& f) {
+Status CudaModel::load_weights(const TensorSource& f) {
   PAGODA_ASSIGN_OR_RETURN(config_, read_model_config(f));
   const ModelConfig& c = config_;
   PAGODA_RETURN_IF_ERROR(require_features(c.recipe, kRecipeFeatures, "the CUDA backend"));
@@ -272,16 +273,16 @@ Status CudaModel::load_weights(const GgufFile& f) {
   for (int l = 0; l < c.n_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     const LayerTensors t = layer_tensors(c, l);
-    const std::string p = "blk." + std::to_string(l) + ".";
     PAGODA_ASSIGN_OR_RETURN(L.attn_norm, ld.vector(t.attn_norm, c.dim));
     PAGODA_ASSIGN_OR_RETURN(L.ffn_norm, ld.vector(t.ffn_norm, c.dim));
     PAGODA_ASSIGN_OR_RETURN(L.qkv, ld.matrix(t.qkv.names, t.qkv.rows, t.qkv.cols));
-    if (options_.fp8_weights) PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.qkv, p + "attn_q/k/v"));
+    if (options_.fp8_weights)
+      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.qkv, t.qkv.names[0] + " (stacked)"));
     if (!t.qkv_bias.empty()) {
       // One bias vector for the stacked rows: upload the three pieces side by side.
       std::vector<float> bias;
       for (size_t i = 0; i < t.qkv_bias.size(); ++i) {
-        PAGODA_ASSIGN_OR_RETURN(const GgufTensorInfo* bt,
+        PAGODA_ASSIGN_OR_RETURN(const WeightTensor* bt,
                                 f.find_tensor(t.qkv_bias[i], {t.qkv.rows[i]}));
         const int64_t n = bt->ne[0];
         std::vector<float> v(static_cast<size_t>(n));
@@ -293,13 +294,13 @@ Status CudaModel::load_weights(const GgufFile& f) {
       L.qkv_bias = b.as<float>();
       weights_.push_back(std::move(b));
     }
-    PAGODA_ASSIGN_OR_RETURN(L.wo, ld.matrix(t.wo.names, t.wo.rows, t.wo.cols));
+    PAGODA_ASSIGN_OR_RETURN(L.wo, ld.matrix({t.wo.name}, {t.wo.rows}, t.wo.cols));
     PAGODA_ASSIGN_OR_RETURN(L.gate_up, ld.matrix(t.gate_up.names, t.gate_up.rows, t.gate_up.cols));
-    PAGODA_ASSIGN_OR_RETURN(L.down, ld.matrix(t.down.names, t.down.rows, t.down.cols));
+    PAGODA_ASSIGN_OR_RETURN(L.down, ld.matrix({t.down.name}, {t.down.rows}, t.down.cols));
     if (options_.fp8_weights) {
-      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.wo, p + "attn_output"));
-      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.gate_up, p + "ffn_gate/up"));
-      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.down, p + "ffn_down"));
+      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.wo, t.wo.name));
+      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.gate_up, t.gate_up.names[0] + " (stacked)"));
+      PAGODA_RETURN_IF_ERROR(ld.to_fp8(&L.down, t.down.name));
     }
   }
   PAGODA_RETURN_IF_ERROR(ld.release());
@@ -374,7 +375,7 @@ size_t CudaModel::decode_weight_bytes() const {
 
 namespace cuda {
 
-Result<std::unique_ptr<ModelRunner>> make_runner(const GgufFile& file,
+Result<std::unique_ptr<ModelRunner>> make_runner(const TensorSource& file,
                                                  const RunnerOptions& options) {
   if (options.kv_cache_type == KvCacheType::kQ8_0)
     return unsupported("the CUDA backend keeps the KV cache in fp16 or fp8, not q8_0");
@@ -408,7 +409,7 @@ extern "C" __attribute__((visibility("default"))) void pagoda_cuda_memory_info(
 }
 
 extern "C" __attribute__((visibility("default"))) void pagoda_cuda_make_runner(
-    const pagoda::GgufFile* file, const pagoda::RunnerOptions* options,
+    const pagoda::TensorSource* file, const pagoda::RunnerOptions* options,
     pagoda::Result<std::unique_ptr<pagoda::ModelRunner>>* out) {
   *out = pagoda::cuda::make_runner(*file, *options);
 }

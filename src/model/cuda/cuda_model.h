@@ -23,7 +23,7 @@ class CudaModel : public ModelRunner {
  public:
   // The recipe features (model/arch/recipe.h) the CUDA forward pass runs.
   static constexpr uint32_t kRecipeFeatures = kFeatQkvBias | kFeatNeoxRope;
-  static Result<std::unique_ptr<CudaModel>> load(const GgufFile& file,
+  static Result<std::unique_ptr<CudaModel>> load(const TensorSource& file,
                                                  const RunnerOptions& options);
   ~CudaModel() override;
 
@@ -65,7 +65,7 @@ class CudaModel : public ModelRunner {
   };
 
   CudaModel() = default;
-  Status load_weights(const GgufFile& f);
+  Status load_weights(const TensorSource& f);
   Status allocate_kv();
   Status reserve(int n_tokens, int n_logit_rows);
   Status build_batch(const Batch& batch, Step* step);
@@ -177,7 +177,7 @@ class CudaModel : public ModelRunner {
 namespace cuda {
 // Loads `file`'s weights to the GPU (the plugin's side of make_cuda_runner; the CUDA tests
 // call it directly).
-Result<std::unique_ptr<ModelRunner>> make_runner(const GgufFile& file,
+Result<std::unique_ptr<ModelRunner>> make_runner(const TensorSource& file,
                                                  const RunnerOptions& options);
 }  // namespace cuda
 

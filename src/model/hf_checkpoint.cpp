@@ -1,0 +1,191 @@
+#include "model/hf_checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "model/arch/arch.h"
+#include "model/safetensors.h"
+
+namespace pagoda {
+namespace {
+
+namespace fs = std::filesystem;
+
+// config.json and the index are a few KiB; anything past this is not one.
+constexpr uintmax_t kMaxJsonBytes = 64u << 20;
+// WeightTensor::part of the tensors the checkpoint computes itself (RoPE factors).
+constexpr uint32_t kOwnedPart = UINT32_MAX;
+
+Result<std::string> read_json_file(const fs::path& p) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(p, ec);
+  if (ec) return io_error("cannot read '" + p.string() + "': " + ec.message());
+  if (size > kMaxJsonBytes) return corrupt("'" + p.string() + "' is too large for a JSON file");
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return io_error("cannot read '" + p.string() + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+class HfCheckpoint : public TensorSource {
+ public:
+  explicit HfCheckpoint(const std::string& dir) : TensorSource(dir) {}
+
+  std::string_view format() const override { return "safetensors"; }
+  Result<ModelConfig> model_config() const override { return config_; }
+  void release_tensor(const WeightTensor& t) const override {
+    if (t.part < shards_.size()) shards_[t.part]->release_range(t.offset, t.size);
+  }
+  void release_tensor_data() const override {
+    for (const auto& s : shards_) s->release_all();
+  }
+
+  Status open() {
+    const fs::path dir(path());
+    const fs::path config_path = dir / "config.json";
+    if (!is_file(config_path))
+      return not_found("folder '" + path() +
+                       "' has no config.json (a Hugging Face checkpoint "
+                       "folder holds config.json and model.safetensors)");
+    PAGODA_ASSIGN_OR_RETURN(const std::string text, read_json_file(config_path));
+    PAGODA_ASSIGN_OR_RETURN(HfModelConfig hc, read_hf_model_config(text, config_path.string()));
+    config_ = std::move(hc.config);
+    const fs::path norm = dir.lexically_normal();
+    config_.name = (norm.has_filename() ? norm.filename() : norm.parent_path().filename()).string();
+    PAGODA_RETURN_IF_ERROR(open_shards(dir));
+    if (!hc.rope_freq_factors.empty()) {
+      rope_factors_ = std::move(hc.rope_freq_factors);
+      WeightTensor t;
+      t.name = kRopeFreqsTensor;
+      t.file_name = "rope_freqs (from config.json rope_scaling)";
+      t.type = DType::kF32;
+      t.n_dims = 1;
+      t.ne[0] = static_cast<int64_t>(rope_factors_.size());
+      t.size = rope_factors_.size() * sizeof(float);
+      t.data = reinterpret_cast<const uint8_t*>(rope_factors_.data());
+      t.part = kOwnedPart;
+      PAGODA_RETURN_IF_ERROR(add_tensor(std::move(t)));
+    }
+    return check_tensors();
+  }
+
+ private:
+  Status open_shards(const fs::path& dir) {
+    const fs::path index_path = dir / "model.safetensors.index.json";
+    std::optional<SafetensorsIndex> index;
+    std::vector<std::string> names;
+    if (is_file(index_path)) {
+      PAGODA_ASSIGN_OR_RETURN(const std::string text, read_json_file(index_path));
+      PAGODA_ASSIGN_OR_RETURN(index, parse_safetensors_index(text, index_path.string()));
+      names = index->shards;
+    } else if (is_file(dir / "model.safetensors")) {
+      names = {"model.safetensors"};
+    } else {
+      return not_found("folder '" + path() +
+                       "' has neither model.safetensors nor model.safetensors.index.json");
+    }
+    for (const std::string& name : names) {
+      const fs::path p = dir / name;
+      if (!is_file(p))
+        return not_found("'" + index_path.string() + "' names shard '" + name +
+                         "', which is not in the folder");
+      PAGODA_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::open(p.string()));
+      const uint32_t part = static_cast<uint32_t>(shards_.size());
+      for (const SafetensorsTensor& st : shard->tensors()) {
+        if (index) {
+          const auto it = index->weight_map.find(st.name);
+          if (it == index->weight_map.end() || it->second != name)
+            return corrupt("shard '" + p.string() + "' holds '" + st.name +
+                           "', which the index does not place there");
+        }
+        PAGODA_RETURN_IF_ERROR(add(*shard, st, part));
+      }
+      shards_.push_back(std::move(shard));
+    }
+    if (index) {
+      for (const auto& [tensor, shard] : index->weight_map)
+        if (seen_.count(tensor) == 0)
+          return not_found("'" + index_path.string() + "' places '" + tensor + "' in '" + shard +
+                           "', which lacks it");
+    }
+    return Status::ok();
+  }
+
+  // One checkpoint tensor under the loaders' name.
+  Status add(const SafetensorsFile& f, const SafetensorsTensor& st, uint32_t part) {
+    seen_.insert(st.name);
+    const std::string what = "tensor '" + st.name + "' in '" + f.path() + "'";
+    if (hf_tensor_ignored(st.name)) return Status::ok();
+    const std::optional<std::string> name = hf_to_gguf_tensor_name(st.name);
+    if (!name)
+      return unsupported(what + " is not one Pagoda knows for a " + config_.arch +
+                         " checkpoint; refusing to run without it");
+    // Tied embeddings: transformers uses the embedding whatever the file also holds.
+    if (*name == kOutputTensor && config_.recipe.tied_output) return Status::ok();
+    if (!st.type ||
+        (*st.type != DType::kF32 && *st.type != DType::kF16 && *st.type != DType::kBF16))
+      return unsupported(what + " has dtype " + st.dtype +
+                         "; Pagoda loads F32, F16 and BF16 checkpoints");
+    if (st.shape.empty() || st.shape.size() > 4)
+      return unsupported(what + str_format(" has %zu dimensions", st.shape.size()));
+    WeightTensor t;
+    t.name = *name;
+    t.file_name = st.name;
+    t.type = *st.type;
+    t.n_dims = static_cast<int>(st.shape.size());
+    // Outermost first in the file, row length first here: the same bytes.
+    for (int d = 0; d < t.n_dims; ++d) t.ne[d] = st.shape[st.shape.size() - 1 - d];
+    t.size = st.end - st.begin;
+    t.data = f.tensor_data(st);
+    t.part = part;
+    t.offset = f.data_offset() + st.begin;
+    return add_tensor(std::move(t));
+  }
+
+  // Every tensor the recipe reads is there, and nothing it would not read (a bias the
+  // recipe has no place for) is.
+  Status check_tensors() const {
+    const std::vector<std::string> want = model_tensor_names(config_);
+    const std::set<std::string> wanted(want.begin(), want.end());
+    for (const WeightTensor& t : tensors())
+      if (wanted.count(t.name) == 0)
+        return unsupported("tensor '" + t.file_name + "' in '" + path() + "' has no place in the " +
+                           config_.arch +
+                           " recipe config.json describes; refusing to run "
+                           "without it");
+    for (const std::string& n : want)
+      if (find_tensor(n) == nullptr)
+        return not_found("checkpoint '" + path() + "' has no tensor '" + gguf_to_hf_tensor_name(n) +
+                         "'");
+    const WeightTensor* embd = find_tensor(kTokEmbdTensor);
+    if (embd->n_dims != 2 || embd->ne[0] != config_.dim || embd->ne[1] != config_.n_vocab)
+      return corrupt("'" + embd->file_name + "' has shape " + tensor_shape(*embd) +
+                     str_format(" (row length first), but config.json says hidden_size %d and "
+                                "vocab_size %d",
+                                config_.dim, config_.n_vocab));
+    return Status::ok();
+  }
+
+  ModelConfig config_;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::vector<float> rope_factors_;
+  std::set<std::string> seen_;  // checkpoint names met in the shards
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TensorSource>> open_hf_checkpoint(const std::string& dir) {
+  auto c = std::make_unique<HfCheckpoint>(dir);
+  PAGODA_RETURN_IF_ERROR(c->open());
+  return std::unique_ptr<TensorSource>(std::move(c));
+}
+
+}  // namespace pagoda
