@@ -300,15 +300,20 @@ class EngineImpl : public Engine {
     for (const std::string& id : ids) core_->abort(id, &outs);
     dispatch(outs);
     std::lock_guard<std::mutex> l(mu_);
-    for (Command& c : commands_)
-      for (int i = 0; i < std::max(1, c.params.n); ++i) {
-        RequestOutput o;
-        o.request_id = c.id;
-        o.index = i;
-        o.finished = true;
-        o.finish_reason = FinishReason::kAbort;
-        c.stream->push(std::move(o));
-      }
+    for (Command& c : commands_) end_unrun(c, FinishReason::kAbort, "");
+  }
+
+  // Ends every completion of a request that never ran (so none has output) on its stream.
+  static void end_unrun(const Command& c, FinishReason reason, const std::string& error) {
+    for (int i = 0; i < std::max(1, c.params.n); ++i) {
+      RequestOutput o;
+      o.request_id = c.id;
+      o.index = i;
+      o.finished = true;
+      o.finish_reason = reason;
+      o.error = error;
+      c.stream->push(std::move(o));
+    }
   }
 
   void apply(Command& c, std::vector<RequestOutput>* outs) {
@@ -322,15 +327,7 @@ class EngineImpl : public Engine {
       streams_[c.id] = c.stream;
       return;
     }
-    for (int i = 0; i < std::max(1, c.params.n); ++i) {
-      RequestOutput o;
-      o.request_id = c.id;
-      o.index = i;
-      o.finished = true;
-      o.finish_reason = FinishReason::kError;
-      o.error = s.message();
-      c.stream->push(std::move(o));
-    }
+    end_unrun(c, FinishReason::kError, s.message());
     std::lock_guard<std::mutex> l(mu_);
     live_.erase(c.id);
   }

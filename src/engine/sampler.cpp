@@ -4,15 +4,13 @@
 #include <atomic>
 #include <cmath>
 
+#include "backend/cpu/vec.h"
 #include "core/arith.h"
 
 namespace pagoda {
 
 int32_t argmax(const float* v, int32_t n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i)
-    if (v[i] > v[best]) best = i;
-  return best;
+  return static_cast<int32_t>(cpu::argmax_f32(n, v));
 }
 
 uint64_t random_seed() {

@@ -59,7 +59,7 @@ int32_t draw_token(const float* logits, int32_t n_vocab, const SamplingRow& f, d
 // A seed for a request that gave none: different on every call and in every process.
 uint64_t random_seed();
 
-// Index of the largest value (the first on ties).
+// Index of the largest value (the first on ties; cpu::argmax_f32 in token ids' type).
 int32_t argmax(const float* v, int32_t n);
 
 }  // namespace pagoda

@@ -1,5 +1,6 @@
 // ModelRunner over the CPU Model: it adds only the KV pool and workspace the Model's
 // forward() takes as arguments.
+#include "backend/cpu/vec.h"
 #include "model/runner.h"
 
 namespace pagoda {
@@ -50,13 +51,9 @@ Status CpuRunner::forward(const Batch& batch, const StepOutput& out) {
   const size_t V = static_cast<size_t>(model_.config().n_vocab);
   logits_.resize(batch.logit_rows.size() * V);
   PAGODA_RETURN_IF_ERROR(model_.forward(batch, kv_, logits_.data(), *ws_, pool_, observer_));
-  for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
-    const float* row = logits_.data() + i * V;
-    int32_t best = 0;  // the first maximum, as engine/sampler.h's argmax
-    for (size_t j = 1; j < V; ++j)
-      if (row[j] > row[best]) best = static_cast<int32_t>(j);
-    out.tokens[i] = best;
-  }
+  for (size_t i = 0; i < batch.logit_rows.size(); ++i)  // the host sampler's argmax
+    out.tokens[i] =
+        static_cast<int32_t>(cpu::argmax_f32(static_cast<int64_t>(V), logits_.data() + i * V));
   return Status::ok();
 }
 

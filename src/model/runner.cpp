@@ -2,10 +2,25 @@
 #include "model/runner.h"
 
 #include <algorithm>
+#include <deque>
 
 namespace pagoda {
 
-Status ModelRunner::launch(const Batch& batch, const StepSampling* sampling) {
+// The default pipeline's state: the results of the steps launched and not yet collected,
+// and the tokens of the step launched last (for the next batch's placeholders).
+class SerialPipeline {
+ public:
+  Status launch(ModelRunner& runner, const Batch& batch, const StepSampling* sampling);
+  Status collect(std::vector<int32_t>* tokens);
+
+ private:
+  std::deque<Result<std::vector<int32_t>>> launched_;
+  std::vector<int32_t> last_tokens_;
+  Batch resolved_;  // the batch with its placeholders replaced, reused between steps
+};
+
+Status SerialPipeline::launch(ModelRunner& runner, const Batch& batch,
+                              const StepSampling* sampling) {
   // Placeholders take the previous step's tokens; then the step runs here and now.
   const Batch* b = &batch;
   if (std::any_of(batch.tokens.begin(), batch.tokens.end(), [](int32_t t) { return t < 0; })) {
@@ -25,8 +40,8 @@ Status ModelRunner::launch(const Batch& batch, const StepSampling* sampling) {
     b = &resolved_;
   }
   std::vector<int32_t> tokens(b->logit_rows.size());
-  const Status s = forward(*b, sampling ? StepOutput::Sampled(tokens.data(), sampling)
-                                        : StepOutput::Greedy(tokens.data()));
+  const Status s = runner.forward(*b, sampling ? StepOutput::Sampled(tokens.data(), sampling)
+                                               : StepOutput::Greedy(tokens.data()));
   if (!s) {
     last_tokens_.clear();
     launched_.emplace_back(s);
@@ -37,13 +52,26 @@ Status ModelRunner::launch(const Batch& batch, const StepSampling* sampling) {
   return Status::ok();
 }
 
-Status ModelRunner::collect(std::vector<int32_t>* tokens) {
+Status SerialPipeline::collect(std::vector<int32_t>* tokens) {
   if (launched_.empty()) return internal_error("collect() without a launched step");
   Result<std::vector<int32_t>> r = std::move(launched_.front());
   launched_.pop_front();
   if (!r) return r.status();
   *tokens = std::move(r).value();
   return Status::ok();
+}
+
+ModelRunner::ModelRunner() = default;
+ModelRunner::~ModelRunner() = default;
+
+Status ModelRunner::launch(const Batch& batch, const StepSampling* sampling) {
+  if (!serial_) serial_ = std::make_unique<SerialPipeline>();
+  return serial_->launch(*this, batch, sampling);
+}
+
+Status ModelRunner::collect(std::vector<int32_t>* tokens) {
+  if (!serial_) return internal_error("collect() without a launched step");
+  return serial_->collect(tokens);
 }
 
 }  // namespace pagoda

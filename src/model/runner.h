@@ -5,7 +5,6 @@
 // sequence owns is decided above (the block manager); block ids index this runner's pool.
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,9 +61,12 @@ struct StepOutput {
   }
 };
 
+class SerialPipeline;  // the default launch / collect (runner.cpp)
+
 class ModelRunner {
  public:
-  virtual ~ModelRunner() = default;
+  ModelRunner();
+  virtual ~ModelRunner();
   virtual const ModelConfig& config() const = 0;
   virtual DeviceKind device_kind() const = 0;
   // One line for logs: backend, device, weight types.
@@ -96,9 +98,9 @@ class ModelRunner {
   virtual Status collect(std::vector<int32_t>* tokens);
 
  private:
-  std::deque<Result<std::vector<int32_t>>> launched_;  // the default pipeline's results
-  std::vector<int32_t> last_tokens_;                   // of the step launched last
-  Batch resolved_;
+  // Created by the first default launch(), so a runner that queues its own steps carries
+  // one null pointer and none of the default's state.
+  std::unique_ptr<SerialPipeline> serial_;
 };
 
 // The CPU backend over an already loaded Model (which the caller keeps alive).

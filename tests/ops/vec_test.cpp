@@ -101,5 +101,46 @@ TEST(Vec, F16RowConversionsAreExact) {
   }
 }
 
+// The loop every caller of argmax_f32 had before it: the first maximum by >, so NaNs
+// are passed over unless x[0] is one.
+int64_t plain_argmax(int64_t n, const float* x) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+TEST(Vec, ArgmaxMatchesPlainLoop) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Few distinct values make ties common; the specials go anywhere, x[0] included.
+  const float levels[] = {-1.0f, 0.5f, 2.0f, 0.0f, -0.0f, -inf, inf, nan};
+  std::vector<int64_t> lengths(std::begin(kLengths), std::end(kLengths));
+  lengths.push_back(49152 + 5);  // a vocabulary, past the unrolled loops
+  for (Isa isa : testing::available_isas()) {
+    testing::IsaScope scope(isa);
+    for (int64_t n : lengths) {
+      for (int trial = 0; trial < 200; ++trial) {
+        // Trial t draws from the first 3 + t % 6 levels (no specials, then one more each).
+        std::uniform_int_distribution<int> pick(0, 2 + trial % 6);
+        std::vector<float> x(static_cast<size_t>(n) + 1, inf);  // past n: must not be read
+        for (int64_t i = 0; i < n; ++i) x[i] = levels[pick(rng)];
+        if (trial % 2) {  // mostly ordinary values with a few specials
+          for (int64_t i = 0; i < n; ++i) x[i] = normal(rng);
+          for (int k = 0; k < 3 && n > 0; ++k)
+            x[std::uniform_int_distribution<int64_t>(0, n - 1)(rng)] = levels[pick(rng)];
+        }
+        ASSERT_EQ(argmax_f32(n, x.data()), plain_argmax(n, x.data()))
+            << isa_name(isa) << " n=" << n << " trial=" << trial;
+      }
+    }
+    const std::vector<float> all_nan(40, nan), neg_inf(40, -inf);
+    EXPECT_EQ(argmax_f32(40, all_nan.data()), 0) << isa_name(isa);
+    EXPECT_EQ(argmax_f32(40, neg_inf.data()), 0) << isa_name(isa);
+  }
+}
+
 }  // namespace
 }  // namespace pagoda::cpu

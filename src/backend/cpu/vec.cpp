@@ -38,5 +38,8 @@ float dot_f32(int64_t n, const float* a, const float* b) {
 void axpy_f32(int64_t n, float s, const float* x, float* y) {
   fns().axpy_f32(n, s, x, y);
 }
+int64_t argmax_f32(int64_t n, const float* x) {
+  return fns().argmax_f32(n, x);
+}
 
 }  // namespace pagoda::cpu

@@ -18,5 +18,9 @@ void f16_to_f32_row(int64_t n, const uint16_t* x, float* y);
 float dot_f32(int64_t n, const float* a, const float* b);
 // y[i] += s * x[i].
 void axpy_f32(int64_t n, float s, const float* x, float* y);
+// Index of the largest of x[0..n) (0 when n <= 0): the first of equal maxima (+0 and -0
+// are equal), NaNs passed over, except that a NaN x[0] gives 0. The same answer as
+// `best = 0; for i: if (x[i] > x[best]) best = i`, which samplers and runners rely on.
+int64_t argmax_f32(int64_t n, const float* x);
 
 }  // namespace pagoda::cpu

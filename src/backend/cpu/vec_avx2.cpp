@@ -78,7 +78,40 @@ void f16_to_f32_row(int64_t n, const uint16_t* x, float* y) {
   for (; i < n; ++i) y[i] = _cvtsh_ss(x[i]);
 }
 
-constexpr VecFns kFns{dot_f16_f32, axpy_f16_f32, f32_to_f16_row, f16_to_f32_row, dot_f32, axpy_f32};
+// Two passes, the maximum then its first place: both run at load speed, where one pass
+// keeping indices per lane would not. Starting from x[0] (not NaN), maxps(x, m) keeps m
+// when x is NaN, so the maximum passes NaNs over as the scalar > does.
+int64_t argmax_f32(int64_t n, const float* x) {
+  if (n <= 1 || std::isnan(x[0])) return 0;
+  __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 16), m2);
+    m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 24), m3);
+  }
+  for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+  const __m256 m = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
+  __m128 r = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_max_ss(r, _mm_movehdup_ps(r));
+  float best = _mm_cvtss_f32(r);
+  for (; i < n; ++i)
+    if (x[i] > best) best = x[i];
+  // == holds for +0 against -0, as > fails between them: the first of either is the answer.
+  const __m256 vb = _mm256_set1_ps(best);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vb, _CMP_EQ_OQ));
+    if (hit) return i + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  for (; i < n; ++i)
+    if (x[i] == best) return i;
+  return 0;  // not reached: best is one of x
+}
+
+constexpr VecFns kFns{dot_f16_f32, axpy_f16_f32, f32_to_f16_row, f16_to_f32_row,
+                      dot_f32,     axpy_f32,     argmax_f32};
 
 }  // namespace
 }  // namespace avx2

@@ -1,5 +1,7 @@
 // AVX-512 versions: 64 elements per iteration over four accumulators (FMA latency 4),
 // masked loads and stores for the tail instead of a scalar loop.
+#include <cmath>
+
 #include "backend/cpu/simd_avx512.h"
 #include "backend/cpu/vec_impl.h"
 
@@ -96,7 +98,33 @@ void f16_to_f32_row(int64_t n, const uint16_t* x, float* y) {
   }
 }
 
-constexpr VecFns kFns{dot_f16_f32, axpy_f16_f32, f32_to_f16_row, f16_to_f32_row, dot_f32, axpy_f32};
+// As the AVX2 version (vec_avx2.cpp says why two passes and why NaNs drop out), with
+// masked tails: a masked-off lane keeps the running maximum.
+int64_t argmax_f32(int64_t n, const float* x) {
+  if (n <= 1 || std::isnan(x[0])) return 0;
+  __m512 m0 = _mm512_set1_ps(x[0]), m1 = m0, m2 = m0, m3 = m0;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    m0 = _mm512_max_ps(load_f32(x + i), m0);
+    m1 = _mm512_max_ps(load_f32(x + i + 16), m1);
+    m2 = _mm512_max_ps(load_f32(x + i + 32), m2);
+    m3 = _mm512_max_ps(load_f32(x + i + 48), m3);
+  }
+  for (; i < n; i += 16) m0 = _mm512_max_ps(_mm512_mask_loadu_ps(m0, tail_mask(n - i), x + i), m0);
+  const float best =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+  const __m512 vb = _mm512_set1_ps(best);
+  for (i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const uint32_t hit =
+        _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), vb, _CMP_EQ_OQ);
+    if (hit) return i + __builtin_ctz(hit);
+  }
+  return 0;  // not reached: best is one of x
+}
+
+constexpr VecFns kFns{dot_f16_f32, axpy_f16_f32, f32_to_f16_row, f16_to_f32_row,
+                      dot_f32,     axpy_f32,     argmax_f32};
 
 }  // namespace
 }  // namespace avx512

@@ -35,8 +35,15 @@ float dot_f32(int64_t n, const float* a, const float* b) {
 void axpy_f32(int64_t n, float s, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
 }
+int64_t argmax_f32(int64_t n, const float* x) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
 
-constexpr VecFns kFns{dot_f16_f32, axpy_f16_f32, f32_to_f16_row, f16_to_f32_row, dot_f32, axpy_f32};
+constexpr VecFns kFns{dot_f16_f32, axpy_f16_f32, f32_to_f16_row, f16_to_f32_row,
+                      dot_f32,     axpy_f32,     argmax_f32};
 
 }  // namespace
 

@@ -12,6 +12,7 @@ struct VecFns {
   void (*f16_to_f32_row)(int64_t, const uint16_t*, float*);
   float (*dot_f32)(int64_t, const float*, const float*);
   void (*axpy_f32)(int64_t, float, const float*, float*);
+  int64_t (*argmax_f32)(int64_t, const float*);
 };
 
 const VecFns& vec_fns_generic();
