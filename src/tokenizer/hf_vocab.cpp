@@ -61,6 +61,21 @@ std::string regex_escape(std::string_view s) {
   return out;
 }
 
+// tokenizer_config.json's chat_template: a string, or named templates of which the
+// "default" one is taken; "" when there is none.
+Result<std::string> config_chat_template(const json& cfg) {
+  const json* ct = member(cfg, "chat_template");
+  if (ct == nullptr) return std::string();
+  if (ct->is_string()) return ct->get<std::string>();
+  if (!ct->is_array())
+    return bad(kCfg, "chat_template must be a string or a list of {name, template}");
+  for (const json& e : *ct)
+    if (e.is_object() && member(e, "name") && e["name"] == "default" && member(e, "template") &&
+        e["template"].is_string())
+      return e["template"].get<std::string>();
+  return std::string();
+}
+
 class Parser {
  public:
   explicit Parser(HfTokenizer* out) : t_(*out), v_(out->vocab) {}
@@ -485,18 +500,7 @@ class Parser {
       *flag = f->get<bool>();
       if (*flag && id < 0) return bad(kCfg, std::string(name) + " is true but there is no token");
     }
-    if (const json* ct = member(cfg, "chat_template")) {
-      if (ct->is_string()) {
-        config_template_ = ct->get<std::string>();
-      } else if (ct->is_array()) {  // named templates: the default one
-        for (const json& e : *ct)
-          if (e.is_object() && member(e, "name") && e["name"] == "default" &&
-              member(e, "template") && e["template"].is_string())
-            config_template_ = e["template"].get<std::string>();
-      } else {
-        return bad(kCfg, "chat_template must be a string or a list of {name, template}");
-      }
-    }
+    PAGODA_ASSIGN_OR_RETURN(config_template_, config_chat_template(cfg));
     return Status::ok();
   }
 
@@ -575,6 +579,21 @@ Result<HfTokenizerFiles> read_hf_tokenizer_files(const std::string& dir) {
 Result<HfTokenizer> load_hf_tokenizer(const std::string& dir) {
   PAGODA_ASSIGN_OR_RETURN(HfTokenizerFiles files, read_hf_tokenizer_files(dir));
   auto t = parse_hf_tokenizer(files);
+  if (!t.is_ok()) return t.status().with_context("'" + dir + "'");
+  return t;
+}
+
+Result<std::string> load_hf_chat_template(const std::string& dir) {
+  const fs::path d(dir);
+  PAGODA_ASSIGN_OR_RETURN(std::string jinja,
+                          read_bounded(d / "chat_template.jinja", kMaxHfSideFileBytes, false));
+  if (!jinja.empty()) return jinja;
+  PAGODA_ASSIGN_OR_RETURN(std::string text,
+                          read_bounded(d / "tokenizer_config.json", kMaxHfSideFileBytes, false));
+  if (text.empty()) return std::string();
+  json cfg = json::parse(text, nullptr, false);
+  if (cfg.is_discarded() || !cfg.is_object()) return bad(kCfg, "not a JSON object");
+  auto t = config_chat_template(cfg);
   if (!t.is_ok()) return t.status().with_context("'" + dir + "'");
   return t;
 }

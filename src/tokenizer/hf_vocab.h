@@ -48,5 +48,8 @@ bool is_hf_tokenizer_folder(const std::string& path);
 // Reads the files of folder `dir` (sizes bounded) and parses them.
 Result<HfTokenizerFiles> read_hf_tokenizer_files(const std::string& dir);
 Result<HfTokenizer> load_hf_tokenizer(const std::string& dir);
+// Only the chat template of folder `dir` (chat_template.jinja, else tokenizer_config.json's),
+// without reading tokenizer.json; "" when the folder has none.
+Result<std::string> load_hf_chat_template(const std::string& dir);
 
 }  // namespace pagoda

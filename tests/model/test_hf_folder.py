@@ -258,12 +258,16 @@ def test_cli_takes_a_folder(folders, tmp_path):
     assert kl["same_top"] == 1.0
 
 
-def test_commands_needing_a_tokenizer_say_so(folders):
-    # Until the tokenizer.json reader is wired in (engine/model_tokenizer.cpp).
-    for args in (["run", "-m", folders["smol"], "-p", "hi", "-n", "1"],
-                 ["logits", "-m", folders["smol"], "-p", "hi"]):
-        p = run_pagoda(*args, check=False)
-        assert p.returncode != 0 and "tokenizer.json" in p.stderr, p.stderr
+def test_text_commands_run_from_the_folder(folders):
+    # The folder's tokenizer.json and chat template drive run and logits: the same text as
+    # the F16 GGUF gives the same greedy continuation, in plain and chat form.
+    gguf = model_path(SMOL_F16)
+    for extra in ([], ["--chat", "--system", "Answer in one word."]):
+        outs = [json.loads(run_pagoda("run", "-m", m, "-p", PROMPT, "-n", 12, "--temperature", 0,
+                                      "--json", *extra).stdout) for m in (folders["smol"], gguf)]
+        assert outs[0]["prompt_tokens"] == outs[1]["prompt_tokens"], (extra, outs)
+        assert outs[0]["text"] == outs[1]["text"], (extra, outs)
+        assert outs[0]["text"].strip()
 
 
 def test_broken_folders_are_refused(folders, tmp_path):
