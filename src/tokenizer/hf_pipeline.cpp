@@ -4,6 +4,7 @@
 
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_alphabet.h"
+#include "tokenizer/normalization.h"
 
 namespace pagoda {
 namespace {
@@ -31,10 +32,30 @@ bool hf_encode_text(const Vocab& vocab, const HfTextSteps& steps, std::string_vi
                     bool at_start, std::vector<TokenId>* out, const TokenBudget& budget) {
   std::string normalized(text);
   for (const HfNormalizeStep& n : steps.normalizer) {
-    if (n.kind == HfNormalizeStep::Kind::kPrepend) {
-      if (!normalized.empty()) normalized.insert(0, n.text);
-    } else {
-      normalized = replace_all(normalized, n.text, n.replacement);
+    using Kind = HfNormalizeStep::Kind;
+    using unicode::NormalForm;
+    switch (n.kind) {
+      case Kind::kPrepend:
+        if (!normalized.empty()) normalized.insert(0, n.text);
+        break;
+      case Kind::kReplace:
+        normalized = replace_all(normalized, n.text, n.replacement);
+        break;
+      case Kind::kNfc:
+        normalized = unicode::normalize(normalized, NormalForm::kNfc);
+        break;
+      case Kind::kNfd:
+        normalized = unicode::normalize(normalized, NormalForm::kNfd);
+        break;
+      case Kind::kNfkc:
+        normalized = unicode::normalize(normalized, NormalForm::kNfkc);
+        break;
+      case Kind::kNfkd:
+        normalized = unicode::normalize(normalized, NormalForm::kNfkd);
+        break;
+      case Kind::kLowercase:
+        normalized = unicode::to_lower(normalized);
+        break;
     }
   }
   std::string mapped;

@@ -16,7 +16,7 @@ namespace pagoda {
 
 // One normalizer step; a Sequence is their list.
 struct HfNormalizeStep {
-  enum class Kind { kPrepend, kReplace };
+  enum class Kind { kPrepend, kReplace, kNfc, kNfd, kNfkc, kNfkd, kLowercase };
   Kind kind = Kind::kPrepend;
   std::string text;         // kPrepend: what goes in front; kReplace: the string replaced
   std::string replacement;  // kReplace

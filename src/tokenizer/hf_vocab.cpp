@@ -262,8 +262,22 @@ class Parser {
       PAGODA_ASSIGN_OR_RETURN(step.text, str_field(*p, "String", "normalizer Replace.pattern"));
       PAGODA_ASSIGN_OR_RETURN(step.replacement, str_field(n, "content", "normalizer Replace"));
       step.kind = HfNormalizeStep::Kind::kReplace;
+    } else if (type == "NFC") {
+      step.kind = HfNormalizeStep::Kind::kNfc;
+    } else if (type == "NFD") {
+      step.kind = HfNormalizeStep::Kind::kNfd;
+    } else if (type == "NFKC") {
+      step.kind = HfNormalizeStep::Kind::kNfkc;
+    } else if (type == "NFKD") {
+      step.kind = HfNormalizeStep::Kind::kNfkd;
+    } else if (type == "Lowercase") {
+      step.kind = HfNormalizeStep::Kind::kLowercase;
     } else {
-      return unsupported(std::string(kTok) + "normalizer " + type + " is not supported");
+      // Precompiled (SentencePiece's character map), BertNormalizer, StripAccents, Strip,
+      // ByteLevel and the rest are refused rather than approximated.
+      return unsupported(std::string(kTok) + "normalizer " + type +
+                         " is not supported (supported: Prepend, Replace, NFC, NFD, NFKC, NFKD, "
+                         "Lowercase, Sequence)");
     }
     t_.steps.normalizer.push_back(std::move(step));
     return Status::ok();

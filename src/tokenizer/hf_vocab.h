@@ -7,9 +7,10 @@
 //
 // Covered: model BPE, byte-level (ByteLevel pre-tokenizer) or over characters with
 // byte_fallback / unk_token / fuse_unk (Llama-2-style files), merges as "a b" strings or
-// [a, b] pairs; normalizers Prepend, Replace (string pattern) and Sequence; pre-tokenizers
-// Split (regex or string pattern, Isolated), ByteLevel, Digits, Metaspace and Sequence;
-// post-processors TemplateProcessing (one special token at either end), ByteLevel, Sequence.
+// [a, b] pairs; normalizers Prepend, Replace (string pattern), NFC, NFD, NFKC, NFKD, Lowercase
+// (tokenizer/normalization.h) and Sequence; pre-tokenizers Split (regex or string pattern,
+// Isolated), ByteLevel, Digits, Metaspace and Sequence; post-processors TemplateProcessing (one
+// special token at either end), ByteLevel, Sequence.
 #pragma once
 
 #include <string>

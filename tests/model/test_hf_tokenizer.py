@@ -228,12 +228,12 @@ def test_unsupported_component_is_named(pagoda_bin, hf_folders, tmp_path):
     import json
     folder = _folder(hf_folders, "gpt-2")
     j = json.loads((folder / "tokenizer.json").read_text())
-    j["normalizer"] = {"type": "NFKC"}
+    j["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": None}
     (tmp_path / "tokenizer.json").write_text(json.dumps(j))
     res = subprocess.run([str(pagoda_bin), "tokenize", "-m", str(tmp_path), "-p", "x"],
                          capture_output=True, text=True)
     assert res.returncode != 0
-    assert "normalizer NFKC is not supported" in res.stderr
+    assert "normalizer Precompiled is not supported" in res.stderr
 
 
 @pytest.mark.parametrize("name", ["qwen2", "phi-3", "smollm2"])

@@ -119,8 +119,13 @@ TEST(HfVocab, UnsupportedComponentsAreNamed) {
   expect_error(parse(tokenizer_json(R"(, "dropout": 0.1)")), "model.dropout is not supported");
   expect_error(parse(tokenizer_json(R"(, "continuing_subword_prefix": "##")")),
                "continuing_subword_prefix is not supported");
-  expect_error(parse(tokenizer_json("", R"(, "normalizer": {"type": "NFKC"})")),
-               "tokenizer.json: normalizer NFKC is not supported");
+  expect_error(parse(tokenizer_json("", R"(, "normalizer": {"type": "Precompiled"})")),
+               "tokenizer.json: normalizer Precompiled is not supported");
+  expect_error(parse(tokenizer_json("", R"(, "normalizer": {"type": "Sequence", "normalizers":
+                                              [{"type": "NFC"}, {"type": "StripAccents"}]})")),
+               "tokenizer.json: normalizer StripAccents is not supported");
+  expect_error(parse(tokenizer_json("", R"(, "normalizer": {"type": "BertNormalizer"})")),
+               "normalizer BertNormalizer is not supported");
   expect_error(parse(tokenizer_json("", R"(, "normalizer": {"type": "Replace", "pattern":
                                               {"Regex": " +"}, "content": " "})")),
                "normalizer Replace with a Regex pattern is not supported");
