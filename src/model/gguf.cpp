@@ -499,26 +499,34 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
-std::string tensor_shape(const GgufTensorInfo& t) {
+std::string shape_text(const int64_t* ne, int n_dims) {
   std::string s = "[";
-  for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
+  for (int d = 0; d < n_dims; ++d) s += (d ? ", " : "") + std::to_string(ne[d]);
   return s + "]";
+}
+
+std::string tensor_shape(const GgufTensorInfo& t) {
+  return shape_text(t.ne, t.n_dims);
+}
+
+Status check_shape(const std::string& label, const int64_t* ne, int n_dims,
+                   const std::vector<int64_t>& shape) {
+  bool ok = true;
+  for (int d = 0; d < 4; ++d) {
+    const int64_t want = d < static_cast<int>(shape.size()) ? shape[static_cast<size_t>(d)] : 1;
+    if (ne[d] != want) ok = false;
+  }
+  if (ok) return Status::ok();
+  return corrupt(label + " has shape " + shape_text(ne, n_dims) + ", expected " +
+                 shape_text(shape.data(), static_cast<int>(shape.size())));
 }
 
 Result<const GgufTensorInfo*> GgufFile::find_tensor(const std::string& name,
                                                     const std::vector<int64_t>& shape) const {
   const GgufTensorInfo* t = find_tensor(std::string_view(name));
   if (t == nullptr) return not_found("model file has no tensor '" + name + "'");
-  bool ok = true;
-  for (int d = 0; d < 4; ++d) {
-    const int64_t want = d < static_cast<int>(shape.size()) ? shape[static_cast<size_t>(d)] : 1;
-    if (t->ne[d] != want) ok = false;
-  }
-  if (ok) return t;
-  std::string want = "[";
-  for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
-  return corrupt("tensor '" + name + "' has shape " + tensor_shape(*t) + ", expected " + want +
-                 "]");
+  PAGODA_RETURN_IF_ERROR(check_shape("tensor '" + name + "'", t->ne, t->n_dims, shape));
+  return t;
 }
 
 }  // namespace pagoda

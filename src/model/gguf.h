@@ -77,6 +77,13 @@ struct GgufTensorInfo {
 
 // "[ne0, ne1, ...]" over the tensor's dimensions, for messages.
 std::string tensor_shape(const GgufTensorInfo& t);
+// Dimensions ne[0..n_dims) as "[a, b]".
+std::string shape_text(const int64_t* ne, int n_dims);
+// OK when the four dimensions ne are `shape` (ne[0] first, missing dimensions 1); else a
+// corrupt-file error naming `label` and both shapes. GGUF files and checkpoint folders
+// check their tensors with it alike.
+Status check_shape(const std::string& label, const int64_t* ne, int n_dims,
+                   const std::vector<int64_t>& shape);
 
 class GgufFile {
  public:

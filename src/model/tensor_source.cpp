@@ -53,9 +53,7 @@ Result<std::unique_ptr<TensorSource>> make_gguf_source(const GgufFile& f,
 }  // namespace
 
 std::string tensor_shape(const WeightTensor& t) {
-  std::string s = "[";
-  for (int d = 0; d < t.n_dims; ++d) s += (d ? ", " : "") + std::to_string(t.ne[d]);
-  return s + "]";
+  return shape_text(t.ne, t.n_dims);
 }
 
 Status TensorSource::add_tensor(WeightTensor t) {
@@ -76,17 +74,9 @@ Result<const WeightTensor*> TensorSource::find_tensor(const std::string& name,
                                                       const std::vector<int64_t>& shape) const {
   const WeightTensor* t = find_tensor(std::string_view(name));
   if (t == nullptr) return not_found("model file has no tensor '" + name + "'");
-  bool ok = true;
-  for (int d = 0; d < 4; ++d) {
-    const int64_t want = d < static_cast<int>(shape.size()) ? shape[static_cast<size_t>(d)] : 1;
-    if (t->ne[d] != want) ok = false;
-  }
-  if (ok) return t;
-  std::string want = "[";
-  for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
   const std::string as = t->file_name != t->name ? " ('" + t->file_name + "')" : "";
-  return corrupt("tensor '" + name + "'" + as + " has shape " + tensor_shape(*t) + ", expected " +
-                 want + "]");
+  PAGODA_RETURN_IF_ERROR(check_shape("tensor '" + name + "'" + as, t->ne, t->n_dims, shape));
+  return t;
 }
 
 Result<std::unique_ptr<TensorSource>> gguf_tensor_source(const GgufFile& file) {

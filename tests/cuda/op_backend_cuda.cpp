@@ -132,24 +132,7 @@ class CudaOp : public PreparedOp {
   }
 
   double median_ms(int reps) override {
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    for (int i = 0; i < 2; ++i) (void)run();
-    std::vector<float> t;
-    for (int i = 0; i < reps; ++i) {
-      cudaEventRecord(a);
-      (void)run();
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      t.push_back(ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return cuda::testing::time_ms(reps, [&](int) { (void)run(); });
   }
 
  private:

@@ -15,29 +15,6 @@ namespace {
 // Timings only: not in the default run (--gtest_filter='PerfCuda.*').
 class PerfCuda : public CudaTest {};
 
-// Median time of `fn` in ms over `reps` runs after two warm-ups.
-template <typename F>
-double time_ms(int reps, F&& fn) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 2; ++i) fn(i);
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a);
-    fn(i);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 DeviceBuffer random_device(size_t bytes, std::mt19937& rng) {
   static std::vector<uint8_t> block;
   if (block.empty()) {
