@@ -94,27 +94,19 @@ size_t f32_bytes(int64_t k) {
   return chunked_bytes(k, G);
 }
 
-constexpr GemmKernel kF32{kG, f32_bytes<kG>, convert<FloatRound::kNone, kG>,
-                          float_tile<DType::kF32, kG>};
-constexpr GemmKernel kF16{kG, f32_bytes<kG>, convert<FloatRound::kF16, kG>,
-                          float_tile<DType::kF16, kG>};
-constexpr GemmKernel kBF16{kGBf16, f32_bytes<kGBf16>, convert<FloatRound::kBF16, kGBf16>,
-                           float_tile<DType::kBF16, kGBf16>};
+template <DType kType, FloatRound kRound, int G>
+constexpr GemmEntry entry() {
+  return {kType, {G, f32_bytes<G>, convert<kRound, G>, float_tile<kType, G>}};
+}
+constexpr GemmEntry kTable[] = {entry<DType::kF32, FloatRound::kNone, kG>(),
+                                entry<DType::kF16, FloatRound::kF16, kG>(),
+                                entry<DType::kBF16, FloatRound::kBF16, kGBf16>()};
 
 }  // namespace
 }  // namespace avx2
 
 const GemmKernel* gemm_float_avx2(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return &avx2::kF32;
-    case DType::kF16:
-      return &avx2::kF16;
-    case DType::kBF16:
-      return &avx2::kBF16;
-    default:
-      return nullptr;
-  }
+  return find_gemm(avx2::kTable, t);
 }
 
 }  // namespace pagoda::cpu

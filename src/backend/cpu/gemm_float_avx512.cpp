@@ -118,24 +118,16 @@ size_t bf16_bytes(int64_t k) {
   return chunked_bytes((k + 1) / 2, kG);
 }
 
-constexpr GemmKernel kF32{kG, f32_bytes, convert_f32<false>, float_tile<DType::kF32>};
-constexpr GemmKernel kF16{kG, f32_bytes, convert_f32<true>, float_tile<DType::kF16>};
-constexpr GemmKernel kBF16{kG, bf16_bytes, convert_bf16, float_tile<DType::kBF16>};
+constexpr GemmEntry kTable[] = {
+    {DType::kF32, {kG, f32_bytes, convert_f32<false>, float_tile<DType::kF32>}},
+    {DType::kF16, {kG, f32_bytes, convert_f32<true>, float_tile<DType::kF16>}},
+    {DType::kBF16, {kG, bf16_bytes, convert_bf16, float_tile<DType::kBF16>}}};
 
 }  // namespace
 }  // namespace avx512
 
 const GemmKernel* gemm_float_avx512(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return &avx512::kF32;
-    case DType::kF16:
-      return &avx512::kF16;
-    case DType::kBF16:
-      return &avx512::kBF16;
-    default:
-      return nullptr;
-  }
+  return find_gemm(avx512::kTable, t);
 }
 
 }  // namespace pagoda::cpu

@@ -221,75 +221,48 @@ size_t f32_bytes(int64_t k) {
   return chunked_bytes(k, kG);
 }
 
-void conv_q4_0(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
-  convert_q8_scalar(x, xs, n, cols, kG, Q8Aux::kSumTimesMinus8, dst);
-}
-void conv_q8_0(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
-  convert_q8_scalar(x, xs, n, cols, kG, Q8Aux::kSumTimesMinus128, dst);
-}
-void conv_q4_1(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
-  convert_q8_scalar(x, xs, n, cols, kG, Q8Aux::kS, dst);
+template <Q8Aux kAux>
+void conv_q8(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_q8_scalar(x, xs, n, cols, kG, kAux, dst);
 }
 void conv_q8k(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
   convert_q8k_scalar(x, xs, n, cols, kG, dst);
 }
-void conv_f32(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
-  convert_f32_scalar(x, xs, n, cols, kG, FloatRound::kNone, dst);
-}
-void conv_f16(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
-  convert_f32_scalar(x, xs, n, cols, kG, FloatRound::kF16, dst);
-}
-void conv_bf16(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
-  convert_f32_scalar(x, xs, n, cols, kG, FloatRound::kBF16, dst);
+template <FloatRound kRound>
+void conv_float(const float* x, int64_t xs, int n, int64_t cols, uint8_t* dst) {
+  convert_f32_scalar(x, xs, n, cols, kG, kRound, dst);
 }
 
-constexpr GemmKernel kQ4_0{kG, q8_bytes, conv_q4_0, tile_q32<DType::kQ4_0>};
-constexpr GemmKernel kQ4_1{kG, q8_bytes, conv_q4_1, tile_q32<DType::kQ4_1>};
-constexpr GemmKernel kQ8_0{kG, q8_bytes, conv_q8_0, tile_q32<DType::kQ8_0>};
-constexpr GemmKernel kQ5_0{kG, q8_bytes, conv_q4_0, tile_q32<DType::kQ5_0>};
-constexpr GemmKernel kQ5_1{kG, q8_bytes, conv_q4_1, tile_q32<DType::kQ5_1>};
-constexpr GemmKernel kQ4_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ4_K>};
-constexpr GemmKernel kQ5_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ5_K>};
-constexpr GemmKernel kQ6_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ6_K>};
-constexpr GemmKernel kQ3_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ3_K>};
-constexpr GemmKernel kQ2_K{kG, q8k_bytes, conv_q8k, tile_k<DType::kQ2_K>};
-constexpr GemmKernel kF32{kG, f32_bytes, conv_f32, tile_float<DType::kF32>};
-constexpr GemmKernel kF16{kG, f32_bytes, conv_f16, tile_float<DType::kF16>};
-constexpr GemmKernel kBF16{kG, f32_bytes, conv_bf16, tile_float<DType::kBF16>};
+template <DType kType>
+constexpr GemmEntry q32() {
+  return {kType, {kG, q8_bytes, conv_q8<q8_aux_of(kType)>, tile_q32<kType>}};
+}
+template <DType kType>
+constexpr GemmEntry kq() {
+  return {kType, {kG, q8k_bytes, conv_q8k, tile_k<kType>}};
+}
+template <DType kType, FloatRound kRound>
+constexpr GemmEntry fl() {
+  return {kType, {kG, f32_bytes, conv_float<kRound>, tile_float<kType>}};
+}
+constexpr GemmEntry kTable[] = {q32<DType::kQ4_0>(),
+                                q32<DType::kQ4_1>(),
+                                q32<DType::kQ8_0>(),
+                                q32<DType::kQ5_0>(),
+                                q32<DType::kQ5_1>(),
+                                kq<DType::kQ4_K>(),
+                                kq<DType::kQ5_K>(),
+                                kq<DType::kQ6_K>(),
+                                kq<DType::kQ3_K>(),
+                                kq<DType::kQ2_K>(),
+                                fl<DType::kF32, FloatRound::kNone>(),
+                                fl<DType::kF16, FloatRound::kF16>(),
+                                fl<DType::kBF16, FloatRound::kBF16>()};
 
 }  // namespace
 
 const GemmKernel* gemm_kernel_generic(DType t) {
-  switch (t) {
-    case DType::kQ4_0:
-      return &kQ4_0;
-    case DType::kQ4_1:
-      return &kQ4_1;
-    case DType::kQ8_0:
-      return &kQ8_0;
-    case DType::kQ5_0:
-      return &kQ5_0;
-    case DType::kQ5_1:
-      return &kQ5_1;
-    case DType::kQ4_K:
-      return &kQ4_K;
-    case DType::kQ5_K:
-      return &kQ5_K;
-    case DType::kQ6_K:
-      return &kQ6_K;
-    case DType::kQ3_K:
-      return &kQ3_K;
-    case DType::kQ2_K:
-      return &kQ2_K;
-    case DType::kF32:
-      return &kF32;
-    case DType::kF16:
-      return &kF16;
-    case DType::kBF16:
-      return &kBF16;
-    default:
-      return nullptr;
-  }
+  return find_gemm(kTable, t);
 }
 
 }  // namespace pagoda::cpu

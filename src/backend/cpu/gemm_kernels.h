@@ -75,6 +75,25 @@ enum class FloatRound { kNone, kF16, kBF16 };
 void convert_f32_scalar(const float* x, int64_t x_stride, int n, int64_t cols, int g, FloatRound r,
                         uint8_t* dst);
 
+// A family's kernels at one ISA level, looked up by weight type (a handful of entries).
+struct GemmEntry {
+  DType type;
+  GemmKernel kernel;
+};
+template <size_t N>
+const GemmKernel* find_gemm(const GemmEntry (&table)[N], DType t) {
+  for (const GemmEntry& e : table)
+    if (e.type == t) return &e.kernel;
+  return nullptr;
+}
+
+// The aux word a 32-element block type needs in its Q8 activations.
+constexpr Q8Aux q8_aux_of(DType t) {
+  if (t == DType::kQ8_0) return Q8Aux::kSumTimesMinus128;
+  if (t == DType::kQ4_1 || t == DType::kQ5_1) return Q8Aux::kS;
+  return Q8Aux::kSumTimesMinus8;
+}
+
 // ---- activation layout arithmetic (shared by all ISA levels) ----
 
 inline size_t round_up64(size_t n) {

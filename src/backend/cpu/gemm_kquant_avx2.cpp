@@ -279,30 +279,18 @@ size_t q8k_bytes(int64_t k) {
   return Q8KActLayout{k / kQKK, kG}.bytes();
 }
 
-constexpr GemmKernel kQ4_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ4_K>};
-constexpr GemmKernel kQ5_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ5_K>};
-constexpr GemmKernel kQ6_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ6_K>};
-constexpr GemmKernel kQ3_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ3_K>};
-constexpr GemmKernel kQ2_K{kG, q8k_bytes, convert_q8k, k_tile<DType::kQ2_K>};
+template <DType kType>
+constexpr GemmEntry entry() {
+  return {kType, {kG, q8k_bytes, convert_q8k, k_tile<kType>}};
+}
+constexpr GemmEntry kTable[] = {entry<DType::kQ4_K>(), entry<DType::kQ5_K>(), entry<DType::kQ6_K>(),
+                                entry<DType::kQ3_K>(), entry<DType::kQ2_K>()};
 
 }  // namespace
 }  // namespace avx2
 
 const GemmKernel* gemm_kquant_avx2(DType t) {
-  switch (t) {
-    case DType::kQ4_K:
-      return &avx2::kQ4_K;
-    case DType::kQ5_K:
-      return &avx2::kQ5_K;
-    case DType::kQ6_K:
-      return &avx2::kQ6_K;
-    case DType::kQ3_K:
-      return &avx2::kQ3_K;
-    case DType::kQ2_K:
-      return &avx2::kQ2_K;
-    default:
-      return nullptr;
-  }
+  return find_gemm(avx2::kTable, t);
 }
 
 }  // namespace pagoda::cpu

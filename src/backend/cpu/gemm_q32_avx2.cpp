@@ -12,7 +12,9 @@ constexpr int kG = 4;
 
 // Rounding of llama.cpp's x86 activation quantizer (quant_ref.h, quantize_block_q8_act):
 // nearest, ties to even, which cvtps2dq does in the default rounding mode.
-inline __m256i round_act_epi32(__m256 v) { return _mm256_cvtps_epi32(v); }
+inline __m256i round_act_epi32(__m256 v) {
+  return _mm256_cvtps_epi32(v);
+}
 
 template <Q8Aux kAux>
 void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
@@ -30,8 +32,7 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
       const float d = amax / 127.0f;
       const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
       __m256i q[4];
-      for (int i = 0; i < 4; ++i)
-        q[i] = round_act_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+      for (int i = 0; i < 4; ++i) q[i] = round_act_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + lay.qs(b, t)),
                           pack_i8(q[0], q[1], q[2], q[3]));
       const int sum =
@@ -147,33 +148,18 @@ size_t q8_bytes(int64_t k) {
   return Q8ActLayout{k / kQK, kG}.bytes();
 }
 
-constexpr GemmKernel kQ4_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
-                           q32_tile<DType::kQ4_0>};
-constexpr GemmKernel kQ4_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ4_1>};
-constexpr GemmKernel kQ8_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus128>,
-                           q32_tile<DType::kQ8_0>};
-constexpr GemmKernel kQ5_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
-                           q32_tile<DType::kQ5_0>};
-constexpr GemmKernel kQ5_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ5_1>};
+template <DType kType>
+constexpr GemmEntry entry() {
+  return {kType, {kG, q8_bytes, convert_q8<q8_aux_of(kType)>, q32_tile<kType>}};
+}
+constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(), entry<DType::kQ4_1>(), entry<DType::kQ8_0>(),
+                                entry<DType::kQ5_0>(), entry<DType::kQ5_1>()};
 
 }  // namespace
 }  // namespace avx2
 
 const GemmKernel* gemm_q32_avx2(DType t) {
-  switch (t) {
-    case DType::kQ4_0:
-      return &avx2::kQ4_0;
-    case DType::kQ4_1:
-      return &avx2::kQ4_1;
-    case DType::kQ8_0:
-      return &avx2::kQ8_0;
-    case DType::kQ5_0:
-      return &avx2::kQ5_0;
-    case DType::kQ5_1:
-      return &avx2::kQ5_1;
-    default:
-      return nullptr;
-  }
+  return find_gemm(avx2::kTable, t);
 }
 
 }  // namespace pagoda::cpu

@@ -13,7 +13,9 @@ constexpr int kG = 12;  // T int + T float accumulators + weights fit the 32 reg
 
 // Rounding of llama.cpp's x86 activation quantizer (quant_ref.h, quantize_block_q8_act):
 // nearest, ties to even, which cvtps2dq does in the default rounding mode.
-inline __m512i round_act_epi32(__m512 v) { return _mm512_cvtps_epi32(v); }
+inline __m512i round_act_epi32(__m512 v) {
+  return _mm512_cvtps_epi32(v);
+}
 
 // Index vectors for reduce16: level with output segment size S folds segments of 2S.
 struct FoldIndex {
@@ -100,8 +102,7 @@ void convert_q8(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* 
       for (int i = 0; i < 16; ++i) {
         const __m512 vid = _mm512_set1_ps(id[i]);
         const __m512i q0 = round_act_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i), vid));
-        const __m512i q1 =
-            round_act_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i + 16), vid));
+        const __m512i q1 = round_act_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + kQK * i + 16), vid));
         uint8_t* qs = dst + lay.qs(b0 + i, t);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
@@ -159,7 +160,7 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
     for (int t = 0; t < T; ++t) {
       // Q4_0/Q8_0 start from the offset correction so the sum comes out signed; Q5_0's
       // offset is 16, twice Q4_0's, whose activations it shares.
-      ia[0][t] = kMin                      ? _mm512_setzero_si512()
+      ia[0][t] = kMin                    ? _mm512_setzero_si512()
                  : kType == DType::kQ5_0 ? _mm512_slli_epi32(bcast32(aux + 4 * t), 1)
                                          : bcast32(aux + 4 * t);
       for (int p = 1; p < P; ++p) ia[p][t] = _mm512_setzero_si512();
@@ -227,7 +228,7 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
     const uint8_t* xq = act + lay.qs(b, 0);
     const uint8_t* q = w.quants(g, b);
     const uint8_t* s = w.scales(g, b);
-    __m512i lo = kMin                      ? _mm512_setzero_si512()
+    __m512i lo = kMin                    ? _mm512_setzero_si512()
                  : kType == DType::kQ5_0 ? _mm512_slli_epi32(bcast32(act + lay.aux(b, 0)), 1)
                                          : bcast32(act + lay.aux(b, 0));
     __m512i hi = _mm512_setzero_si512();
@@ -283,33 +284,18 @@ size_t q8_bytes(int64_t k) {
   return Q8ActLayout{k / kQK, kG}.bytes();
 }
 
-constexpr GemmKernel kQ4_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
-                           q32_tile<DType::kQ4_0>};
-constexpr GemmKernel kQ4_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ4_1>};
-constexpr GemmKernel kQ8_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus128>,
-                           q32_tile<DType::kQ8_0>};
-constexpr GemmKernel kQ5_0{kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>,
-                           q32_tile<DType::kQ5_0>};
-constexpr GemmKernel kQ5_1{kG, q8_bytes, convert_q8<Q8Aux::kS>, q32_tile<DType::kQ5_1>};
+template <DType kType>
+constexpr GemmEntry entry() {
+  return {kType, {kG, q8_bytes, convert_q8<q8_aux_of(kType)>, q32_tile<kType>}};
+}
+constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(), entry<DType::kQ4_1>(), entry<DType::kQ8_0>(),
+                                entry<DType::kQ5_0>(), entry<DType::kQ5_1>()};
 
 }  // namespace
 }  // namespace avx512
 
 const GemmKernel* gemm_q32_avx512(DType t) {
-  switch (t) {
-    case DType::kQ4_0:
-      return &avx512::kQ4_0;
-    case DType::kQ4_1:
-      return &avx512::kQ4_1;
-    case DType::kQ8_0:
-      return &avx512::kQ8_0;
-    case DType::kQ5_0:
-      return &avx512::kQ5_0;
-    case DType::kQ5_1:
-      return &avx512::kQ5_1;
-    default:
-      return nullptr;
-  }
+  return find_gemm(avx512::kTable, t);
 }
 
 }  // namespace pagoda::cpu
