@@ -34,6 +34,17 @@ void convert_q8_scalar(const float* x, int64_t x_stride, int n, int64_t cols, in
   }
 }
 
+void store_q8k_sums(const int16_t* bsum16, float d, const Q8KActLayout& lay, int64_t b, int t,
+                    uint8_t* dst) {
+  int16_t bsum32[8];
+  int32_t corr16[16];
+  for (int j = 0; j < 8; ++j) bsum32[j] = static_cast<int16_t>(bsum16[2 * j] + bsum16[2 * j + 1]);
+  for (int j = 0; j < 16; ++j) corr16[j] = -32 * bsum16[j];
+  std::memcpy(dst + lay.d(b, t), &d, 4);
+  std::memcpy(dst + lay.bsum32(b, t), bsum32, sizeof(bsum32));
+  std::memcpy(dst + lay.corr16(b, t), corr16, sizeof(corr16));
+}
+
 void convert_q8k_scalar(const float* x, int64_t x_stride, int n, int64_t cols, int g,
                         uint8_t* dst) {
   const Q8KActLayout lay{cols / kQKK, g};
@@ -41,15 +52,8 @@ void convert_q8k_scalar(const float* x, int64_t x_stride, int n, int64_t cols, i
     for (int64_t b = 0; b < lay.ns; ++b) {
       BlockQ8_K blk;
       quantize_block_q8_k(x + t * x_stride + b * kQKK, &blk);
-      int16_t bsum32[8];
-      int32_t corr16[16];
-      for (int j = 0; j < 8; ++j)
-        bsum32[j] = static_cast<int16_t>(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
-      for (int j = 0; j < 16; ++j) corr16[j] = -32 * blk.bsums[j];
       std::memcpy(dst + lay.qs(b, t), blk.qs, kQKK);
-      std::memcpy(dst + lay.d(b, t), &blk.d, 4);
-      std::memcpy(dst + lay.bsum32(b, t), bsum32, sizeof(bsum32));
-      std::memcpy(dst + lay.corr16(b, t), corr16, sizeof(corr16));
+      store_q8k_sums(blk.bsums, blk.d, lay, b, t, dst);
     }
   }
 }

@@ -3,6 +3,8 @@
 // token of the group, with each token's activation broadcast once for both. Activations
 // use the scalar converter's chunked f32 layout (for BF16 weights rounded to bf16, which
 // makes the products exact).
+#include <iterator>
+
 #include "backend/cpu/simd_avx2.h"
 
 namespace pagoda::cpu {
@@ -106,7 +108,7 @@ constexpr GemmEntry kTable[] = {entry<DType::kF32, FloatRound::kNone, kG>(),
 }  // namespace avx2
 
 const GemmKernel* gemm_float_avx2(DType t) {
-  return find_gemm(avx2::kTable, t);
+  return find_gemm(avx2::kTable, std::size(avx2::kTable), t);
 }
 
 }  // namespace pagoda::cpu

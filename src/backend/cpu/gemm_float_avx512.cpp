@@ -2,6 +2,8 @@
 // 16 rows (F16 widened once by vcvtph2ps and reused for every token of the group); each
 // token's activation is a broadcast folded into the FMA. BF16 uses vdpbf16ps on column
 // pairs: bf16 x bf16 products are exact in f32, so this matches the widened product.
+#include <iterator>
+
 #include "backend/cpu/simd_avx512.h"
 
 namespace pagoda::cpu {
@@ -127,7 +129,7 @@ constexpr GemmEntry kTable[] = {
 }  // namespace avx512
 
 const GemmKernel* gemm_float_avx512(DType t) {
-  return find_gemm(avx512::kTable, t);
+  return find_gemm(avx512::kTable, std::size(avx512::kTable), t);
 }
 
 }  // namespace pagoda::cpu

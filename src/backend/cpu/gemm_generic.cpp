@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <iterator>
+
 #include "backend/cpu/gemm_kernels.h"
 
 namespace pagoda::cpu {
@@ -262,7 +264,7 @@ constexpr GemmEntry kTable[] = {q32<DType::kQ4_0>(),
 }  // namespace
 
 const GemmKernel* gemm_kernel_generic(DType t) {
-  return find_gemm(kTable, t);
+  return find_gemm(kTable, std::size(kTable), t);
 }
 
 }  // namespace pagoda::cpu

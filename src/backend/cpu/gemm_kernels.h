@@ -70,6 +70,11 @@ enum class Q8Aux { kSumTimesMinus8, kSumTimesMinus128, kS };
 void convert_q8_scalar(const float* x, int64_t x_stride, int n, int64_t cols, int g, Q8Aux aux,
                        uint8_t* dst);
 void convert_q8k_scalar(const float* x, int64_t x_stride, int n, int64_t cols, int g, uint8_t* dst);
+// The Q8_K layout's d, bsum32 and corr16 words of block b, token t, from its 16 per-16 sums.
+// Out of line (act_convert.cpp) for the reason find_gemm is.
+struct Q8KActLayout;
+void store_q8k_sums(const int16_t* bsum16, float d, const Q8KActLayout& lay, int64_t b, int t,
+                    uint8_t* dst);
 enum class FloatRound { kNone, kF16, kBF16 };
 // [k][G] f32 layout; k = cols rounded up to even for kBF16 (the pad column is zero).
 void convert_f32_scalar(const float* x, int64_t x_stride, int n, int64_t cols, int g, FloatRound r,
@@ -80,12 +85,9 @@ struct GemmEntry {
   DType type;
   GemmKernel kernel;
 };
-template <size_t N>
-const GemmKernel* find_gemm(const GemmEntry (&table)[N], DType t) {
-  for (const GemmEntry& e : table)
-    if (e.type == t) return &e.kernel;
-  return nullptr;
-}
+// Defined in matmul.cpp, not inline here: an inline copy instantiated in an AVX-512 file
+// could be the one the linker keeps for the AVX2 files too (see README.md).
+const GemmKernel* find_gemm(const GemmEntry* table, size_t n, DType t);
 
 // The aux word a 32-element block type needs in its Q8 activations.
 constexpr Q8Aux q8_aux_of(DType t) {

@@ -2,6 +2,8 @@
 // gemm_kquant_avx512.cpp) with vpmaddubsw/vpmaddwd for the byte dots. s16 partial sums
 // are widened before they can saturate: after 8 steps for 4-bit values, 4 for 5-bit, 2
 // for 6-bit (2 x 63 x 127 per vpmaddubsw lane).
+#include <iterator>
+
 #include "backend/cpu/simd_avx2.h"
 
 namespace pagoda::cpu {
@@ -48,14 +50,7 @@ void convert_q8k(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t*
         }
         d = 1.0f / iscale;
       }
-      int16_t bsum32[8];
-      int32_t corr16[16];
-      for (int j = 0; j < 8; ++j)
-        bsum32[j] = static_cast<int16_t>(bsum16[2 * j] + bsum16[2 * j + 1]);
-      for (int j = 0; j < 16; ++j) corr16[j] = -32 * bsum16[j];
-      std::memcpy(dst + lay.d(b, t), &d, 4);
-      std::memcpy(dst + lay.bsum32(b, t), bsum32, sizeof(bsum32));
-      std::memcpy(dst + lay.corr16(b, t), corr16, sizeof(corr16));
+      store_q8k_sums(bsum16, d, lay, b, t, dst);
     }
   }
 }
@@ -290,7 +285,7 @@ constexpr GemmEntry kTable[] = {entry<DType::kQ4_K>(), entry<DType::kQ5_K>(), en
 }  // namespace avx2
 
 const GemmKernel* gemm_kquant_avx2(DType t) {
-  return find_gemm(avx2::kTable, t);
+  return find_gemm(avx2::kTable, std::size(avx2::kTable), t);
 }
 
 }  // namespace pagoda::cpu

@@ -5,6 +5,8 @@
 // are applied once per 256 columns. Mins (Q4_K/Q5_K) are one vpdpwssd of the per-row 6-bit
 // mins against the activation's per-32 sums; Q6_K's -32 offset starts each sub-block
 // sum at -32 * (activation sum).
+#include <iterator>
+
 #include "backend/cpu/simd_avx512.h"
 
 namespace pagoda::cpu {
@@ -53,14 +55,7 @@ void convert_q8k(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t*
         }
         d = 1.0f / iscale;
       }
-      int16_t bsum32[8];
-      int32_t corr16[16];
-      for (int j = 0; j < 8; ++j)
-        bsum32[j] = static_cast<int16_t>(bsum16[2 * j] + bsum16[2 * j + 1]);
-      for (int j = 0; j < 16; ++j) corr16[j] = -32 * bsum16[j];
-      std::memcpy(dst + lay.d(b, t), &d, 4);
-      std::memcpy(dst + lay.bsum32(b, t), bsum32, sizeof(bsum32));
-      std::memcpy(dst + lay.corr16(b, t), corr16, sizeof(corr16));
+      store_q8k_sums(bsum16, d, lay, b, t, dst);
     }
   }
 }
@@ -268,7 +263,7 @@ constexpr GemmEntry kTable[] = {entry<DType::kQ4_K>(), entry<DType::kQ5_K>(), en
 }  // namespace avx512
 
 const GemmKernel* gemm_kquant_avx512(DType t) {
-  return find_gemm(avx512::kTable, t);
+  return find_gemm(avx512::kTable, std::size(avx512::kTable), t);
 }
 
 }  // namespace pagoda::cpu

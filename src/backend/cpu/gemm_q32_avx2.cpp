@@ -2,6 +2,8 @@
 // vpmaddubsw (u8 x s8 -> saturating s16 pairs) then vpmaddwd by ones. Nibbles (<= 15)
 // times int8 stay far from saturation, so all 8 steps of a block are summed in s16
 // first; Q8_0 weights use the sign trick (|w| x sign(x, w)) and widen every step.
+#include <iterator>
+
 #include "backend/cpu/simd_avx2.h"
 
 namespace pagoda::cpu {
@@ -159,7 +161,7 @@ constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(), entry<DType::kQ4_1>(), en
 }  // namespace avx2
 
 const GemmKernel* gemm_q32_avx2(DType t) {
-  return find_gemm(avx2::kTable, t);
+  return find_gemm(avx2::kTable, std::size(avx2::kTable), t);
 }
 
 }  // namespace pagoda::cpu

@@ -3,6 +3,8 @@
 // with the 4 activation bytes of one token broadcast from memory gives 16 row partial
 // sums at once. The step loop is outside the token loop so each unpacked weight
 // register serves all T tokens, and T independent accumulators hide vpdpbusd latency.
+#include <iterator>
+
 #include "backend/cpu/simd_avx512.h"
 
 namespace pagoda::cpu {
@@ -295,7 +297,7 @@ constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(), entry<DType::kQ4_1>(), en
 }  // namespace avx512
 
 const GemmKernel* gemm_q32_avx512(DType t) {
-  return find_gemm(avx512::kTable, t);
+  return find_gemm(avx512::kTable, std::size(avx512::kTable), t);
 }
 
 }  // namespace pagoda::cpu

@@ -64,6 +64,12 @@ struct Job {
 
 }  // namespace
 
+const GemmKernel* find_gemm(const GemmEntry* table, size_t n, DType t) {
+  for (size_t i = 0; i < n; ++i)
+    if (table[i].type == t) return &table[i].kernel;
+  return nullptr;
+}
+
 const GemmKernel* gemm_kernel_avx512(DType t) {
   if (const GemmKernel* k = gemm_q32_avx512(t)) return k;
   if (const GemmKernel* k = gemm_kquant_avx512(t)) return k;
