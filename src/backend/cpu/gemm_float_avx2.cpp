@@ -2,10 +2,13 @@
 // (F16 widened once, BF16 column pairs split by a shift and a mask) reused for every
 // token of the group, with each token's activation broadcast once for both. Activations
 // use the scalar converter's chunked f32 layout (for BF16 weights rounded to bf16, which
-// makes the products exact).
+// makes the products exact). The loops are gemm_float_impl.h's.
 #include <iterator>
 
 #include "backend/cpu/simd_avx2.h"
+
+#define PAGODA_GEMM_NS avx2
+#include "backend/cpu/gemm_float_impl.h"
 
 namespace pagoda::cpu {
 namespace avx2 {
@@ -15,76 +18,68 @@ namespace {
 constexpr int kG = 6;
 constexpr int kGBf16 = 5;
 
-template <DType kType, int G, int T>
-inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                        int64_t y_stride, int rows) {
-  // With few tokens, U columns run in flight on separate accumulators (FMA latency).
-  constexpr int U = T >= 3 ? 1 : T == 1 ? 4 : 2;
-  constexpr int kStepBytes = kType == DType::kF16 ? 32 : 64;
-  const uint8_t* q = w.quants(g, 0);
-  const float* x = reinterpret_cast<const float*>(act);
-  __m256 acc[U][T][2];
-  for (int u = 0; u < U; ++u)
-    for (int t = 0; t < T; ++t) acc[u][t][0] = acc[u][t][1] = _mm256_setzero_ps();
-  auto step = [&](int64_t b, int u) {
-    const uint8_t* qb = q + b * kStepBytes;
+struct FloatOps {
+  using V = __m256;
+  static constexpr int kRegs = 2;  // rows 0-7 and 8-15 of the group
+  static constexpr int kPrefetchTokens = 2;
+  static constexpr int steps_in_flight(int T) { return T >= 3 ? 1 : T == 1 ? 4 : 2; }
+
+  // BF16: the even (e) and odd (o) columns of a pair, for both halves.
+  template <DType kType>
+  struct Weights {
+    V r[kType == DType::kBF16 ? 4 : 2];
+  };
+  template <DType kType>
+  static Weights<kType> load(const uint8_t* qb) {
     if constexpr (kType == DType::kBF16) {
       const __m256i mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
       const __m256i r0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(qb));
       const __m256i r1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(qb + 32));
-      const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(r0, 16)),
-                   o0 = _mm256_castsi256_ps(_mm256_and_si256(r0, mask));
-      const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(r1, 16)),
-                   o1 = _mm256_castsi256_ps(_mm256_and_si256(r1, mask));
-      // Columns 2b and 2b + 1 share a chunk (chunks are even).
-      const float* xb = x + chunked_index(2 * b, 0, G);
-      for (int t = 0; t < T; ++t) {
-        const __m256 xe = _mm256_broadcast_ss(xb + kFloatChunk * t),
-                     xo = _mm256_broadcast_ss(xb + kFloatChunk * t + 1);
-        acc[u][t][0] = _mm256_fmadd_ps(o0, xo, _mm256_fmadd_ps(e0, xe, acc[u][t][0]));
-        acc[u][t][1] = _mm256_fmadd_ps(o1, xo, _mm256_fmadd_ps(e1, xe, acc[u][t][1]));
-      }
+      return {{_mm256_castsi256_ps(_mm256_slli_epi32(r0, 16)),
+               _mm256_castsi256_ps(_mm256_and_si256(r0, mask)),
+               _mm256_castsi256_ps(_mm256_slli_epi32(r1, 16)),
+               _mm256_castsi256_ps(_mm256_and_si256(r1, mask))}};
+    } else if constexpr (kType == DType::kF16) {
+      return {{load_f16x8(qb), load_f16x8(qb + 16)}};
     } else {
-      __m256 w0, w1;
-      if constexpr (kType == DType::kF16) {
-        w0 = load_f16x8(qb);
-        w1 = load_f16x8(qb + 16);
-      } else {
-        w0 = _mm256_load_ps(reinterpret_cast<const float*>(qb));
-        w1 = _mm256_load_ps(reinterpret_cast<const float*>(qb) + 8);
-      }
-      const float* xb = x + chunked_index(b, 0, G);
-      for (int t = 0; t < T; ++t) {
-        const __m256 xv = _mm256_broadcast_ss(xb + kFloatChunk * t);
-        acc[u][t][0] = _mm256_fmadd_ps(w0, xv, acc[u][t][0]);
-        acc[u][t][1] = _mm256_fmadd_ps(w1, xv, acc[u][t][1]);
-      }
+      return {{_mm256_load_ps(reinterpret_cast<const float*>(qb)),
+               _mm256_load_ps(reinterpret_cast<const float*>(qb) + 8)}};
     }
-  };
-  int64_t b = 0;
-  for (; b + U <= w.nb; b += U) {
-    if constexpr (T <= 2) prefetch(q + kPrefetchBytes + b * kStepBytes, U * kStepBytes);
-    unroll<U>([&](auto u) { step(b + u, u); });
   }
-  for (; b < w.nb; ++b) step(b, 0);
-  for (int t = 0; t < T; ++t) {
-    __m256 s0 = acc[0][t][0], s1 = acc[0][t][1];
-    for (int u = 1; u < U; ++u) {
-      s0 = _mm256_add_ps(s0, acc[u][t][0]);
-      s1 = _mm256_add_ps(s1, acc[u][t][1]);
+  // BF16 activations are plain floats: columns 2b and 2b + 1 share a chunk (chunks are even).
+  template <DType kType>
+  static int64_t act_index(int64_t b, int g) {
+    return chunked_index(kType == DType::kBF16 ? 2 * b : b, 0, g);
+  }
+  template <DType kType>
+  static void madd(V (&acc)[2], const Weights<kType>& w, const float* xt) {
+    if constexpr (kType == DType::kBF16) {
+      const V xe = _mm256_broadcast_ss(xt), xo = _mm256_broadcast_ss(xt + 1);
+      acc[0] = _mm256_fmadd_ps(w.r[1], xo, _mm256_fmadd_ps(w.r[0], xe, acc[0]));
+      acc[1] = _mm256_fmadd_ps(w.r[3], xo, _mm256_fmadd_ps(w.r[2], xe, acc[1]));
+    } else {
+      const V xv = _mm256_broadcast_ss(xt);
+      acc[0] = _mm256_fmadd_ps(w.r[0], xv, acc[0]);
+      acc[1] = _mm256_fmadd_ps(w.r[1], xv, acc[1]);
     }
-    store_rows(y + t * y_stride, s0, std::min(rows, kHalf));
-    if (rows > kHalf) store_rows(y + t * y_stride + kHalf, s1, rows - kHalf);
   }
-}
-
-template <DType kType, int G>
-void float_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
-  for_each_group_tile<G>(a, rg0, rg1, tg0, tg1,
-                         [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows) {
-                           float_micro<kType, G, T>(*a.w, g, act, y, a.y_stride, rows);
-                         });
-}
+  static V zero() { return _mm256_setzero_ps(); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static void store(float* y, const V (&s)[2], int rows) {
+    store_rows(y, s[0], std::min(rows, kHalf));
+    if (rows > kHalf) store_rows(y + kHalf, s[1], rows - kHalf);
+  }
+  // Unclipped: AVX2 tiles do not pass their end along.
+  static void prefetch(const uint8_t* p, int bytes, const uint8_t*) { avx2::prefetch(p, bytes); }
+  template <int G, typename Micro>
+  static void for_each_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1,
+                            Micro&& micro) {
+    for_each_group_tile<G>(a, rg0, rg1, tg0, tg1,
+                           [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows) {
+                             micro.template operator()<T>(g, act, y, rows, nullptr);
+                           });
+  }
+};
 
 template <FloatRound kRound, int G>
 void convert(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t* dst) {
@@ -98,7 +93,7 @@ size_t f32_bytes(int64_t k) {
 
 template <DType kType, FloatRound kRound, int G>
 constexpr GemmEntry entry() {
-  return {kType, {G, f32_bytes<G>, convert<kRound, G>, float_tile<kType, G>}};
+  return {kType, {G, f32_bytes<G>, convert<kRound, G>, float_tile<FloatOps, kType, G>}};
 }
 constexpr GemmEntry kTable[] = {entry<DType::kF32, FloatRound::kNone, kG>(),
                                 entry<DType::kF16, FloatRound::kF16, kG>(),

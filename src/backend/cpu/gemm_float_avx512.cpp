@@ -1,10 +1,14 @@
 // AVX-512 kernels for float weights (F32, F16, BF16). One register holds one column of
 // 16 rows (F16 widened once by vcvtph2ps and reused for every token of the group); each
 // token's activation is a broadcast folded into the FMA. BF16 uses vdpbf16ps on column
-// pairs: bf16 x bf16 products are exact in f32, so this matches the widened product.
+// pairs: bf16 x bf16 products are exact in f32, so this matches the widened product. The
+// loops are gemm_float_impl.h's.
 #include <iterator>
 
 #include "backend/cpu/simd_avx512.h"
+
+#define PAGODA_GEMM_NS avx512
+#include "backend/cpu/gemm_float_impl.h"
 
 namespace pagoda::cpu {
 namespace avx512 {
@@ -65,53 +69,49 @@ void convert_bf16(const float* x, int64_t x_stride, int n, int64_t cols, uint8_t
   }
 }
 
-template <DType kType, int T>
-inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
-                        int64_t y_stride, int rows, const uint8_t* pf_end) {
-  // A column (pair) per step; with few tokens, U steps run in flight on separate
-  // accumulators to cover the FMA latency.
-  constexpr int U = T >= 4 ? 1 : T == 1 ? 4 : 2;
-  const uint8_t* q = w.quants(g, 0);
-  constexpr int kStepBytes = kType == DType::kF16 ? 32 : 64;
-  __m512 acc[U][T];
-  for (int u = 0; u < U; ++u)
-    for (int t = 0; t < T; ++t) acc[u][t] = _mm512_setzero_ps();
-  auto step = [&](int64_t b, int u) {
-    const uint8_t* qb = q + b * kStepBytes;
-    const uint8_t* xb = act + chunked_index(b, 0, kG) * 4;
-    if constexpr (kType == DType::kBF16) {
-      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_load_si512(qb));
-      for (int t = 0; t < T; ++t)
-        acc[u][t] =
-            _mm512_dpbf16_ps(acc[u][t], wv, reinterpret_cast<__m512bh>(bcast32(xb + 64 * t)));
-    } else {
-      const __m512 wv = kType == DType::kF16 ? load_f16x16(qb)
-                                             : _mm512_load_ps(reinterpret_cast<const float*>(qb));
-      for (int t = 0; t < T; ++t)
-        acc[u][t] = _mm512_fmadd_ps(wv, bcast_f32(xb + 64 * t), acc[u][t]);
-    }
-  };
-  int64_t b = 0;
-  for (; b + U <= w.nb; b += U) {
-    if constexpr (T <= 4) prefetch(q + b * kStepBytes + kPrefetchBytes, U * kStepBytes, pf_end);
-    unroll<U>([&](auto u) { step(b + u, u); });
-  }
-  for (; b < w.nb; ++b) step(b, 0);
-  for (int t = 0; t < T; ++t) {
-    __m512 s = acc[0][t];
-    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[u][t]);
-    store_rows(y + t * y_stride, s, rows);
-  }
-}
+struct FloatOps {
+  using V = __m512;
+  static constexpr int kRegs = 1;  // a register holds the group's 16 rows
+  static constexpr int kPrefetchTokens = 4;
+  static constexpr int steps_in_flight(int T) { return T >= 4 ? 1 : T == 1 ? 4 : 2; }
 
-template <DType kType>
-void float_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
-  for_each_tile<kG>(
-      a, rg0, rg1, tg0, tg1,
-      [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
-        float_micro<kType, T>(*a.w, g, act, y, a.y_stride, rows, end);
-      });
-}
+  // One register: a column of the group, or for BF16 a column pair (vdpbf16ps's operand).
+  template <DType>
+  using Weights = __m512;
+  template <DType kType>
+  static Weights<kType> load(const uint8_t* qb) {
+    if constexpr (kType == DType::kBF16)
+      return _mm512_castsi512_ps(_mm512_load_si512(qb));
+    else if constexpr (kType == DType::kF16)
+      return load_f16x16(qb);
+    else
+      return _mm512_load_ps(reinterpret_cast<const float*>(qb));
+  }
+  // BF16 activations are column pairs in one u32 (step b is pair b).
+  template <DType>
+  static int64_t act_index(int64_t b, int g) {
+    return chunked_index(b, 0, g);
+  }
+  template <DType kType>
+  static void madd(V (&acc)[1], const Weights<kType>& w, const float* xt) {
+    if constexpr (kType == DType::kBF16)
+      acc[0] = _mm512_dpbf16_ps(acc[0], reinterpret_cast<__m512bh>(w),
+                                reinterpret_cast<__m512bh>(bcast32(xt)));
+    else
+      acc[0] = _mm512_fmadd_ps(w, bcast_f32(xt), acc[0]);
+  }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static void store(float* y, const V (&s)[1], int rows) { store_rows(y, s[0], rows); }
+  static void prefetch(const uint8_t* p, int bytes, const uint8_t* end) {
+    avx512::prefetch(p, bytes, end);
+  }
+  template <int G, typename Micro>
+  static void for_each_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1,
+                            Micro&& micro) {
+    avx512::for_each_tile<G>(a, rg0, rg1, tg0, tg1, micro);
+  }
+};
 
 size_t f32_bytes(int64_t k) {
   return chunked_bytes(k, kG);
@@ -121,9 +121,9 @@ size_t bf16_bytes(int64_t k) {
 }
 
 constexpr GemmEntry kTable[] = {
-    {DType::kF32, {kG, f32_bytes, convert_f32<false>, float_tile<DType::kF32>}},
-    {DType::kF16, {kG, f32_bytes, convert_f32<true>, float_tile<DType::kF16>}},
-    {DType::kBF16, {kG, bf16_bytes, convert_bf16, float_tile<DType::kBF16>}}};
+    {DType::kF32, {kG, f32_bytes, convert_f32<false>, float_tile<FloatOps, DType::kF32, kG>}},
+    {DType::kF16, {kG, f32_bytes, convert_f32<true>, float_tile<FloatOps, DType::kF16, kG>}},
+    {DType::kBF16, {kG, bf16_bytes, convert_bf16, float_tile<FloatOps, DType::kBF16, kG>}}};
 
 }  // namespace
 }  // namespace avx512

@@ -1,0 +1,71 @@
+// The float-weight GEMM (F32, F16, BF16) written once: its loops over columns and
+// tokens, accumulators, prefetch and stores. gemm_float_{avx2,avx512}.cpp each include
+// their simd_*.h, define PAGODA_GEMM_NS and include this, so it is compiled per ISA inside
+// that ISA's namespace (README: no code built with AVX flags may be shared with generic
+// code), and instantiate it over their FloatOps: what a register holds and how one
+// column step multiplies, the parts where the ISAs differ.
+//
+// Ops (FloatOps) provides:
+//   V, kRegs                 the register type; registers per row group (16 rows)
+//   kPrefetchTokens          token counts up to this stream the weights and prefetch
+//   steps_in_flight(T)       columns run on separate accumulators (FMA latency)
+//   Weights<kType>, load<kType>(qb)  a step's weights (a column, BF16 a column pair)
+//   act_index<kType>(b, G)   f32 element of token 0's activation for step b
+//   madd<kType>(acc, w, xt)  acc[kRegs] += the step's weights times token xt's activation
+//   zero(), add(a, b), store(y, s, rows), prefetch(p, bytes, end)
+//   for_each_tile<G>(args, rg0, rg1, tg0, tg1, micro)  micro<T>(g, act, y, rows, end)
+#ifndef PAGODA_GEMM_NS
+#error "define PAGODA_GEMM_NS (the ISA namespace) before including gemm_float_impl.h"
+#endif
+
+namespace pagoda::cpu::PAGODA_GEMM_NS {
+namespace {
+
+template <typename Ops, DType kType, int G, int T>
+inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+                        int64_t y_stride, int rows, const uint8_t* pf_end) {
+  using V = typename Ops::V;
+  constexpr int R = Ops::kRegs;
+  constexpr int U = Ops::steps_in_flight(T);
+  constexpr int kStepBytes = kType == DType::kF16 ? 32 : 64;
+  const uint8_t* q = w.quants(g, 0);
+  const float* x = reinterpret_cast<const float*>(act);
+  V acc[U][T][R];
+  for (int u = 0; u < U; ++u)
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) acc[u][t][r] = Ops::zero();
+  auto step = [&](int64_t b, int u) {
+    const auto wv = Ops::template load<kType>(q + b * kStepBytes);
+    const float* xb = x + Ops::template act_index<kType>(b, G);
+    for (int t = 0; t < T; ++t) Ops::template madd<kType>(acc[u][t], wv, xb + kFloatChunk * t);
+  };
+  int64_t b = 0;
+  for (; b + U <= w.nb; b += U) {
+    if constexpr (T <= Ops::kPrefetchTokens)
+      Ops::prefetch(q + kPrefetchBytes + b * kStepBytes, U * kStepBytes, pf_end);
+    unroll<U>([&](auto u) { step(b + u, u); });
+  }
+  for (; b < w.nb; ++b) step(b, 0);
+  for (int t = 0; t < T; ++t) {
+    V s[R];
+    for (int r = 0; r < R; ++r) {
+      s[r] = acc[0][t][r];
+      for (int u = 1; u < U; ++u) s[r] = Ops::add(s[r], acc[u][t][r]);
+    }
+    Ops::store(y + t * y_stride, s, rows);
+  }
+}
+
+template <typename Ops, DType kType, int G>
+void float_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  Ops::template for_each_tile<G>(
+      a, rg0, rg1, tg0, tg1,
+      [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
+        float_micro<Ops, kType, G, T>(*a.w, g, act, y, a.y_stride, rows, end);
+      });
+}
+
+}  // namespace
+}  // namespace pagoda::cpu::PAGODA_GEMM_NS
+
+#undef PAGODA_GEMM_NS
