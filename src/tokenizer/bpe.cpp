@@ -34,13 +34,7 @@ class BpeWord {
         return;
       }
     }
-    for (size_t off = 0; off < word.size();) {
-      const size_t n =
-          std::min(unicode::utf8_len(static_cast<uint8_t>(word[off])), word.size() - off);
-      const int index = static_cast<int>(symbols_.size());
-      symbols_.push_back({index - 1, off + n == word.size() ? -1 : index + 1, off, n});
-      off += n;
-    }
+    append_char_symbols(word, &symbols_);
     for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add(i - 1, i);
     while (!queue_.empty()) {
       const Bigram b = queue_.top();

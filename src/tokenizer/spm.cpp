@@ -27,14 +27,7 @@ class SpmSession {
   SpmSession(const Vocab& vocab, std::string_view text) : vocab_(vocab), text_(text) {}
 
   void encode(std::vector<TokenId>* out) {
-    // One symbol per UTF-8 character, its length judged by the lead byte alone.
-    for (size_t off = 0; off < text_.size();) {
-      const size_t n =
-          std::min(unicode::utf8_len(static_cast<uint8_t>(text_[off])), text_.size() - off);
-      const int index = static_cast<int>(symbols_.size());
-      symbols_.push_back({index - 1, off + n == text_.size() ? -1 : index + 1, off, n});
-      off += n;
-    }
+    append_char_symbols(text_, &symbols_);
     for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add(i - 1, i);
 
     while (!queue_.empty()) {

@@ -273,6 +273,16 @@ Status quantize_weighted_blocks(void (*quantize)(const float*, Block*, const flo
   return Status::ok();
 }
 
+// The type's sizes, once n is checked to be a whole number of its blocks.
+Result<const DTypeInfo*> row_type(DType type, int64_t n, const char* what) {
+  const DTypeInfo* info = dtype_info(static_cast<uint32_t>(type));
+  if (info == nullptr) return unsupported(std::string(what) + ": unknown type");
+  if (n < 0 || n % info->block_elems != 0)
+    return invalid_argument(str_format("%s: %lld elements is not a multiple of %s's block", what,
+                                       static_cast<long long>(n), std::string(info->name).c_str()));
+  return info;
+}
+
 }  // namespace
 
 void quantize_block_q8_0(const float* x, BlockQ8_0* y) {
@@ -326,12 +336,7 @@ void quantize_block_q8_k(const float* x, BlockQ8_K* y) {
 }
 
 Status quantize_row(DType type, const float* src, void* dst, int64_t n) {
-  const DTypeInfo* info = dtype_info(static_cast<uint32_t>(type));
-  if (info == nullptr) return unsupported("quantize_row: unknown type");
-  if (n < 0 || n % info->block_elems != 0)
-    return invalid_argument(
-        str_format("quantize_row: %lld elements is not a multiple of %s's block",
-                   static_cast<long long>(n), std::string(info->name).c_str()));
+  PAGODA_ASSIGN_OR_RETURN(const DTypeInfo* info, row_type(type, n, "quantize_row"));
   const int64_t nb = n / info->block_elems;
   const int be = static_cast<int>(info->block_elems);
   switch (type) {
@@ -411,12 +416,7 @@ Status quantize_row_weighted(DType type, const float* src, void* dst, int64_t n,
 }
 
 Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
-  const DTypeInfo* info = dtype_info(static_cast<uint32_t>(type));
-  if (info == nullptr) return unsupported("dequantize_row: unknown type");
-  if (n < 0 || n % info->block_elems != 0)
-    return invalid_argument(
-        str_format("dequantize_row: %lld elements is not a multiple of %s's block",
-                   static_cast<long long>(n), std::string(info->name).c_str()));
+  PAGODA_ASSIGN_OR_RETURN(const DTypeInfo* info, row_type(type, n, "dequantize_row"));
   const int64_t nb = n / info->block_elems;
   const int be = static_cast<int>(info->block_elems);
   switch (type) {
