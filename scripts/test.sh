@@ -32,7 +32,7 @@ echo "== unit and op tests =="
 build/pagoda_tests --gtest_brief=1
 
 echo "== Python tests (build/pagoda against references) =="
-.venv/bin/python -m pytest -q tests
+.venv/bin/python -m pytest -q --durations=20 tests
 
 [ "$QUICK" = 1 ] && exit 0
 
