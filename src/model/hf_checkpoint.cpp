@@ -1,11 +1,10 @@
 #include "model/hf_checkpoint.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "model/arch/arch.h"
+#include "model/hf_folder.h"
 #include "model/safetensors.h"
 
 namespace pagoda {
@@ -13,22 +12,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// config.json and the index are a few KiB; anything past this is not one.
-constexpr uintmax_t kMaxJsonBytes = 64u << 20;
 // WeightTensor::part of the tensors the checkpoint computes itself (RoPE factors).
 constexpr uint32_t kOwnedPart = UINT32_MAX;
-
-Result<std::string> read_json_file(const fs::path& p) {
-  std::error_code ec;
-  const uintmax_t size = fs::file_size(p, ec);
-  if (ec) return io_error("cannot read '" + p.string() + "': " + ec.message());
-  if (size > kMaxJsonBytes) return corrupt("'" + p.string() + "' is too large for a JSON file");
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return io_error("cannot read '" + p.string() + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool is_file(const fs::path& p) {
   std::error_code ec;
@@ -79,24 +64,11 @@ class HfCheckpoint : public TensorSource {
 
  private:
   Status open_shards(const fs::path& dir) {
-    const fs::path index_path = dir / "model.safetensors.index.json";
-    std::optional<SafetensorsIndex> index;
-    std::vector<std::string> names;
-    if (is_file(index_path)) {
-      PAGODA_ASSIGN_OR_RETURN(const std::string text, read_json_file(index_path));
-      PAGODA_ASSIGN_OR_RETURN(index, parse_safetensors_index(text, index_path.string()));
-      names = index->shards;
-    } else if (is_file(dir / "model.safetensors")) {
-      names = {"model.safetensors"};
-    } else {
-      return not_found("folder '" + path() +
-                       "' has neither model.safetensors nor model.safetensors.index.json");
-    }
-    for (const std::string& name : names) {
+    PAGODA_ASSIGN_OR_RETURN(HfShards hs, list_hf_shards(dir));
+    const std::optional<SafetensorsIndex>& index = hs.index;
+    const fs::path& index_path = hs.index_path;
+    for (const std::string& name : hs.names) {
       const fs::path p = dir / name;
-      if (!is_file(p))
-        return not_found("'" + index_path.string() + "' names shard '" + name +
-                         "', which is not in the folder");
       PAGODA_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::open(p.string()));
       const uint32_t part = static_cast<uint32_t>(shards_.size());
       for (const SafetensorsTensor& st : shard->tensors()) {

@@ -197,4 +197,9 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view text, const st
   return idx;
 }
 
+int safetensors_dtype_bytes(std::string_view dtype) {
+  const DtypeDesc* d = find_dtype(dtype);
+  return d ? static_cast<int>(d->bytes) : 0;
+}
+
 }  // namespace pagoda

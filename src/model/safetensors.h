@@ -79,6 +79,10 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// Bytes per element of a safetensors dtype name ("BF16" 2, "F8_E4M3" 1, ...); 0 when the
+// name is not one of the whole-byte dtypes.
+int safetensors_dtype_bytes(std::string_view dtype);
+
 // A sharded checkpoint's index: which shard file holds each tensor.
 struct SafetensorsIndex {
   std::map<std::string, std::string> weight_map;  // tensor -> shard file name

@@ -1,8 +1,11 @@
 // pagoda quantize: rewrite a GGUF model with its weight matrices in another type
 // (dequantize each row to f32, then quantize with our reference quantizers).
+#include <unistd.h>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -12,6 +15,7 @@
 #include "commands.h"
 #include "common.h"
 #include "model/gguf_writer.h"
+#include "model/hf_quantize.h"
 #include "model/imatrix.h"
 #include "model/quant_mix.h"
 #include "model/weight_types.h"
@@ -105,7 +109,8 @@ constexpr const char* kSynopsis =
     "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q3_K Q4_K Q5_K (every "
     "matrix in it), llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
     "Q6_K, or CPU / CUDA: each matrix in the type that backend stores it as, so it loads "
-    "without converting)";
+    "without converting); IN_FOLDER OUT_FOLDER fp8   (a Hugging Face checkpoint in "
+    "compressed-tensors FP8: per-channel E4M3 weights, per-token dynamic activations)";
 
 // The TYPE argument.
 struct Target {
@@ -277,9 +282,56 @@ Result<size_t> convert_tensors(const GgufFile& f, const TypePlan& p, const Imatr
   return n_converted;
 }
 
+bool is_hf_scheme(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const std::string& h : hf_quant_schemes())
+    if (h == s) return true;
+  return false;
+}
+
+// A Hugging Face folder into a scheme's folder, with a progress line on stderr.
+Result<std::string> quantize_folder(const Args& args, const std::string& in, const std::string& out,
+                                    std::string scheme) {
+  for (const char* flag : {"--tensor-type", "--imatrix"})
+    if (args.has(flag))
+      return invalid_argument(std::string(flag) + " applies to GGUF outputs, not to " + scheme);
+  if (!is_hf_scheme(scheme))
+    return invalid_argument("a Hugging Face folder quantizes to fp8; '" + scheme +
+                            "' is not a scheme Pagoda writes into a folder");
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
+  ThreadPool pool(static_cast<int>(threads));
+  const auto t0 = std::chrono::steady_clock::now();
+  // A bar redrawn at most 5 times a second on a terminal; a line per tenth otherwise.
+  const bool tty = isatty(2) != 0;
+  double last = -1.0;
+  auto progress = [&](size_t done, size_t total, const std::string& name) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bool tenth = done * 10 / total != (done - 1) * 10 / total;
+    if (done != total && (tty ? el - last < 0.2 : !tenth)) return;
+    last = el;
+    const double left = el / static_cast<double>(done) * static_cast<double>(total - done);
+    std::fprintf(stderr, "%s[%4zu/%zu tensors] %5.0f s left  %-50.50s%s", tty ? "\r" : "", done,
+                 total, left, name.c_str(), tty && done != total ? "" : "\n");
+  };
+  PAGODA_ASSIGN_OR_RETURN(const HfQuantizeReport r,
+                          quantize_hf_folder(in, out, scheme, pool, progress));
+  return str_format(
+      "pagoda quantize: wrote %s (%s: %d linear layers quantized, %d tensors copied; "
+      "%.1f MB -> %.1f MB)\n",
+      out.c_str(), scheme.c_str(), r.n_quantized, r.n_copied, r.bytes_in / 1e6, r.bytes_out / 1e6);
+}
+
 // Reads the input and the flags, writes the output; returns a line for stderr.
 Result<std::string> quantize(const Args& args) {
   const std::string in = args.positional()[0], out = args.positional()[1];
+  std::error_code ec;
+  if (std::filesystem::is_directory(in, ec))
+    return quantize_folder(args, in, out, args.positional()[2]);
+  if (is_hf_scheme(args.positional()[2]))
+    return invalid_argument(args.positional()[2] +
+                            " writes a Hugging Face folder and reads one: IN must be a "
+                            "checkpoint folder (scripts/hf_from_gguf.py makes one from a GGUF)");
   TypePlan p;
   PAGODA_ASSIGN_OR_RETURN(p.target, parse_target(args.positional()[2]));
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
