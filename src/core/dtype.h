@@ -25,12 +25,15 @@ enum class DType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kI8 = 24,
   kI16 = 25,
   kI32 = 26,
   kI64 = 27,
   kF64 = 28,
   kBF16 = 30,
+  kMXFP4 = 39,
 };
 
 struct DTypeInfo {
@@ -41,6 +44,9 @@ struct DTypeInfo {
 
 // nullptr when `id` is not a type Pagoda knows how to size.
 const DTypeInfo* dtype_info(uint32_t id);
+// ggml's name of a type id Pagoda does not handle (the grid i-quants IQ2_XXS..IQ1_M,
+// ternary and other newer formats), for error messages; nullptr when unknown to both.
+const char* unhandled_ggml_type_name(uint32_t id);
 inline const DTypeInfo& dtype_info(DType t) {
   return *dtype_info(static_cast<uint32_t>(t));
 }

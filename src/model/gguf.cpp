@@ -424,6 +424,10 @@ Status GgufFile::parse_all() {
     uint32_t type = 0;
     PAGODA_RETURN_IF_ERROR(r.read(&type, "tensor type"));
     const DTypeInfo* info = dtype_info(type);
+    if (info == nullptr && unhandled_ggml_type_name(type) != nullptr)
+      return unsupported(str_format("tensor '%s' has type %s: %s weights are not supported yet",
+                                    t.name.c_str(), unhandled_ggml_type_name(type),
+                                    unhandled_ggml_type_name(type)));
     if (info == nullptr)
       return unsupported(
           str_format("tensor '%s' has unknown or unsupported type id %u", t.name.c_str(), type));

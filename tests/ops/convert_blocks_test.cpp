@@ -51,6 +51,12 @@ std::vector<uint8_t> random_blocks(DType t, int64_t n, std::mt19937& rng) {
     case DType::kQ6_K:
       halves = {208};
       break;
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
+      halves = {0};
+      break;
+    case DType::kMXFP4:
+      break;  // an e8m0 byte, set below
     case DType::kQ8_K:
       break;  // an f32 d, set below
     default:
@@ -62,6 +68,9 @@ std::vector<uint8_t> random_blocks(DType t, int64_t n, std::mt19937& rng) {
       const uint16_t h = f32_to_fp16(scale(rng));
       std::memcpy(raw.data() + b * info.block_bytes + off, &h, 2);
     }
+  if (t == DType::kMXFP4)  // 2^-12 .. 2^-4, inside f16's range
+    for (size_t b = 0; b < raw.size() / info.block_bytes; ++b)
+      raw[b * info.block_bytes] = static_cast<uint8_t>(116 + rng() % 13);
   if (t == DType::kQ8_K)
     for (size_t b = 0; b < raw.size() / info.block_bytes; ++b) {
       const float d = scale(rng);
@@ -99,7 +108,7 @@ std::vector<double> converted_errors(DType from, const std::vector<uint8_t>& raw
 
 TEST(ConvertBlocks, ExactWhereTheTargetHoldsTheValues) {
   std::mt19937 rng(1);
-  for (DType from : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_1}) {
+  for (DType from : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_1, DType::kIQ4_NL, DType::kMXFP4}) {
     const std::vector<uint8_t> raw = random_blocks(from, kN, rng);
     for (double e : converted_errors(from, raw, DType::kQ8_0, kN))
       ASSERT_EQ(e, 0.0) << dtype_name(from);
@@ -132,6 +141,33 @@ TEST(ConvertBlocks, Q4KToQ4_1KeepsTheQuantsAndRoundsTheScales) {
     blk->dmin = f32_to_fp16(0.5f);
   }
   for (double e : converted_errors(DType::kQ4_K, exact, DType::kQ4_1, kN)) ASSERT_EQ(e, 0.0);
+}
+
+// IQ4_XS's per-32 step d * (ls - 32) rounded to f16 once: relative error <= 2^-11 of
+// each value. An MXFP4 scale below f16's range flushes values under 12 * 2^-25; one
+// above it is an error.
+TEST(ConvertBlocks, TableTypesToQ8_0) {
+  std::mt19937 rng(11);
+  const std::vector<uint8_t> xs = random_blocks(DType::kIQ4_XS, kN, rng);
+  double worst = 0;
+  for (double e : converted_errors(DType::kIQ4_XS, xs, DType::kQ8_0, kN))
+    worst = std::max(worst, e);
+  EXPECT_LE(worst, std::ldexp(1.0, -11));
+  EXPECT_GT(worst, 0.0);  // random 6-bit scales do not all fit 11 bits
+  std::vector<uint8_t> mx = random_blocks(DType::kMXFP4, kN, rng);
+  mx[0] = 60;  // 2^-68: no f16
+  std::vector<uint8_t> out(row_bytes(DType::kQ8_0, kN));
+  ASSERT_TRUE(convert_row(DType::kMXFP4, mx.data(), DType::kQ8_0, out.data(), kN).is_ok());
+  const std::vector<float> a = values(DType::kMXFP4, mx.data(), kN),
+                           b = values(DType::kQ8_0, out.data(), kN);
+  for (int64_t i = 0; i < kN; ++i)
+    ASSERT_LE(std::fabs(a[static_cast<size_t>(i)] - b[static_cast<size_t>(i)]),
+              i < 32 ? 12 * std::ldexp(1.0, -25) : 0.0)
+        << i;
+  mx[0] = 150;  // 2^22 * 12: beyond f16
+  const Status s = convert_row(DType::kMXFP4, mx.data(), DType::kQ8_0, out.data(), kN);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("MXFP4 block 0"), std::string::npos) << s.message();
 }
 
 TEST(ConvertBlocks, RequantizedToQ8_0WithinHalfAStep) {
@@ -188,8 +224,8 @@ TEST(CudaWeightTypes, StorageAndStacks) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
     EXPECT_EQ(cuda_storage_type(t), t) << dtype_name(t);
-  for (DType t :
-       {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K, DType::kQ8_K})
+  for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K,
+                  DType::kQ8_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4})
     EXPECT_EQ(cuda_storage_type(t), DType::kQ8_0) << dtype_name(t);
   EXPECT_EQ(cuda_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
   // A Q4_K_M layer: Q4_K q and k beside a Q6_K v meet at Q8_0; all Q4_K stay Q4_K.
@@ -209,7 +245,7 @@ TEST(CudaWeightTypes, StorageAndStacks) {
 TEST(CpuWeightTypes, EveryBlockTypeEndsInOneTheKernelsTake) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
                   DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K})
+                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4})
     EXPECT_EQ(cpu_storage_type(t), t) << dtype_name(t);
   for (DType t : {DType::kQ8_1, DType::kQ8_K})
     EXPECT_EQ(cpu_storage_type(t), DType::kQ8_0) << dtype_name(t);
@@ -309,7 +345,7 @@ TEST(CpuLedger, PackedBytesAreTheMatricesBytes) {
   std::mt19937 rng(12);
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
                   DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4}) {
     for (int64_t cols : {256, 576 * 4, 4096}) {
       const int64_t rows = 48;
       // The plain types' values do not matter here: zeros.

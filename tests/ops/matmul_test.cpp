@@ -37,6 +37,9 @@ DType act_type(DType w) {
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ8_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
+    case DType::kMXFP4:
       return DType::kQ8_0;
     case DType::kQ4_1:
     case DType::kQ5_1:
@@ -68,6 +71,8 @@ std::vector<int> half_fields(DType t) {
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ8_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
       return {0};
     case DType::kQ4_1:
     case DType::kQ5_1:
@@ -86,14 +91,21 @@ std::vector<int> half_fields(DType t) {
   }
 }
 
+// MXFP4's scale 2^(e - 128), made small as half_fields' f16 scales (2^-12 .. 2^-4): a
+// random byte would overflow f32 products.
+void set_small_e8m0(std::mt19937& rng, DType t, uint8_t* block) {
+  if (t == DType::kMXFP4) block[0] = static_cast<uint8_t>(116 + rng() % 13);
+}
+
 // A GGUF tensor: quantized from N(0,1) values, or (random_bits) arbitrary quant bytes
 // with small random scales, which reaches every nibble pattern, 6-bit scale and i8
-// scale (including -128) that a file may hold. Q2_K and Q3_K have no reference quantizer
-// (files come from llama.cpp): always random bits, which their files' fields can all be.
+// scale (including -128) that a file may hold. Q2_K, Q3_K and the table types (IQ4_NL,
+// IQ4_XS, MXFP4) have no reference quantizer (files come from llama.cpp): always random
+// bits, which their files' fields can all be.
 std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int64_t cols,
                                   bool random_bits) {
   std::vector<uint8_t> w(row_bytes(t, cols) * rows);
-  const bool quantizer = t != DType::kQ2_K && t != DType::kQ3_K;
+  const bool quantizer = t != DType::kQ2_K && t != DType::kQ3_K && !is_table4(t);
   if (!random_bits && quantizer) {
     const auto f = testing::random_floats(rng, static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
@@ -110,6 +122,7 @@ std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int6
       const uint16_t h = f32_to_fp16(scale(rng) * (byte(rng) & 1 ? 1.0f : -1.0f));
       std::memcpy(&w[off + f], &h, 2);
     }
+    set_small_e8m0(rng, t, &w[off]);
   }
   return w;
 }
@@ -287,11 +300,11 @@ TEST_P(MatmulTest, ActivationConversionIsBitExact) {
         auto expected = [&](uint8_t fill) {
           std::vector<uint8_t> want(bytes, fill);
           if (is_quant(t)) {
-            if (dtype_info(t).block_elems == 256) {
+            if (act_type(t) == DType::kQ8_K) {
               convert_q8k_scalar(x.data(), xs, n, cols, g, want.data());
             } else {
               const Q8Aux aux = t == DType::kQ4_0 || t == DType::kQ5_0 ? Q8Aux::kSumTimesMinus8
-                                : t == DType::kQ8_0                    ? Q8Aux::kSumTimesMinus128
+                                : t == DType::kQ8_0 || is_table4(t)    ? Q8Aux::kSumTimesMinus128
                                                                        : Q8Aux::kS;
               convert_q8_scalar(x.data(), xs, n, cols, g, aux, want.data());
             }
@@ -334,7 +347,8 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0,
                                            DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
                                            DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-                                           DType::kQ6_K),
+                                           DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS,
+                                           DType::kMXFP4),
                          type_name);
 
 // Largest quants against the largest activations: integer partial sums at their peak,
@@ -346,13 +360,17 @@ TEST_P(MatmulTest, ExtremeQuantsDoNotSaturate) {
   std::mt19937 rng(9);
   const int64_t rows = 16, cols = 1536;
   std::vector<uint8_t> wbytes = make_weights(rng, t, rows, cols, true);
-  std::fill(wbytes.begin(), wbytes.end(), 0xFF);
+  // IQ4_NL/IQ4_XS: nibble 0 is their largest magnitude (-127); elsewhere all bits set.
+  const bool iq4 = t == DType::kIQ4_NL || t == DType::kIQ4_XS;
+  std::fill(wbytes.begin(), wbytes.end(), iq4 ? 0x00 : 0xFF);
   const size_t bb = dtype_info(t).block_bytes;
   for (size_t off = 0; off < wbytes.size(); off += bb)
     for (int f : half_fields(t)) {
       const uint16_t h = f32_to_fp16(0.01f);
       std::memcpy(&wbytes[off + f], &h, 2);
     }
+  for (size_t off = 0; t == DType::kMXFP4 && off < wbytes.size(); off += bb)
+    wbytes[off] = 120;  // 2^-8
   auto wm = WeightMatrix::from_gguf(t, wbytes.data(), rows, cols);
   ASSERT_TRUE(wm.is_ok());
   MatmulScratch scratch;

@@ -91,6 +91,52 @@ void q3_k_to_q6_k(const BlockQ3_K* src, BlockQ6_K* dst, int64_t nb) {
   }
 }
 
+// The 4-bit table types as Q8_0: a table value is an int8 and the block's scale its d.
+// Exact for IQ4_NL (the same f16 d) and for MXFP4 while 2^(e - 128) is an f16 (e in
+// [104, 143]; below, d rounds to an f16 subnormal or 0: every value there is under
+// 12 * 2^-25 in magnitude); IQ4_XS's d * (ls - 32) is rounded to f16 once. False where a
+// scale overflows f16.
+bool table_block_to_q8_0(const uint8_t* qs, const int8_t* table, float scale, BlockQ8_0* dst) {
+  const uint16_t h = f32_to_fp16(scale);
+  if (!std::isfinite(fp16_to_f32(h))) return false;
+  dst->d = h;
+  for (int i = 0; i < 16; ++i) {
+    dst->qs[i] = table[qs[i] & 0xF];
+    dst->qs[i + 16] = table[qs[i] >> 4];
+  }
+  return true;
+}
+
+Status table_to_q8_0(DType from, const void* src, BlockQ8_0* dst, int64_t n) {
+  auto too_large = [&](int64_t block) {
+    return invalid_argument(std::string(dtype_name(from)) + " block " + std::to_string(block) +
+                            " has a scale beyond Q8_0's fp16 range");
+  };
+  if (from == DType::kIQ4_NL) {
+    const auto* b = static_cast<const BlockIQ4_NL*>(src);
+    for (int64_t i = 0; i < n / kQK; ++i)  // an f16 round-trips: the same d
+      if (!table_block_to_q8_0(b[i].qs, kIq4nlValues, fp16_to_f32(b[i].d), &dst[i]))
+        return too_large(i);
+    return Status::ok();
+  }
+  if (from == DType::kMXFP4) {
+    const auto* b = static_cast<const BlockMXFP4*>(src);
+    for (int64_t i = 0; i < n / kQK; ++i)
+      if (!table_block_to_q8_0(b[i].qs, kMxfp4Values, mxfp4_half_scale(b[i].e), &dst[i]))
+        return too_large(i);
+    return Status::ok();
+  }
+  const auto* b = static_cast<const BlockIQ4_XS*>(src);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = fp16_to_f32(b[i].d);
+    for (int j = 0; j < 8; ++j)
+      if (!table_block_to_q8_0(b[i].qs + 16 * j, kIq4nlValues,
+                               d * static_cast<float>(iq4xs_scale(j, b[i]) - 32), &dst[8 * i + j]))
+        return too_large(i);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) {
@@ -119,6 +165,9 @@ Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) 
     q3_k_to_q6_k(static_cast<const BlockQ3_K*>(src), static_cast<BlockQ6_K*>(dst), n / kQKK);
     return Status::ok();
   }
+  if ((from == DType::kIQ4_NL || from == DType::kIQ4_XS || from == DType::kMXFP4) &&
+      to == DType::kQ8_0)
+    return table_to_q8_0(from, src, static_cast<BlockQ8_0*>(dst), n);
   if (from == DType::kQ4_K && to == DType::kQ4_1)
     return q4_k_to_q4_1(static_cast<const BlockQ4_K*>(src), static_cast<BlockQ4_1*>(dst), n / kQKK);
   thread_local std::vector<float> row;  // rows convert in a loop: no allocation per row

@@ -80,6 +80,9 @@ void tile_q32(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t 
             for (int i = 0; i < kRowGroup; ++i)
               for (int e = 0; e < kQK; ++e)
                 wq[i][e] = static_cast<int8_t>(packed_byte(q, i, e) ^ 0x80);
+          } else if constexpr (is_table4(kType)) {
+            for (int i = 0; i < kRowGroup; ++i)
+              for (int e = 0; e < kQK; ++e) wq[i][e] = table4_values(kType)[packed_nibble(q, i, e)];
           } else if (kType == DType::kQ5_0 || kType == DType::kQ5_1) {
             for (int i = 0; i < kRowGroup; ++i)
               for (int e = 0; e < kQK; ++e)
@@ -93,7 +96,8 @@ void tile_q32(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t 
             const int8_t* xq = reinterpret_cast<const int8_t*>(act + lay.qs(b, t));
             const float dx = ld_f32(act + lay.d(b, t));
             for (int i = 0; i < kRowGroup; ++i) {
-              acc[t][i] += static_cast<float>(dot32(wq[i], xq)) * (ld_h(s, i) * dx);
+              const float dw = table4_f32_scales(kType) ? ld_f32(s + 4 * i) : ld_h(s, i);
+              acc[t][i] += static_cast<float>(dot32(wq[i], xq)) * (dw * dx);
               if (kType == DType::kQ4_1 || kType == DType::kQ5_1)
                 acc[t][i] += ld_h(s + 32, i) * ld_f32(act + lay.aux(b, t));
             }
@@ -252,6 +256,9 @@ constexpr GemmEntry kTable[] = {q32<DType::kQ4_0>(),
                                 q32<DType::kQ8_0>(),
                                 q32<DType::kQ5_0>(),
                                 q32<DType::kQ5_1>(),
+                                q32<DType::kIQ4_NL>(),
+                                q32<DType::kIQ4_XS>(),
+                                q32<DType::kMXFP4>(),
                                 kq<DType::kQ4_K>(),
                                 kq<DType::kQ5_K>(),
                                 kq<DType::kQ6_K>(),

@@ -1,7 +1,9 @@
-// AVX2 kernels for Q4_0, Q4_1, Q8_0 against Q8 activations. Without VNNI the byte dot is
+// AVX2 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the 4-bit table types (IQ4_NL,
+// IQ4_XS, MXFP4) against Q8 activations. Without VNNI the byte dot is
 // vpmaddubsw (u8 x s8 -> saturating s16 pairs) then vpmaddwd by ones. Nibbles (<= 15)
 // times int8 stay far from saturation, so all 8 steps of a block are summed in s16
-// first; Q8_0 weights use the sign trick (|w| x sign(x, w)) and widen every step.
+// first; Q8_0 weights use the sign trick (|w| x sign(x, w)) and widen every step, and so do
+// the table types once vpshufb has turned their nibbles into signed table values.
 #include <iterator>
 
 #include "backend/cpu/simd_avx2.h"
@@ -59,12 +61,13 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
   const Q8ActLayout lay{w.nb, kG};
   constexpr bool kQ5 = kType == DType::kQ5_0 || kType == DType::kQ5_1;
   constexpr bool kMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;  // + m * s
+  constexpr bool kF32Scales = table4_f32_scales(kType);
   constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : kQ5 ? 320 : 256;
-  constexpr int kScaleBytes = kMin ? 64 : 32;
+  constexpr int kScaleBytes = kMin || kF32Scales ? 64 : 32;
   const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* qb = w.quants(g, 0) + 32 * h;
-  const uint8_t* sb = w.scales(g, 0) + 16 * h;
+  const uint8_t* sb = w.scales(g, 0) + (kF32Scales ? 32 : 16) * h;
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < w.nb; ++b) {
@@ -90,6 +93,26 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
           const __m256i p =
               _mm256_maddubs_epi16(wa, _mm256_sign_epi8(bcast32(xq + 32 * t + 4 * st), ws));
           dot[t] = _mm256_add_epi32(dot[t], _mm256_madd_epi16(p, ones));
+        }
+      });
+    } else if constexpr (is_table4(kType)) {
+      const __m256i table = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(table4_values(kType))));
+      for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
+      unroll<4>([&](auto m) {
+        const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * m));
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, m4));
+        const __m256i hi =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+        const __m256i lo_abs = _mm256_abs_epi8(lo), hi_abs = _mm256_abs_epi8(hi);
+        for (int t = 0; t < T; ++t) {
+          // |w| <= 127 times |x| <= 127, two to a pair: below s16 saturation.
+          const __m256i pl =
+              _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(bcast32(xq + 32 * t + 4 * m), lo));
+          const __m256i ph =
+              _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(bcast32(xq + 32 * t + 16 + 4 * m), hi));
+          dot[t] = _mm256_add_epi32(
+              dot[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
         }
       });
     } else {
@@ -126,7 +149,11 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
           dot[t] = _mm256_add_epi32(dot[t], _mm256_slli_epi32(bcast32(aux + 4 * t), 1));
       }
     }
-    const __m256 dw = load_f16x8(s);
+    __m256 dw;
+    if constexpr (kF32Scales)
+      dw = _mm256_load_ps(reinterpret_cast<const float*>(s));
+    else
+      dw = load_f16x8(s);
     for (int t = 0; t < T; ++t)
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]),
                                _mm256_mul_ps(dw, bcast_f32(act + lay.d(b, t))), acc[t]);
@@ -154,8 +181,10 @@ template <DType kType>
 constexpr GemmEntry entry() {
   return {kType, {kG, q8_bytes, convert_q8<q8_aux_of(kType)>, q32_tile<kType>}};
 }
-constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(), entry<DType::kQ4_1>(), entry<DType::kQ8_0>(),
-                                entry<DType::kQ5_0>(), entry<DType::kQ5_1>()};
+constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(),   entry<DType::kQ4_1>(),
+                                entry<DType::kQ8_0>(),   entry<DType::kQ5_0>(),
+                                entry<DType::kQ5_1>(),   entry<DType::kIQ4_NL>(),
+                                entry<DType::kIQ4_XS>(), entry<DType::kMXFP4>()};
 
 }  // namespace
 }  // namespace avx2

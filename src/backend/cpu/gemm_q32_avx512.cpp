@@ -1,8 +1,9 @@
-// AVX-512 VNNI kernels for the 32-element block types (Q4_0, Q4_1, Q8_0) against Q8
-// activations. A register holds one 4-column step of 16 rows as unsigned bytes; vpdpbusd
-// with the 4 activation bytes of one token broadcast from memory gives 16 row partial
-// sums at once. The step loop is outside the token loop so each unpacked weight
-// register serves all T tokens, and T independent accumulators hide vpdpbusd latency.
+// AVX-512 VNNI kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
+// the 4-bit table types IQ4_NL, IQ4_XS, MXFP4) against Q8 activations. A register holds one
+// 4-column step of 16 rows as unsigned bytes; vpdpbusd with the 4 activation bytes of one token
+// broadcast from memory gives 16 row partial sums at once. The step loop is outside the token loop
+// so each unpacked weight register serves all T tokens, and T independent accumulators hide
+// vpdpbusd latency.
 #include <iterator>
 
 #include "backend/cpu/simd_avx512.h"
@@ -17,6 +18,30 @@ constexpr int kG = 12;  // T int + T float accumulators + weights fit the 32 reg
 // nearest, ties to even, which cvtps2dq does in the default rounding mode.
 inline __m512i round_act_epi32(__m512 v) {
   return _mm512_cvtps_epi32(v);
+}
+
+// The table types' values + 128 as unsigned bytes, so vpshufb turns nibbles into the
+// unsigned operand vpdpbusd wants (corrected by the -128 * sum aux word, as Q8_0).
+struct BiasedTable {
+  alignas(16) uint8_t v[16];
+};
+constexpr BiasedTable biased_table(DType t) {
+  BiasedTable b{};
+  for (int i = 0; i < 16; ++i) b.v[i] = static_cast<uint8_t>(table4_values(t)[i] + 128);
+  return b;
+}
+template <DType kType>
+inline __m512i table_register() {
+  static constexpr BiasedTable kTable = biased_table(kType);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kTable.v)));
+}
+// The 16 rows' block scales: f32 for IQ4_XS and MXFP4, f16 for the rest.
+template <DType kType>
+inline __m512 load_scales(const uint8_t* s) {
+  if constexpr (table4_f32_scales(kType))
+    return _mm512_load_ps(s);
+  else
+    return load_f16x16(s);
 }
 
 // Index vectors for reduce16: level with output segment size S folds segments of 2S.
@@ -140,10 +165,12 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
   constexpr bool kQ5 = kType == DType::kQ5_0 || kType == DType::kQ5_1;
   constexpr bool kMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;  // + m * s
   constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : kQ5 ? 320 : 256;
-  constexpr int kScaleBytes = kMin ? 64 : 32;
+  constexpr int kScaleBytes = kMin || table4_f32_scales(kType) ? 64 : 32;
   // With few tokens, split each token's 8 dependent vpdpbusd over P accumulators.
   constexpr int P = T == 1 ? 4 : T == 2 ? 2 : 1;
   const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  [[maybe_unused]] __m512i table = _mm512_setzero_si512();
+  if constexpr (is_table4(kType)) table = table_register<kType>();
   const uint8_t* qb = w.quants(g, 0);
   const uint8_t* sb = w.scales(g, 0);
   __m512 acc[T];
@@ -184,6 +211,10 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
           lo = _mm512_or_si512(lo, move_bits<m, 4>(qh, m10));
           hi = _mm512_or_si512(hi, move_bits<m + 4, 4>(qh, m10));
         }
+        if constexpr (is_table4(kType)) {
+          lo = _mm512_shuffle_epi8(table, lo);
+          hi = _mm512_shuffle_epi8(table, hi);
+        }
         for (int t = 0; t < T; ++t) {
           ia[(2 * m) % P][t] =
               _mm512_dpbusd_epi32(ia[(2 * m) % P][t], lo, bcast32(xq + 32 * t + 4 * m));
@@ -192,7 +223,7 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
         }
       });
     }
-    const __m512 dw = load_f16x16(s);
+    const __m512 dw = load_scales<kType>(s);
     for (int t = 0; t < T; ++t) {
       __m512i sum = ia[0][t];
       for (int p = 1; p < P; ++p) sum = _mm512_add_epi32(sum, ia[p][t]);
@@ -219,7 +250,9 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
   constexpr bool kQ5 = kType == DType::kQ5_0 || kType == DType::kQ5_1;
   constexpr bool kMin = kType == DType::kQ4_1 || kType == DType::kQ5_1;  // + m * s
   constexpr int kQuantBytes = kType == DType::kQ8_0 ? 512 : kQ5 ? 320 : 256;
-  constexpr int kScaleBytes = kMin ? 64 : 32;
+  constexpr int kScaleBytes = kMin || table4_f32_scales(kType) ? 64 : 32;
+  [[maybe_unused]] __m512i table = _mm512_setzero_si512();
+  if constexpr (is_table4(kType)) table = table_register<kType>();
   const __m512i m4 = _mm512_set1_epi8(0x0F), mf0 = _mm512_set1_epi8(static_cast<char>(0xF0)),
                 m10 = _mm512_set1_epi8(0x10);
   __m512 acc = _mm512_setzero_ps();
@@ -245,6 +278,15 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
         lo = _mm512_dpbusd_epi32(lo, l, bcast32(xq + 4 * m));
         hi = _mm512_dpbusd_epi32(hi, h, bcast32(xq + 16 + 4 * m));
       });
+    } else if constexpr (is_table4(kType)) {
+      unroll<4>([&](auto m) {
+        const __m512i raw = _mm512_load_si512(q + 64 * m);
+        const __m512i l = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, m4));
+        const __m512i h =
+            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
+        lo = _mm512_dpbusd_epi32(lo, l, bcast32(xq + 4 * m));
+        hi = _mm512_dpbusd_epi32(hi, h, bcast32(xq + 16 + 4 * m));
+      });
     } else if constexpr (kType == DType::kQ8_0) {
       unroll<8>([&](auto st) {
         __m512i& a = st % 2 == 0 ? lo : hi;
@@ -260,7 +302,7 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
     }
     const __m512 dx = bcast_f32(act + lay.d(b, 0));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)),
-                          _mm512_mul_ps(load_f16x16(s), dx), acc);
+                          _mm512_mul_ps(load_scales<kType>(s), dx), acc);
     if constexpr (kMin)
       acc = _mm512_fmadd_ps(load_f16x16(s + 32), bcast_f32(act + lay.aux(b, 0)), acc);
   }
@@ -290,8 +332,10 @@ template <DType kType>
 constexpr GemmEntry entry() {
   return {kType, {kG, q8_bytes, convert_q8<q8_aux_of(kType)>, q32_tile<kType>}};
 }
-constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(), entry<DType::kQ4_1>(), entry<DType::kQ8_0>(),
-                                entry<DType::kQ5_0>(), entry<DType::kQ5_1>()};
+constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(),   entry<DType::kQ4_1>(),
+                                entry<DType::kQ8_0>(),   entry<DType::kQ5_0>(),
+                                entry<DType::kQ5_1>(),   entry<DType::kIQ4_NL>(),
+                                entry<DType::kIQ4_XS>(), entry<DType::kMXFP4>()};
 
 }  // namespace
 }  // namespace avx512

@@ -24,6 +24,8 @@ constexpr PackedFormat kQ5_KFormat{256, 8 * 320, 320};
 constexpr PackedFormat kQ6_KFormat{256, 8 * 384, 320};
 constexpr PackedFormat kQ3_KFormat{256, 8 * 192, 320};
 constexpr PackedFormat kQ2_KFormat{256, 8 * 128, 320};
+constexpr PackedFormat kIQ4_NLFormat{32, 256, 32};
+constexpr PackedFormat kTable4F32Format{32, 256, 64};  // IQ4_XS, MXFP4
 
 // Offsets inside a K-quant scale block.
 constexpr int kKd = 0, kKdmin = 32, kKsc = 64, kKmin = 192, kQ6sc = 32, kQ2scm = 64;
@@ -230,6 +232,33 @@ void pack_q2_k(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8
   put_f16(s + kKdmin, i, blk.dmin);
 }
 
+// The table types: 16 bytes of Q4_0-order nibbles as Q4_0's, and the block's scale (f16
+// IQ4_NL d; f32 for the IQ4_XS sub-block's d * (ls - 32) and MXFP4's 2^(e - 128)).
+void pack_table4(DType type, const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q,
+                 uint8_t* s) {
+  const uint8_t* qs;
+  float scale = 0.0f;
+  BlockIQ4_NL nl;
+  BlockIQ4_XS xs;
+  BlockMXFP4 mx;
+  if (type == DType::kIQ4_NL) {
+    nl = load_block<BlockIQ4_NL>(src, cols, r, b, 32);
+    qs = nl.qs;
+    put_f16(s, i, nl.d);
+  } else if (type == DType::kIQ4_XS) {
+    xs = load_block<BlockIQ4_XS>(src, cols, r, b / 8, kQKK);
+    const int j = static_cast<int>(b % 8);
+    qs = xs.qs + 16 * j;
+    scale = fp16_to_f32(xs.d) * static_cast<float>(iq4xs_scale(j, xs) - 32);
+  } else {
+    mx = load_block<BlockMXFP4>(src, cols, r, b, 32);
+    qs = mx.qs;
+    scale = mxfp4_half_scale(mx.e);
+  }
+  for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = qs[e];
+  if (type != DType::kIQ4_NL) std::memcpy(s + 4 * i, &scale, 4);
+}
+
 // Packs block b of the row group starting at row r0; rows past `rows` stay zero.
 void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t r0, int64_t b,
                 uint8_t* q, uint8_t* s) {
@@ -275,6 +304,11 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         break;
       case DType::kQ2_K:
         pack_q2_k(src, cols, r, b, i, q, s);
+        break;
+      case DType::kIQ4_NL:
+      case DType::kIQ4_XS:
+      case DType::kMXFP4:
+        pack_table4(type, src, cols, r, b, i, q, s);
         break;
       default:
         break;
@@ -330,6 +364,11 @@ const PackedFormat* packed_format(DType t) {
       return &kQ3_KFormat;
     case DType::kQ2_K:
       return &kQ2_KFormat;
+    case DType::kIQ4_NL:
+      return &kIQ4_NLFormat;
+    case DType::kIQ4_XS:
+    case DType::kMXFP4:
+      return &kTable4F32Format;
     default:
       return nullptr;
   }
@@ -472,6 +511,19 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
                                  static_cast<float>(packed_crumb(q + 128 * (e / 32), i, e % 32)) -
                              dmin * static_cast<float>(scm >> 4);
         }
+        break;
+      }
+      case DType::kIQ4_NL:
+      case DType::kIQ4_XS:
+      case DType::kMXFP4: {
+        float d;
+        if (w.type == DType::kIQ4_NL)
+          d = fp16_to_f32(get_f16(s, i));
+        else
+          std::memcpy(&d, s + 4 * i, 4);
+        const int8_t* table = table4_values(w.type);
+        for (int e = 0; e < 32; ++e)
+          dst[32 * b + e] = d * static_cast<float>(table[packed_nibble(q, i, e)]);
         break;
       }
       default:

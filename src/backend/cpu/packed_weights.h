@@ -38,6 +38,13 @@
 //                        values; scales 320 B: f16 d[16], f16 dmin[16], u8 scm[16][16]
 //                        (the file's byte: scale in the low nibble, min in the high):
 //                        2.6 bits a weight, as in the file
+//   IQ4_NL block 32:     quants as Q4_0 (nibbles index kIq4nlValues); scales f16 d[16]
+//   IQ4_XS block 32:     quants as Q4_0 per 32-column sub-block (kIq4nlValues); scales
+//                        f32 d * (ls - 32) [16], exact (an f16 times a 6-bit integer):
+//                        5 bits a weight against the file's 4.25
+//   MXFP4  block 32:     quants as Q4_0 (nibbles index kMxfp4Values); scales f32
+//                        2^(e - 128) [16], exact for every e: 5 bits a weight against
+//                        the file's 4.25
 #pragma once
 
 #include <cstddef>
@@ -45,6 +52,7 @@
 #include <memory>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/quant_blocks.h"
 #include "core/dtype.h"
 
 namespace pagoda::cpu {
@@ -96,6 +104,18 @@ Status pack_weights(DType type, const void* src, int64_t rows, int64_t cols,
                     WeightMatrix::Impl* out);
 // Row r of a packed matrix as f32, bit-identical to dequantize_row on the GGUF row.
 void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst);
+
+// The types whose nibbles index a 16-entry table (the 4-bit non-linear ones), their table,
+// and whether their packed scales are f32 (else f16).
+constexpr bool is_table4(DType t) {
+  return t == DType::kIQ4_NL || t == DType::kIQ4_XS || t == DType::kMXFP4;
+}
+constexpr const int8_t* table4_values(DType t) {
+  return t == DType::kMXFP4 ? kMxfp4Values : kIq4nlValues;
+}
+constexpr bool table4_f32_scales(DType t) {
+  return t == DType::kIQ4_XS || t == DType::kMXFP4;
+}
 
 // Bit of element e (0..31) of row i in a 64-byte bit line (byte 4i + e%4, bit e/4): the
 // fifth bit of Q5_0, Q5_1 and Q5_K, the third of Q3_K.

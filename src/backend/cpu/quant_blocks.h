@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace pagoda::cpu {
 
@@ -99,6 +100,49 @@ struct BlockQ8_K {
   int16_t bsums[16];
 };
 
+// The 4-bit non-linear types (llama.cpp's ggml-common.h): a nibble indexes a 16-entry
+// int8 table. value = d * kIq4nlValues[q]; nibbles in Q4_0's order.
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+// 8 sub-blocks of 32: value = d * (ls[j] - 32) * kIq4nlValues[q], ls a 6-bit scale whose
+// low 4 bits are nibble j % 2 of scales_l[j / 2] and high 2 bits bits 2j..2j+1 of
+// scales_h. Sub-block j's nibbles are qs[16j..16j+15] in Q4_0's order.
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
+// OCP microscaling FP4: value = 2^(e - 127) * E2M1(q), held as 2^(e - 128) *
+// kMxfp4Values[q] (the E2M1 values doubled so they are integers); nibbles as Q4_0.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128) as f32 (e = 0 and 1 are f32 denormals), the scale of kMxfp4Values.
+inline float mxfp4_half_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The 6-bit scale of IQ4_XS sub-block j (0..7), before the -32 offset.
+inline int iq4xs_scale(int j, const BlockIQ4_XS& b) {
+  return ((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4);
+}
+
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);

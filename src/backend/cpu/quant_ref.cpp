@@ -248,6 +248,31 @@ void dequantize_q8_k(const BlockQ8_K* b, float* y) {
   for (int j = 0; j < kQKK; ++j) y[j] = b->d * static_cast<float>(b->qs[j]);
 }
 
+// ---- 4-bit non-linear formats ------------------------------------------------------
+
+// 32 table values from 16 bytes of Q4_0-order nibbles, times the scale.
+void dequantize_table32(const uint8_t* qs, const int8_t* table, float d, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(table[qs[j] & 0xF]);
+    y[j + 16] = d * static_cast<float>(table[qs[j] >> 4]);
+  }
+}
+
+void dequantize_iq4_nl(const BlockIQ4_NL* b, float* y) {
+  dequantize_table32(b->qs, kIq4nlValues, h2f(b->d), y);
+}
+
+void dequantize_iq4_xs(const BlockIQ4_XS* b, float* y) {
+  const float d = h2f(b->d);
+  for (int j = 0; j < 8; ++j)
+    dequantize_table32(b->qs + 16 * j, kIq4nlValues,
+                       d * static_cast<float>(iq4xs_scale(j, *b) - 32), y + 32 * j);
+}
+
+void dequantize_mxfp4(const BlockMXFP4* b, float* y) {
+  dequantize_table32(b->qs, kMxfp4Values, mxfp4_half_scale(b->e), y);
+}
+
 template <typename Block, typename F>
 void for_blocks(const void* src, int64_t nb, F&& f) {
   const Block* b = static_cast<const Block*>(src);
@@ -473,6 +498,18 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
       break;
     case DType::kQ8_K:
       for_blocks<BlockQ8_K>(src, nb, [&](auto* b, int64_t i) { dequantize_q8_k(b, dst + i * be); });
+      break;
+    case DType::kIQ4_NL:
+      for_blocks<BlockIQ4_NL>(src, nb,
+                              [&](auto* b, int64_t i) { dequantize_iq4_nl(b, dst + i * be); });
+      break;
+    case DType::kIQ4_XS:
+      for_blocks<BlockIQ4_XS>(src, nb,
+                              [&](auto* b, int64_t i) { dequantize_iq4_xs(b, dst + i * be); });
+      break;
+    case DType::kMXFP4:
+      for_blocks<BlockMXFP4>(src, nb,
+                             [&](auto* b, int64_t i) { dequantize_mxfp4(b, dst + i * be); });
       break;
     default:
       return unsupported(str_format("dequantize_row: %s is not a float or block type",
