@@ -5,7 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
@@ -49,34 +51,49 @@ void load_row(const SafetensorsTensor& t, const uint8_t* data, int64_t r, int64_
   }
 }
 
-// FP8 per output channel: scale = amax / 448 in f32 (1 for an all-zero row, as nothing
-// then depends on it), each weight E4M3(w / scale).
-void fp8_channel(const SafetensorsTensor& t, const uint8_t* data, ThreadPool& pool,
-                 std::vector<uint8_t>* q, std::vector<float>* scales) {
+enum class Scheme { kFp8, kInt8 };
+
+// One scale per output channel, amax / (448 or 127) in f32 (1 for an all-zero row, as
+// nothing then depends on it); each weight E4M3(w / scale), or round(w / scale) clamped
+// to int8 (ties to even, as torch.round). `smooth` (may be null) multiplies column j
+// first.
+void quantize_rows(const SafetensorsTensor& t, const uint8_t* data, const float* smooth,
+                   Scheme scheme, ThreadPool& pool, std::vector<uint8_t>* q,
+                   std::vector<float>* scales) {
   const int64_t rows = t.shape[0], cols = t.shape[1];
+  const float qmax = scheme == Scheme::kFp8 ? kE4M3Max : 127.0f;
   q->resize(static_cast<size_t>(rows * cols));
   scales->resize(static_cast<size_t>(rows));
   pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = r0; r < r1; ++r) {
       load_row(t, data, r, cols, row.data());
+      if (smooth)
+        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] *= smooth[c];
       float amax = 0.0f;
       for (float v : row) amax = std::max(amax, std::fabs(v));
-      const float s = amax > 0.0f ? amax / kE4M3Max : 1.0f;
+      const float s = amax > 0.0f ? amax / qmax : 1.0f;
       (*scales)[static_cast<size_t>(r)] = s;
       uint8_t* out = q->data() + r * cols;
-      for (int64_t c = 0; c < cols; ++c) out[c] = f32_to_e4m3(row[static_cast<size_t>(c)] / s);
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v = row[static_cast<size_t>(c)] / s;
+        out[c] = scheme == Scheme::kFp8 ? f32_to_e4m3(v)
+                                        : static_cast<uint8_t>(static_cast<int8_t>(
+                                              std::clamp(std::nearbyint(v), -128.0f, 127.0f)));
+      }
     }
   });
 }
 
-// compressed-tensors' description of FP8 weights per channel, activations per token at
-// run time (the keys its QuantizationArgs serialises).
-ojson fp8_quantization_config() {
-  auto args = [](const char* strategy, bool dynamic, const char* observer) {
+// compressed-tensors' description of the scheme: weights per channel, activations per
+// token at run time (the keys its QuantizationArgs serialises).
+ojson quantization_config(Scheme scheme) {
+  const char* type = scheme == Scheme::kFp8 ? "float" : "int";
+  const char* format = scheme == Scheme::kFp8 ? "float-quantized" : "int-quantized";
+  auto args = [&](const char* strategy, bool dynamic, const char* observer) {
     ojson a;
     a["num_bits"] = 8;
-    a["type"] = "float";
+    a["type"] = type;
     a["symmetric"] = true;
     a["group_size"] = nullptr;
     a["strategy"] = strategy;
@@ -92,10 +109,10 @@ ojson fp8_quantization_config() {
   group["weights"] = args("channel", false, "minmax");
   group["input_activations"] = args("token", true, nullptr);
   group["output_activations"] = nullptr;
-  group["format"] = "float-quantized";
+  group["format"] = format;
   ojson qc;
   qc["quant_method"] = "compressed-tensors";
-  qc["format"] = "float-quantized";
+  qc["format"] = format;
   qc["quantization_status"] = "compressed";
   qc["config_groups"] = {{"group_0", group}};
   qc["ignore"] = {"lm_head"};
@@ -108,7 +125,8 @@ ojson fp8_quantization_config() {
 struct Job {
   const SafetensorsFile* shard;
   const SafetensorsTensor* src;
-  enum Kind { kCopy, kFp8Weight, kFp8Scale } kind;
+  enum Kind { kCopy, kWeight, kScale, kNorm } kind;
+  const std::vector<float>* smooth = nullptr;  // kWeight: column factors; kNorm: divisors
 };
 
 Status check_out_dir(const fs::path& out) {
@@ -161,13 +179,107 @@ Status copy_side_files(const fs::path& in, const fs::path& out, const HfShards& 
   return Status::ok();
 }
 
+// A norm weight divided by the smoothing factors, in its own dtype.
+void smoothed_norm(const SafetensorsTensor& t, const uint8_t* data, const std::vector<float>& s,
+                   std::vector<uint8_t>* bytes) {
+  const int64_t n = t.shape[0];
+  std::vector<float> v(static_cast<size_t>(n));
+  load_row(t, data, 0, n, v.data());
+  const DType type = *t.type;
+  bytes->resize(static_cast<size_t>(n) * (type == DType::kF32 ? 4 : 2));
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = v[static_cast<size_t>(j)] / s[static_cast<size_t>(j)];
+    if (type == DType::kF32) {
+      std::memcpy(bytes->data() + 4 * j, &x, 4);
+    } else {
+      const uint16_t h = type == DType::kF16 ? f32_to_fp16(x) : f32_to_bf16(x);
+      std::memcpy(bytes->data() + 2 * j, &h, 2);
+    }
+  }
+}
+
+struct Source {
+  const SafetensorsFile* shard;
+  const SafetensorsTensor* t;
+};
+
+bool is_float(const SafetensorsTensor& t) {
+  return t.type && (*t.type == DType::kF32 || *t.type == DType::kF16 || *t.type == DType::kBF16);
+}
+
+// SmoothQuant's factors per layer for the products after each norm: s_j = max|X_j|^alpha /
+// max|W_j|^(1 - alpha), W_j column j of every weight of the group (1 where either max is
+// 0: nothing to migrate), kept within [1e-5, 1e5]. `out` maps each weight and norm name to
+// its group's factors.
+Status compute_smoothing(const std::map<std::string, Source>& by_name,
+                         const ChannelMaxCollector& act, float alpha, ThreadPool& pool,
+                         std::map<std::string, std::vector<float>>* out) {
+  struct Group {
+    std::vector<const char*> weights;
+    const char* norm;
+    ActivationObserver::Input input;
+  };
+  const Group groups[] = {
+      {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+       "input_layernorm",
+       ActivationObserver::Input::kQkv},
+      {{"mlp.gate_proj", "mlp.up_proj"},
+       "post_attention_layernorm",
+       ActivationObserver::Input::kGateUp},
+  };
+  for (int l = 0; l < act.n_layers(); ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const Group& g : groups) {
+      const std::vector<float>& amax = act.max_abs(l, g.input);
+      const auto norm = by_name.find(p + g.norm + ".weight");
+      if (norm == by_name.end() || !is_float(*norm->second.t) || norm->second.t->shape.size() != 1)
+        return unsupported("smoothquant needs a 16- or 32-bit '" + p + g.norm + ".weight'");
+      const int64_t cols = norm->second.t->shape[0];
+      if (static_cast<int64_t>(amax.size()) != cols)
+        return internal_error("the calibration run saw no input of layer " + std::to_string(l));
+      std::vector<float> wmax(static_cast<size_t>(cols), 0.0f);
+      std::mutex mu;
+      for (const char* w : g.weights) {
+        const auto it = by_name.find(p + w + ".weight");
+        if (it == by_name.end() || it->second.t->shape.size() != 2 ||
+            it->second.t->shape[1] != cols)
+          return unsupported("smoothquant needs '" + p + w + ".weight' of " + std::to_string(cols) +
+                             " columns");
+        const SafetensorsTensor& t = *it->second.t;
+        const uint8_t* data = it->second.shard->tensor_data(t);
+        pool.parallel_for(t.shape[0], 64, [&](int64_t r0, int64_t r1) {
+          std::vector<float> row(static_cast<size_t>(cols)), m(static_cast<size_t>(cols), 0.0f);
+          for (int64_t r = r0; r < r1; ++r) {
+            load_row(t, data, r, cols, row.data());
+            for (int64_t c = 0; c < cols; ++c)
+              m[static_cast<size_t>(c)] =
+                  std::max(m[static_cast<size_t>(c)], std::fabs(row[static_cast<size_t>(c)]));
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          for (int64_t c = 0; c < cols; ++c)
+            wmax[static_cast<size_t>(c)] = std::max(wmax[static_cast<size_t>(c)], m[c]);
+        });
+      }
+      std::vector<float> s(static_cast<size_t>(cols));
+      for (size_t c = 0; c < s.size(); ++c) {
+        const double a = amax[c], w = wmax[c];
+        const double f = a > 0 && w > 0 ? std::pow(a, alpha) / std::pow(w, 1.0 - alpha) : 1.0;
+        s[c] = static_cast<float>(std::clamp(f, 1e-5, 1e5));
+      }
+      for (const char* w : g.weights) (*out)[p + w + ".weight"] = s;
+      (*out)[p + g.norm + ".weight"] = std::move(s);
+    }
+  }
+  return Status::ok();
+}
+
 // Everything the output folder holds, into `out` (empty).
-Status write_folder(const fs::path& in, const fs::path& out, const ojson& config,
+Status write_folder(const fs::path& in, const fs::path& out, const ojson& config, Scheme scheme,
                     const HfShards& shards, const std::vector<SafetensorsSpec>& specs,
                     const std::vector<Job>& jobs, ThreadPool& pool,
                     const std::function<void(size_t, size_t, const std::string&)>& progress,
                     HfQuantizeReport* rep) {
-  PAGODA_RETURN_IF_ERROR(write_config(config, out, fp8_quantization_config()));
+  PAGODA_RETURN_IF_ERROR(write_config(config, out, quantization_config(scheme)));
   PAGODA_RETURN_IF_ERROR(copy_side_files(in, out, shards));
   std::vector<float> scales;  // the last weight's, written right after it
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
@@ -175,15 +287,23 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
                            [&](size_t i, std::vector<uint8_t>* bytes) -> Status {
                              const Job& j = jobs[i];
                              const uint8_t* data = j.shard->tensor_data(*j.src);
-                             if (j.kind == Job::kCopy) {
-                               bytes->assign(data, data + (j.src->end - j.src->begin));
-                             } else if (j.kind == Job::kFp8Weight) {
-                               fp8_channel(*j.src, data, pool, bytes, &scales);
-                             } else {
-                               bytes->resize(scales.size() * 4);
-                               std::memcpy(bytes->data(), scales.data(), bytes->size());
+                             switch (j.kind) {
+                               case Job::kCopy:
+                                 bytes->assign(data, data + (j.src->end - j.src->begin));
+                                 break;
+                               case Job::kWeight:
+                                 quantize_rows(*j.src, data, j.smooth ? j.smooth->data() : nullptr,
+                                               scheme, pool, bytes, &scales);
+                                 break;
+                               case Job::kScale:
+                                 bytes->resize(scales.size() * 4);
+                                 std::memcpy(bytes->data(), scales.data(), bytes->size());
+                                 break;
+                               case Job::kNorm:
+                                 smoothed_norm(*j.src, data, *j.smooth, bytes);
+                                 break;
                              }
-                             if (j.kind != Job::kFp8Weight) j.shard->release(*j.src);
+                             if (j.kind != Job::kWeight) j.shard->release(*j.src);
                              rep->bytes_out += bytes->size();
                              if (progress) progress(i + 1, jobs.size(), specs[i].name);
                              return Status::ok();
@@ -193,14 +313,22 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
 }  // namespace
 
 const std::vector<std::string>& hf_quant_schemes() {
-  static const std::vector<std::string> s = {"fp8"};
+  static const std::vector<std::string> s = {"fp8", "smoothquant"};
   return s;
 }
 
+bool hf_scheme_calibrates(const std::string& scheme) {
+  return scheme == "smoothquant";
+}
+
 Result<HfQuantizeReport> quantize_hf_folder(
-    const std::string& in_dir, const std::string& out_dir, const std::string& scheme,
+    const std::string& in_dir, const std::string& out_dir, const HfQuantizeOptions& o,
     ThreadPool& pool, const std::function<void(size_t, size_t, const std::string&)>& progress) {
-  if (scheme != "fp8") return invalid_argument("unknown Hugging Face scheme '" + scheme + "'");
+  if (o.scheme != "fp8" && o.scheme != "smoothquant")
+    return invalid_argument("unknown Hugging Face scheme '" + o.scheme + "'");
+  const Scheme scheme = o.scheme == "fp8" ? Scheme::kFp8 : Scheme::kInt8;
+  if (hf_scheme_calibrates(o.scheme) && o.act_max == nullptr)
+    return internal_error(o.scheme + " needs the calibration run's statistics");
   const fs::path in(in_dir), out(out_dir);
   std::error_code ec;
   if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
@@ -208,35 +336,46 @@ Result<HfQuantizeReport> quantize_hf_folder(
   PAGODA_ASSIGN_OR_RETURN(const ojson config, read_config(in));
   PAGODA_ASSIGN_OR_RETURN(const HfShards shards, list_hf_shards(in));
   std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::vector<SafetensorsSpec> specs;
-  std::vector<Job> jobs;
-  HfQuantizeReport rep;
+  std::vector<Source> order;
+  std::map<std::string, Source> by_name;
   for (const std::string& name : shards.names) {
     PAGODA_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open((in / name).string()));
     for (const SafetensorsTensor& t : f->tensors()) {
-      rep.bytes_in += t.end - t.begin;
-      const bool float_type =
-          t.type && (*t.type == DType::kF32 || *t.type == DType::kF16 || *t.type == DType::kBF16);
-      if (is_decoder_linear(t) && !float_type)
-        return unsupported("tensor '" + t.name + "' is " + t.dtype +
-                           "; the fp8 scheme quantizes F32, F16 or BF16 weights");
-      if (!is_decoder_linear(t)) {
-        specs.push_back({t.name, t.dtype, t.shape});
-        jobs.push_back({f.get(), &t, Job::kCopy});
-        ++rep.n_copied;
-        continue;
-      }
-      const std::string base = t.name.substr(0, t.name.size() - 7);  // less ".weight"
-      specs.push_back({t.name, "F8_E4M3", t.shape});
-      jobs.push_back({f.get(), &t, Job::kFp8Weight});
-      specs.push_back({base + ".weight_scale", "F32", {t.shape[0], 1}});
-      jobs.push_back({f.get(), &t, Job::kFp8Scale});
-      ++rep.n_quantized;
+      if (is_decoder_linear(t) && !is_float(t))
+        return unsupported("tensor '" + t.name + "' is " + t.dtype + "; " + o.scheme +
+                           " quantizes F32, F16 or BF16 weights");
+      order.push_back({f.get(), &t});
+      by_name[t.name] = order.back();
     }
     files.push_back(std::move(f));
   }
+  std::map<std::string, std::vector<float>> smooth;
+  if (o.act_max)
+    PAGODA_RETURN_IF_ERROR(compute_smoothing(by_name, *o.act_max, o.alpha, pool, &smooth));
+  std::vector<SafetensorsSpec> specs;
+  std::vector<Job> jobs;
+  HfQuantizeReport rep;
+  for (const Source& src : order) {
+    const SafetensorsTensor& t = *src.t;
+    rep.bytes_in += t.end - t.begin;
+    const auto sm = smooth.find(t.name);
+    const std::vector<float>* factors = sm == smooth.end() ? nullptr : &sm->second;
+    if (!is_decoder_linear(t)) {
+      specs.push_back({t.name, t.dtype, t.shape});
+      jobs.push_back({src.shard, &t, factors ? Job::kNorm : Job::kCopy, factors});
+      ++rep.n_copied;
+      continue;
+    }
+    const std::string base = t.name.substr(0, t.name.size() - 7);  // less ".weight"
+    specs.push_back({t.name, scheme == Scheme::kFp8 ? "F8_E4M3" : "I8", t.shape});
+    jobs.push_back({src.shard, &t, Job::kWeight, factors});
+    specs.push_back({base + ".weight_scale", "F32", {t.shape[0], 1}});
+    jobs.push_back({src.shard, &t, Job::kScale});
+    ++rep.n_quantized;
+  }
   PAGODA_RETURN_IF_ERROR(check_out_dir(out));
-  const Status st = write_folder(in, out, config, shards, specs, jobs, pool, progress, &rep);
+  const Status st =
+      write_folder(in, out, config, scheme, shards, specs, jobs, pool, progress, &rep);
   if (!st.ok()) {
     // The folder was empty or new: what is in it now is this run's, and incomplete.
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) fs::remove_all(e, ec);

@@ -1,9 +1,16 @@
 // pagoda quantize's Hugging Face outputs: a 16-bit checkpoint folder rewritten in a
 // quantization scheme's standard on-disk form, which transformers, vLLM and Pagoda load.
 //
-//   fp8   compressed-tensors "float-quantized": each linear layer's weight in FP8 E4M3
-//         with one F32 scale per output channel (amax / 448), activations quantized
-//         dynamically per token at run time (what llm-compressor's FP8_DYNAMIC writes).
+//   fp8          compressed-tensors "float-quantized": each linear layer's weight in FP8
+//                E4M3 with one F32 scale per output channel (amax / 448), activations
+//                quantized dynamically per token at run time (llm-compressor's FP8_DYNAMIC).
+//   smoothquant  compressed-tensors "int-quantized" W8A8: first SmoothQuant (Xiao et al.)
+//                moves activation outliers into the weights: for the products after each
+//                RMSNorm (q/k/v, gate/up), column j of their weights is multiplied and the
+//                norm's weight j divided by s_j = max|X_j|^alpha / max|W_j|^(1 - alpha),
+//                which leaves the function unchanged; then int8 weights with an F32 scale
+//                per output channel (amax / 127), activations int8 per token at run time.
+//                max|X_j| comes from a calibration run (model/channel_max.h).
 //
 // The linear layers of the decoder (q/k/v/o, gate/up/down projections) are quantized;
 // embeddings, norms and lm_head stay as they are. The folder's other files (tokenizer,
@@ -17,6 +24,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "model/channel_max.h"
 
 namespace pagoda {
 
@@ -29,9 +37,18 @@ struct HfQuantizeReport {
   uint64_t bytes_in = 0, bytes_out = 0;
 };
 
+struct HfQuantizeOptions {
+  std::string scheme;                            // one of hf_quant_schemes()
+  float alpha = 0.5f;                            // smoothquant: migration strength
+  const ChannelMaxCollector* act_max = nullptr;  // smoothquant: the calibration statistic
+};
+
+// Schemes that need a calibration run before quantize_hf_folder.
+bool hf_scheme_calibrates(const std::string& scheme);
+
 // `progress(done, total, name)` after each tensor.
 Result<HfQuantizeReport> quantize_hf_folder(
-    const std::string& in_dir, const std::string& out_dir, const std::string& scheme,
+    const std::string& in_dir, const std::string& out_dir, const HfQuantizeOptions& options,
     ThreadPool& pool, const std::function<void(size_t, size_t, const std::string&)>& progress);
 
 }  // namespace pagoda

@@ -14,6 +14,8 @@
 #include "backend/cpu/matmul.h"
 #include "commands.h"
 #include "common.h"
+#include "engine/perplexity.h"
+#include "model/channel_max.h"
 #include "model/gguf_writer.h"
 #include "model/hf_quantize.h"
 #include "model/imatrix.h"
@@ -109,8 +111,9 @@ constexpr const char* kSynopsis =
     "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q3_K Q4_K Q5_K (every "
     "matrix in it), llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
     "Q6_K, or CPU / CUDA: each matrix in the type that backend stores it as, so it loads "
-    "without converting); IN_FOLDER OUT_FOLDER fp8   (a Hugging Face checkpoint in "
-    "compressed-tensors FP8: per-channel E4M3 weights, per-token dynamic activations)";
+    "without converting); IN_FOLDER OUT_FOLDER fp8|smoothquant   (a Hugging Face checkpoint in "
+    "compressed-tensors form: fp8 per-channel E4M3 weights, or smoothquant's smoothed int8 "
+    "weights, both with activations quantized per token at run time)";
 
 // The TYPE argument.
 struct Target {
@@ -289,6 +292,45 @@ bool is_hf_scheme(std::string s) {
   return false;
 }
 
+// smoothquant's calibration: the text in chunks through the CPU model, each chunk from an
+// empty cache with BOS first (as pagoda imatrix), recording the largest |x| of each
+// product's input columns.
+Result<std::unique_ptr<ChannelMaxCollector>> calibrate(const Args& args, const std::string& in,
+                                                       ThreadPool& pool) {
+  const std::string path =
+      args.get_or("--calibration", "../shared/testdata/text/tinyshakespeare.txt");
+  PAGODA_ASSIGN_OR_RETURN(const int64_t samples, args.get_int("--samples", 128, 1, 1 << 20));
+  PAGODA_ASSIGN_OR_RETURN(const int64_t seq_len, args.get_int("--seq-len", 512, 16, 1 << 16));
+  PAGODA_ASSIGN_OR_RETURN(const std::string text, read_text_file(path));
+  PAGODA_ASSIGN_OR_RETURN(Loaded loaded, load(in, true, true));
+  auto collector = std::make_unique<ChannelMaxCollector>(loaded.model->config().n_layers);
+  PerplexityOptions po;
+  po.n_ctx = po.n_batch = static_cast<int>(seq_len);
+  po.n_chunks = static_cast<int>(samples);
+  RunnerOptions o = perplexity_runner_options(po);
+  o.observer = collector.get();
+  auto runner = make_cpu_runner(*loaded.model, pool, o);
+  const Tokenizer& tok = *loaded.tokenizer;
+  const std::vector<int32_t> tokens = tok.encode(text, true, false);
+  po.bos = tok.add_bos() ? tok.bos() : -1;
+  if (static_cast<int64_t>(tokens.size()) < seq_len)
+    return invalid_argument("'" + path + "' holds fewer tokens than one --seq-len chunk");
+  const double t0 = now_seconds();
+  const int64_t total = std::min<int64_t>(samples, static_cast<int64_t>(tokens.size()) / seq_len);
+  PAGODA_ASSIGN_OR_RETURN(
+      const PerplexityResult r,
+      evaluate_perplexity(*runner, nullptr, tokens, po, pool, [&](const PerplexityResult& p) {
+        const double el = now_seconds() - t0;
+        std::fprintf(stderr, "calibration: %d/%lld chunks of %lld tokens, %.0f s left\n", p.chunks,
+                     static_cast<long long>(total), static_cast<long long>(seq_len),
+                     el / p.chunks * static_cast<double>(total - p.chunks));
+      }));
+  std::fprintf(stderr, "calibration: %lld tokens from %s (PPL %.3f), %.1f s\n",
+               static_cast<long long>(collector->tokens()), path.c_str(), r.ppl(),
+               now_seconds() - t0);
+  return collector;
+}
+
 // A Hugging Face folder into a scheme's folder, with a progress line on stderr.
 Result<std::string> quantize_folder(const Args& args, const std::string& in, const std::string& out,
                                     std::string scheme) {
@@ -296,11 +338,25 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
     if (args.has(flag))
       return invalid_argument(std::string(flag) + " applies to GGUF outputs, not to " + scheme);
   if (!is_hf_scheme(scheme))
-    return invalid_argument("a Hugging Face folder quantizes to fp8; '" + scheme +
+    return invalid_argument("a Hugging Face folder quantizes to fp8 or smoothquant; '" + scheme +
                             "' is not a scheme Pagoda writes into a folder");
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!hf_scheme_calibrates(scheme))
+    for (const char* flag : {"--calibration", "--samples", "--seq-len", "--alpha"})
+      if (args.has(flag))
+        return invalid_argument(std::string(flag) + ": " + scheme +
+                                " quantizes without calibration");
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
   ThreadPool pool(static_cast<int>(threads));
+  HfQuantizeOptions options;
+  options.scheme = scheme;
+  PAGODA_ASSIGN_OR_RETURN(const double alpha, args.get_double("--alpha", 0.5, 0.0, 1.0));
+  options.alpha = static_cast<float>(alpha);
+  std::unique_ptr<ChannelMaxCollector> act_max;
+  if (hf_scheme_calibrates(scheme)) {
+    PAGODA_ASSIGN_OR_RETURN(act_max, calibrate(args, in, pool));
+    options.act_max = act_max.get();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   // A bar redrawn at most 5 times a second on a terminal; a line per tenth otherwise.
   const bool tty = isatty(2) != 0;
@@ -315,7 +371,7 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
                  total, left, name.c_str(), tty && done != total ? "" : "\n");
   };
   PAGODA_ASSIGN_OR_RETURN(const HfQuantizeReport r,
-                          quantize_hf_folder(in, out, scheme, pool, progress));
+                          quantize_hf_folder(in, out, options, pool, progress));
   return str_format(
       "pagoda quantize: wrote %s (%s: %d linear layers quantized, %d tensors copied; "
       "%.1f MB -> %.1f MB)\n",
@@ -332,6 +388,9 @@ Result<std::string> quantize(const Args& args) {
     return invalid_argument(args.positional()[2] +
                             " writes a Hugging Face folder and reads one: IN must be a "
                             "checkpoint folder (scripts/hf_from_gguf.py makes one from a GGUF)");
+  for (const char* flag : {"--calibration", "--samples", "--seq-len", "--alpha"})
+    if (args.has(flag))
+      return invalid_argument(std::string(flag) + " applies to smoothquant, not to GGUF types");
   TypePlan p;
   PAGODA_ASSIGN_OR_RETURN(p.target, parse_target(args.positional()[2]));
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
@@ -375,6 +434,11 @@ int cmd_quantize(int argc, char** argv) {
       {"--imatrix", "", true,
        "importance matrix (pagoda imatrix, or llama-imatrix's GGUF): weigh each weight's "
        "rounding error by its input's mean square (4-, 5-bit and K types)"},
+      {"--calibration", "", true,
+       "smoothquant: calibration text (default ../shared/testdata/text/tinyshakespeare.txt)"},
+      {"--samples", "", true, "smoothquant: calibration chunks (default 128)"},
+      {"--seq-len", "", true, "smoothquant: tokens a calibration chunk (default 512)"},
+      {"--alpha", "", true, "smoothquant: migration strength, 0 to 1 (default 0.5)"},
       {"--help", "-h", false, "show this help"},
   };
   auto args = Args::parse(argc, argv, 1, specs);
