@@ -43,6 +43,13 @@ if ! .venv/bin/python -c "import pytest, numpy, gguf, jinja2, openai, prometheus
     jinja2==3.1.6 openai==3.57.0 prometheus_client==0.26.0 aiohttp==3.14.5 \
     tokenizers==0.23.3 transformers==5.25.0 safetensors==0.8.0 torch==2.15.0
 fi
+# compressed-tensors (tests/model/test_compressed_tensors.py) with --no-deps, so its
+# requirements cannot move the torch/transformers pins; loguru and psutil are the small
+# ones the venv lacks (pydantic it has).
+if ! .venv/bin/python -c "import compressed_tensors" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps compressed-tensors==0.20.1 \
+    loguru==0.7.3 psutil==7.2.2
+fi
 # llama.cpp is built for this CPU's AVX-512 features but without AMX: with its default
 # -march=native it compiles AMX tile kernels whenever CPUID reports AMX, and these VMs
 # report AMX without granting the tile state, so every quantized matmul crashes
