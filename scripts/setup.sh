@@ -37,13 +37,20 @@ fi
 # transformers on torch (CPU) is the reference for checkpoint folders' logits, and
 # safetensors writes the folders. PyPI's only Linux torch wheel is the CUDA build: with its
 # NVIDIA libraries about 5 GB and 1.5 minutes to install on a fresh machine, kept for the
-# independent float32 reference it gives. compressed-tensors is llm-compressor's format
-# library: the reference reader (and packer) for quantized checkpoint folders.
-if ! .venv/bin/python -c "import pytest, numpy, gguf, jinja2, openai, prometheus_client, aiohttp, tokenizers, transformers, safetensors, torch, compressed_tensors" 2>/dev/null; then
+# independent float32 reference it gives.
+if ! .venv/bin/python -c "import pytest, numpy, gguf, jinja2, openai, prometheus_client, aiohttp, tokenizers, transformers, safetensors, torch" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check pytest numpy gguf==0.19.0 \
     jinja2==3.1.6 openai==3.57.0 prometheus_client==0.26.0 aiohttp==3.14.5 \
-    tokenizers==0.23.3 transformers==5.25.0 safetensors==0.8.0 torch==2.15.0 \
-    compressed-tensors==0.20.1
+    tokenizers==0.23.3 transformers==5.25.0 safetensors==0.8.0 torch==2.15.0
+fi
+# compressed-tensors, llm-compressor's format library, is the reference packer and reader
+# of quantized checkpoint folders (tests/model/test_compressed_tensors.py,
+# test_hf_quantize.py); installed with --no-deps, so its
+# requirements cannot move the torch/transformers pins; loguru and psutil are the small
+# ones the venv lacks (pydantic it has).
+if ! .venv/bin/python -c "import compressed_tensors" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps compressed-tensors==0.20.1 \
+    loguru==0.7.3 psutil==7.2.2
 fi
 # llama.cpp is built for this CPU's AVX-512 features but without AMX: with its default
 # -march=native it compiles AMX tile kernels whenever CPUID reports AMX, and these VMs

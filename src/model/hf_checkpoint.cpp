@@ -1,9 +1,12 @@
 #include "model/hf_checkpoint.h"
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "model/arch/arch.h"
+#include "model/compressed_tensors.h"
 #include "model/hf_folder.h"
 #include "model/safetensors.h"
 
@@ -14,6 +17,22 @@ namespace fs = std::filesystem;
 
 // WeightTensor::part of the tensors the checkpoint computes itself (RoPE factors).
 constexpr uint32_t kOwnedPart = UINT32_MAX;
+// WeightTensor::part of a compressed-tensors layer converted on demand; its offset is the
+// layer's index in layers_.
+constexpr uint32_t kConvertedPart = UINT32_MAX - 1;
+
+// The GGUF matrices that are nn.Linear layers in transformers (the targets "Linear" means).
+bool is_linear(const std::string& gguf_name) {
+  if (gguf_name == kOutputTensor) return true;
+  for (const char* m : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                        "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+    const std::string_view n(gguf_name), suffix(m);
+    if (n.size() > suffix.size() && n.substr(n.size() - suffix.size()) == suffix &&
+        n[n.size() - suffix.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
 
 bool is_file(const fs::path& p) {
   std::error_code ec;
@@ -28,11 +47,32 @@ class HfCheckpoint : public TensorSource {
   Result<ModelConfig> model_config() const override { return config_; }
   void release_tensor(const WeightTensor& t) const override {
     if (t.part < shards_.size()) shards_[t.part]->release_range(t.offset, t.size);
+    if (t.part != kConvertedPart) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      converted_.erase(t.offset);
+    }
+    for (const CtPiece& p : layers_[t.offset].all) p.file->release(*p.tensor);
   }
   void release_tensor_data() const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      converted_.clear();
+    }
     for (const auto& s : shards_) s->release_all();
   }
 
+ protected:
+  const uint8_t* materialize(const WeightTensor& t) const override {
+    if (t.part != kConvertedPart) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = converted_.find(t.offset);
+    if (it == converted_.end())
+      it = converted_.emplace(t.offset, convert_ct_layer(layers_[t.offset])).first;
+    return it->second.data();
+  }
+
+ public:
   Status open() {
     const fs::path dir(path());
     const fs::path config_path = dir / "config.json";
@@ -43,9 +83,15 @@ class HfCheckpoint : public TensorSource {
     PAGODA_ASSIGN_OR_RETURN(const std::string text, read_json_file(config_path));
     PAGODA_ASSIGN_OR_RETURN(HfModelConfig hc, read_hf_model_config(text, config_path.string()));
     config_ = std::move(hc.config);
+    if (!hc.quantization_config.empty()) {
+      auto ct = parse_compressed_tensors_config(hc.quantization_config);
+      if (!ct) return ct.status().with_context("'" + config_path.string() + "'");
+      ct_ = std::move(ct).value();
+    }
     const fs::path norm = dir.lexically_normal();
     config_.name = (norm.has_filename() ? norm.filename() : norm.parent_path().filename()).string();
     PAGODA_RETURN_IF_ERROR(open_shards(dir));
+    PAGODA_RETURN_IF_ERROR(add_compressed_layers());
     if (!hc.rope_freq_factors.empty()) {
       rope_factors_ = std::move(hc.rope_freq_factors);
       WeightTensor t;
@@ -96,6 +142,10 @@ class HfCheckpoint : public TensorSource {
     seen_.insert(st.name);
     const std::string what = "tensor '" + st.name + "' in '" + f.path() + "'";
     if (hf_tensor_ignored(st.name)) return Status::ok();
+    if (ct_) {
+      PAGODA_ASSIGN_OR_RETURN(const bool held, hold_compressed(f, st, part));
+      if (held) return Status::ok();
+    }
     const std::optional<std::string> name = hf_to_gguf_tensor_name(st.name);
     if (!name)
       return unsupported(what + " is not one Pagoda knows for a " + config_.arch +
@@ -120,6 +170,59 @@ class HfCheckpoint : public TensorSource {
     t.part = part;
     t.offset = f.data_offset() + st.begin;
     return add_tensor(std::move(t));
+  }
+
+  // A tensor of a layer the quantization_config quantizes (its weight, scales, zero
+  // points...), kept for add_compressed_layers: true when held.
+  Result<bool> hold_compressed(const SafetensorsFile& f, const SafetensorsTensor& st,
+                               uint32_t part) {
+    const size_t dot = st.name.rfind('.');
+    if (dot == std::string::npos) return false;
+    const std::string module = st.name.substr(0, dot), param = st.name.substr(dot + 1);
+    const bool companion = param.rfind("weight_", 0) == 0 || param.rfind("input_", 0) == 0 ||
+                           param.rfind("output_", 0) == 0;
+    if (param != "weight" && !companion) return false;
+    const std::optional<std::string> gguf = hf_to_gguf_tensor_name(module + ".weight");
+    if (param == "weight") {
+      if (!gguf) return false;  // refused by name by add()
+      PAGODA_ASSIGN_OR_RETURN(const CtScheme* scheme, ct_->scheme_for(module, is_linear(*gguf)));
+      if (scheme == nullptr) return false;  // ignored or not targeted: 16-bit
+    }
+    held_[module][param] = CtPiece{&f, &st, part};
+    return true;
+  }
+
+  // Each held layer checked against the scheme that quantizes it and added as the type
+  // it converts to, without data (materialize converts it when a loader asks).
+  Status add_compressed_layers() {
+    for (const auto& [module, params] : held_) {
+      const std::optional<std::string> gguf = hf_to_gguf_tensor_name(module + ".weight");
+      const std::string first = module + "." + params.begin()->first;
+      if (!gguf)
+        return unsupported("tensor '" + first + "' in '" + path() +
+                           "' belongs to no layer Pagoda knows for a " + config_.arch +
+                           " checkpoint");
+      PAGODA_ASSIGN_OR_RETURN(const CtScheme* scheme, ct_->scheme_for(module, is_linear(*gguf)));
+      if (scheme == nullptr)
+        return unsupported("tensor '" + first + "' in '" + path() +
+                           "' is quantized, but config.json's quantization_config leaves '" +
+                           module + "' unquantized (ignore list or no target)");
+      if (*gguf == kOutputTensor && config_.recipe.tied_output) continue;
+      PAGODA_ASSIGN_OR_RETURN(CtLayer layer, make_ct_layer(module, *scheme, params));
+      WeightTensor t;
+      t.name = *gguf;
+      t.file_name = module + ".weight";
+      t.type = layer.type;
+      t.n_dims = 2;
+      t.ne[0] = layer.cols;
+      t.ne[1] = layer.rows;
+      t.size = row_bytes(layer.type, layer.cols) * static_cast<uint64_t>(layer.rows);
+      t.part = kConvertedPart;
+      t.offset = layers_.size();
+      layers_.push_back(std::move(layer));
+      PAGODA_RETURN_IF_ERROR(add_tensor(std::move(t)));
+    }
+    return Status::ok();
   }
 
   // Every tensor the recipe reads is there, and nothing it would not read (a bias the
@@ -150,6 +253,11 @@ class HfCheckpoint : public TensorSource {
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<float> rope_factors_;
   std::set<std::string> seen_;  // checkpoint names met in the shards
+  std::optional<CtConfig> ct_;  // config.json's compressed-tensors quantization_config
+  std::map<std::string, std::map<std::string, CtPiece>> held_;  // module -> param -> tensor
+  std::vector<CtLayer> layers_;                                 // converted on demand
+  mutable std::mutex mu_;
+  mutable std::map<uint64_t, std::vector<uint8_t>> converted_;  // layers_ index -> bytes
 };
 
 }  // namespace

@@ -58,7 +58,12 @@ class TensorSource {
   // not_found without it, corrupt with another shape.
   Result<const WeightTensor*> find_tensor(const std::string& name,
                                           const std::vector<int64_t>& shape) const;
-  const uint8_t* tensor_data(const WeightTensor& t) const { return t.data; }
+  // The tensor's bytes. A tensor the source converts at load (a compressed-tensors
+  // layer, model/compressed_tensors.h) has no data until asked for: it is converted then
+  // and kept until release_tensor, so the host holds about one converted tensor at a time.
+  const uint8_t* tensor_data(const WeightTensor& t) const {
+    return t.data != nullptr ? t.data : materialize(t);
+  }
 
   // Gives back the resident pages of a tensor once it has been copied, so a model is never
   // resident twice while it loads; release_tensor_data does it for every tensor.
@@ -69,6 +74,8 @@ class TensorSource {
   explicit TensorSource(std::string path) : path_(std::move(path)) {}
   // corrupt when the name is taken.
   Status add_tensor(WeightTensor t);
+  // The bytes of a tensor added without data (converted on demand); null by default.
+  virtual const uint8_t* materialize(const WeightTensor& /*t*/) const { return nullptr; }
 
  private:
   std::string path_;

@@ -3,12 +3,40 @@
 #include <cstdio>
 
 #include "args.h"
+#include "backend/cpu/matmul.h"
 #include "commands.h"
 #include "common.h"
 #include "core/settings.h"
 
 namespace pagoda::cli {
 namespace {
+
+// --dequantize NAME --out FILE: the tensor as the loaders receive it (a compressed-tensors
+// layer converted), dequantized to little-endian f32 rows, for tests against a reference.
+int dump_tensor(const TensorSource& s, const std::string& name, const std::string& out) {
+  const WeightTensor* t = s.find_tensor(std::string_view(name));
+  if (t == nullptr) return fail("info", not_found("no tensor '" + name + "'"));
+  std::vector<float> row(static_cast<size_t>(t->ne[0]));
+  FILE* f = std::fopen(out.c_str(), "wb");
+  if (f == nullptr) return fail("info", io_error("cannot write '" + out + "'"));
+  const uint8_t* data = s.tensor_data(*t);
+  const size_t stride = row_bytes(t->type, t->ne[0]);
+  bool ok = true;
+  for (int64_t r = 0; ok && r < t->n_elements() / t->ne[0]; ++r) {
+    const Status st = cpu::dequantize_row(t->type, data + r * stride, row.data(), t->ne[0]);
+    if (!st) {
+      std::fclose(f);
+      return fail("info", st);
+    }
+    ok = std::fwrite(row.data(), sizeof(float), row.size(), f) == row.size();
+  }
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) return fail("info", io_error("cannot write '" + out + "'"));
+  std::printf("%s %s [%lld, %lld] -> %s\n", name.c_str(), std::string(dtype_name(t->type)).c_str(),
+              static_cast<long long>(t->ne[0]), static_cast<long long>(t->n_elements() / t->ne[0]),
+              out.c_str());
+  return 0;
+}
 
 // A checkpoint folder: the configuration config.json gives, and its tensors under the
 // names the loaders use.
@@ -48,6 +76,8 @@ int cmd_info(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
       {"--model", "-m", true, "GGUF file or Hugging Face checkpoint folder"},
       {"--tensors", "", false, "list every tensor"},
+      {"--dequantize", "", true, "write tensor NAME (as the loaders name it) as f32 to --out"},
+      {"--out", "", true, "file for --dequantize"},
       {"--env", "", false, "list the PAGODA_* environment switches and the values in force"},
       {"--help", "-h", false, "show this help"},
   };
@@ -64,6 +94,13 @@ int cmd_info(int argc, char** argv) {
   std::string path =
       args->get_or("--model", args->positional().empty() ? "" : args->positional()[0]);
   if (path.empty()) return fail("info", invalid_argument("missing -m FILE"));
+  if (args->has("--dequantize")) {
+    auto src = open_tensor_source(path);
+    if (!src) return fail("info", src.status());
+    const std::string out = args->get_or("--out", "");
+    if (out.empty()) return fail("info", invalid_argument("--dequantize needs --out FILE"));
+    return dump_tensor(**src, args->get_or("--dequantize", ""), out);
+  }
   if (is_model_folder(path)) return info_folder(path, args->has("--tensors"));
   auto f = GgufFile::open(path);
   if (!f) return fail("info", f.status());

@@ -80,6 +80,9 @@ struct HfModelConfig {
   // rope_freqs.weight (rope_dims / 2 of them), computed from rope_scaling; empty without.
   std::vector<float> rope_freq_factors;
   std::string dtype;  // torch_dtype (or dtype), "" when absent
+  // quantization_config as JSON text when config.json has one (its quant_method is then
+  // "compressed-tensors": others are refused), "" without.
+  std::string quantization_config;
 };
 // Reads config.json's text: the architecture from "architectures" (refused by name when
 // unsupported), the hyperparameters, and any key that would change the math in a way

@@ -168,10 +168,17 @@ Status read_llama_like_hf_config(const json& j, ModelConfig* c) {
                            (t.is_string() ? t.get<std::string>() : t.dump()) +
                            "' layers: sliding-window attention is not supported yet");
   }
-  if (find_key(j, "quantization_config") != nullptr)
-    return unsupported(
-        "quantized checkpoints (config.json quantization_config) are not supported "
-        "yet");
+  // compressed-tensors checkpoints are read by model/compressed_tensors.cpp, which
+  // refuses what it cannot place; every other quantization method by name here.
+  if (const json* q = find_key(j, "quantization_config")) {
+    const json* method = q->is_object() ? find_key(*q, "quant_method") : nullptr;
+    const std::string name = method == nullptr     ? "(none)"
+                             : method->is_string() ? method->get<std::string>()
+                                                   : method->dump();
+    if (name != "compressed-tensors")
+      return unsupported("config.json quantization_config quant_method '" + name +
+                         "' is not supported (Pagoda loads compressed-tensors checkpoints)");
+  }
   return Status::ok();
 }
 
@@ -192,6 +199,7 @@ Result<HfModelConfig> read_hf_model_config(std::string_view text, const std::str
   Status s = arch->read_hf_config(j, &c);
   if (s) s = read_rope(j, &c, &out.rope_freq_factors);
   if (!s) return s.with_context("'" + where + "'");
+  if (const json* q = find_key(j, "quantization_config")) out.quantization_config = q->dump();
   for (const char* key : {"torch_dtype", "dtype"})
     if (const json* d = find_key(j, key); d != nullptr && d->is_string()) {
       out.dtype = d->get<std::string>();
