@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "backend/cpu/quant_blocks.h"
+#include "core/fp8.h"
 
 namespace pagoda {
 namespace {
@@ -263,21 +264,12 @@ void ct_packed_int4_to_q4(const uint8_t* packed, int64_t rows, int64_t cols, con
     }
 }
 
-float fp8_e4m3_to_f32(uint8_t v) {
-  // E4M3 "fn": bias 7, no infinities, S.1111.111 is NaN.
-  const float sign = (v & 0x80) != 0 ? -1.0f : 1.0f;
-  const int e = (v >> 3) & 15, m = v & 7;
-  if (e == 15 && m == 7) return std::nanf("");
-  if (e == 0) return sign * std::ldexp(static_cast<float>(m), -9);
-  return sign * std::ldexp(static_cast<float>(8 + m), e - 10);
-}
-
 void ct_fp8_e4m3_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const CtScales& sc,
                          uint8_t* out) {
   auto* o = reinterpret_cast<uint16_t*>(out);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
-      o[r * cols + c] = f32_to_bf16(fp8_e4m3_to_f32(w[r * cols + c]) * sc.at(r, c));
+      o[r * cols + c] = f32_to_bf16(e4m3_to_f32(w[r * cols + c]) * sc.at(r, c));
 }
 
 }  // namespace pagoda

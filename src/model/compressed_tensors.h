@@ -105,6 +105,5 @@ void ct_packed_int4_to_q4(const uint8_t* packed, int64_t rows, int64_t cols, con
                           const std::vector<uint8_t>* zero_points, uint8_t* out);
 void ct_fp8_e4m3_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const CtScales& sc,
                          uint8_t* out);
-float fp8_e4m3_to_f32(uint8_t v);
 
 }  // namespace pagoda
