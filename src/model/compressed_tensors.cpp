@@ -7,16 +7,12 @@
 
 #include "backend/cpu/quant_blocks.h"
 #include "core/fp8.h"
+#include "model/hf_json.h"
 
 namespace pagoda {
 namespace {
 
 using nlohmann::json;
-
-const json* find_key(const json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
 
 std::string text_of(const json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();

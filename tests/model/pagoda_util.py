@@ -48,3 +48,15 @@ def model_path(rel):
     if not os.path.exists(path):
         pytest.fail(f"{path} is missing: run scripts/setup.sh (or scripts/fetch_models.sh)")
     return path
+
+
+def all_logits(model, tokens):
+    """Every position's full logits, [len(tokens), n_vocab] as numpy float32, from
+    `pagoda logits --all`."""
+    import numpy as np
+    out = json.loads(run_pagoda("logits", "-m", model, "--tokens", " ".join(map(str, tokens)),
+                                "--all", "--json", "--top", 1 << 20).stdout)
+    rows = np.zeros((len(out["logits"]), out["n_vocab"]), np.float32)
+    for r, row in enumerate(out["logits"]):
+        rows[r, row["ids"]] = row["values"]
+    return rows

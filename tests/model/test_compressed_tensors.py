@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-from pagoda_util import ROOT, run_pagoda
+from pagoda_util import all_logits, ROOT, run_pagoda
 
 import compressed_tensors as ct  # noqa: E402  (scripts/setup.sh installs it)
 import torch  # noqa: E402
@@ -101,13 +101,7 @@ def pagoda_weight(folder, gguf, tmp_path):
     return r.stdout.split()[1], np.fromfile(out, np.float32)
 
 
-def logits(model, tokens):
-    out = json.loads(run_pagoda("logits", "-m", model, "--tokens", " ".join(map(str, tokens)),
-                                "--all", "--json", "--top", 1 << 20).stdout)
-    rows = np.zeros((len(out["logits"]), out["n_vocab"]), np.float32)
-    for r, row in enumerate(out["logits"]):
-        rows[r, row["ids"]] = row["values"]
-    return rows
+logits = all_logits
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-from pagoda_util import MODELS, ROOT, model_path, run_pagoda
+from pagoda_util import all_logits, MODELS, ROOT, model_path, run_pagoda
 
 SCRIPT = os.path.join(ROOT, "scripts", "hf_from_gguf.py")
 SMOL_F16 = "models/SmolLM2-135M-Instruct.F16.gguf"
@@ -40,14 +40,7 @@ def write_folder(gguf, out, *flags):
     return str(out)
 
 
-def logits(model, tokens):
-    """Every position's full logits, [len(tokens), n_vocab], from `pagoda logits`."""
-    out = json.loads(run_pagoda("logits", "-m", model, "--tokens", " ".join(map(str, tokens)),
-                                "--all", "--json", "--top", 1 << 20).stdout)
-    rows = np.zeros((len(out["logits"]), out["n_vocab"]), np.float32)
-    for r, row in enumerate(out["logits"]):
-        rows[r, row["ids"]] = row["values"]
-    return rows
+logits = all_logits
 
 
 def prompt_tokens(gguf):

@@ -9,12 +9,11 @@ folder and decompresses it to the weights meant.
 import json
 import os
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from pagoda_util import SHARED, model_path, run_pagoda
+from pagoda_util import SHARED, all_logits, model_path, run_pagoda
 
 SMOL_HF = "models/SmolLM2-135M-Instruct-hf"
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -211,12 +210,7 @@ def test_smoothquant_loads_in_transformers(sq_folder):
 
 
 def pagoda_log_probs(model, ids):
-    out = json.loads(run_pagoda("logits", "-m", model, "--tokens", " ".join(map(str, ids)),
-                                "--all", "--json", "--top", 1 << 20).stdout)
-    rows = np.zeros((len(out["logits"]), out["n_vocab"]), np.float32)
-    for r, row in enumerate(out["logits"]):
-        rows[r, row["ids"]] = row["values"]
-    return torch.log_softmax(torch.from_numpy(rows), -1)
+    return torch.log_softmax(torch.from_numpy(all_logits(model, ids)), -1)
 
 
 @pytest.mark.parametrize("scheme,bound", [("smoothquant", 0.01), ("fp8", 0.035)])

@@ -6,18 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "model/arch/arch.h"
+#include "model/hf_json.h"
 
 namespace pagoda {
 namespace {
 
 using nlohmann::json;
-
-// The value of `key`, or null when absent (a JSON null counts as absent: transformers
-// writes "head_dim": null and the like).
-const json* find_key(const json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
 
 Status read_int(const json& j, const char* key, int64_t lo, int64_t hi, int* out, bool required) {
   const json* v = find_key(j, key);
