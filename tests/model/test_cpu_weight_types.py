@@ -98,13 +98,11 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("name", ["Q3_K_M", "Q4_K_M"])
-def test_smollm2_logits_agree_with_llama_cpp(files, name):
-    """As the fixture tests check the other types: llama.cpp's top 20 within the tolerance
-    of ours at every position, and the same top-1 wherever llama.cpp's margin exceeds it."""
+def agrees_with_llama_cpp(path, name, prompts):
+    """Asserts llama.cpp's top 20 within the Q8_0 fixture tolerance of ours at every
+    position of each prompt, and the same top-1 wherever llama.cpp's margin exceeds it."""
     tol = tolerance(read_fixture("SmolLM2-Q8_0"))
-    path = files[name]
-    for text in PROMPTS:
+    for text in prompts:
         tokens = llama_tokens(path, text)
         theirs = llama_logits(path, tokens)
         ours = our_logits(path, tokens, 40)
@@ -113,6 +111,13 @@ def test_smollm2_logits_agree_with_llama_cpp(files, name):
             ids = np.argsort(-row)[:20]
             ref = {"ids": [int(i) for i in ids], "values": [float(row[i]) for i in ids]}
             check_position(ours["logits"][pos], ref, tol, f"{name} {text[:20]!r} position {pos}")
+
+
+@pytest.mark.parametrize("name", ["Q3_K_M", "Q4_K_M"])
+def test_smollm2_logits_agree_with_llama_cpp(files, name):
+    """As the fixture tests check the other types: llama.cpp's top 20 within the tolerance
+    of ours at every position, and the same top-1 wherever llama.cpp's margin exceeds it."""
+    agrees_with_llama_cpp(files[name], name, PROMPTS)
 
 
 def dense(ours, n_vocab):

@@ -18,8 +18,9 @@ import ctypes
 
 import pytest
 
-from pagoda_util import model_path, pagoda_json, run_pagoda
-from test_llamacpp_fixtures import check_position, read_fixture, tolerance
+from pagoda_util import model_path, run_pagoda
+from test_cpu_weight_types import (agrees_with_llama_cpp, dense, llama_logits, llama_tokens,
+                                   matrix_types, nmse, our_logits)
 
 llama_cpp = pytest.importorskip("llama_cpp")
 gguf = pytest.importorskip("gguf")
@@ -125,30 +126,6 @@ def test_dequantization_matches_gguf_py(rnd, qtype):
             np.testing.assert_array_equal(b, a, err_msg=name)
 
 
-def llama_logits(path, tokens):
-    m = llama_cpp.Llama(str(path), n_ctx=256, logits_all=True, verbose=False, n_threads=2)
-    m.eval(tokens)
-    out = np.array(m.scores[:len(tokens)], dtype=np.float64)
-    m.close()
-    return out
-
-
-def llama_tokens(path, text):
-    m = llama_cpp.Llama(str(path), n_ctx=64, vocab_only=True, verbose=False)
-    toks = m.tokenize(text.encode(), add_bos=False)
-    m.close()
-    return toks
-
-
-def our_logits(path, tokens, top):
-    return pagoda_json("logits", "-m", path, "--tokens", " ".join(map(str, tokens)), "--all",
-                       "--top", top, "--json", "--threads", "2")
-
-
-def matrix_types(path):
-    return {t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) >= 2}
-
-
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
     d = tmp_path_factory.mktemp("iquant_smollm2")
@@ -177,27 +154,7 @@ def test_smollm2_logits_agree_with_llama_cpp(smollm2, name):
     the same top-1 wherever llama.cpp's margin exceeds it."""
     path = smollm2[name]
     assert name in matrix_types(path)
-    tol = tolerance(read_fixture("SmolLM2-Q8_0"))
-    for text in PROMPTS:
-        tokens = llama_tokens(path, text)
-        theirs = llama_logits(path, tokens)
-        ours = our_logits(path, tokens, 40)
-        assert ours["tokens"] == tokens
-        for pos, row in enumerate(theirs):
-            ids = np.argsort(-row)[:20]
-            ref = {"ids": [int(i) for i in ids], "values": [float(row[i]) for i in ids]}
-            check_position(ours["logits"][pos], ref, tol, f"{name} {text[:20]!r} position {pos}")
-
-
-def dense(ours, n_vocab):
-    out = np.zeros((len(ours["logits"]), n_vocab))
-    for i, p in enumerate(ours["logits"]):
-        out[i, p["ids"]] = p["values"]
-    return out
-
-
-def nmse(a, b):
-    return float(((a - b) ** 2).sum(-1).mean() / (b ** 2).sum(-1).mean())
+    agrees_with_llama_cpp(path, name, PROMPTS)
 
 
 def test_mxfp4_logits_agree_with_llama_cpp(rnd):
