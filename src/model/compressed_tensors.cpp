@@ -273,35 +273,10 @@ void ct_fp8_e4m3_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const CtS
 namespace pagoda {
 namespace {
 
-std::string piece_name(const std::string& module, const char* param) {
-  return "'" + module + "." + param + "'";
-}
-
-float scale_value(const CtPiece& p, int64_t i) {
-  const uint8_t* d = p.file->tensor_data(*p.tensor);
-  switch (*p.tensor->type) {
-    case DType::kF16: {
-      uint16_t h;
-      std::memcpy(&h, d + 2 * i, 2);
-      return fp16_to_f32(h);
-    }
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, d + 2 * i, 2);
-      return bf16_to_f32(h);
-    }
-    default: {
-      float f;
-      std::memcpy(&f, d + 4 * i, 4);
-      return f;
-    }
-  }
-}
-
 // The scale's expected shape for the layer: one, one per row, or one per row and group.
 Status check_scale(const CtLayer& l, int64_t n_groups) {
   const SafetensorsTensor& t = *l.scale.tensor;
-  const std::string what = piece_name(l.module, "weight_scale");
+  const std::string what = quant_piece_name(l.module, "weight_scale");
   if (!t.type || (*t.type != DType::kF32 && *t.type != DType::kF16 && *t.type != DType::kBF16))
     return unsupported(what + " has dtype " + t.dtype + " (F32, F16 and BF16 scales load)");
   const int64_t want = l.scheme->strategy == "tensor" ? 1 : l.rows * n_groups;
@@ -325,33 +300,22 @@ CtScales layer_scales(const CtLayer& l) {
   sc.n_groups = (l.cols + sc.group - 1) / sc.group;
   sc.s.resize(static_cast<size_t>(l.rows * sc.n_groups));
   const bool one = l.scheme->strategy == "tensor";
-  for (int64_t i = 0; i < l.rows * sc.n_groups; ++i) sc.s[i] = scale_value(l.scale, one ? 0 : i);
+  for (int64_t i = 0; i < l.rows * sc.n_groups; ++i) sc.s[i] = quant_float_at(l.scale, one ? 0 : i);
   return sc;
-}
-
-int64_t read_int(const SafetensorsFile& f, const SafetensorsTensor& t, int64_t i) {
-  const uint8_t* d = f.tensor_data(t);
-  if (*t.type == DType::kI64) {
-    int64_t v;
-    std::memcpy(&v, d + 8 * i, 8);
-    return v;
-  }
-  int32_t v;
-  std::memcpy(&v, d + 4 * i, 4);
-  return v;
 }
 
 }  // namespace
 
-Result<CtLayer> make_ct_layer(const std::string& module, const CtScheme& scheme,
-                              const std::map<std::string, CtPiece>& params) {
-  CtLayer l;
+Result<std::unique_ptr<CtLayer>> make_ct_layer(const std::string& module, const CtScheme& scheme,
+                                               const std::map<std::string, QuantPiece>& params) {
+  auto layer = std::make_unique<CtLayer>();
+  CtLayer& l = *layer;
   l.module = module;
   l.scheme = &scheme;
   l.type = ct_storage_type(scheme);
   const bool packed = scheme.format == CtFormat::kPackedInt4;
   const char* weight_param = packed ? "weight_packed" : "weight";
-  std::optional<CtPiece> shape;
+  std::optional<QuantPiece> shape;
   for (const auto& [param, piece] : params) {
     l.all.push_back(piece);
     if (param == weight_param) {
@@ -365,7 +329,7 @@ Result<CtLayer> make_ct_layer(const std::string& module, const CtScheme& scheme,
     } else if (param == "input_scale") {
       // A static activation scale: Pagoda quantizes activations its own way.
     } else {
-      return unsupported("tensor " + piece_name(module, param.c_str()) +
+      return unsupported("tensor " + quant_piece_name(module, param.c_str()) +
                          " has no place in compressed-tensors group '" + scheme.name +
                          "' as Pagoda loads it" +
                          (param == "weight_g_idx" ? " (activation-ordered groups)" : ""));
@@ -377,10 +341,10 @@ Result<CtLayer> make_ct_layer(const std::string& module, const CtScheme& scheme,
         std::pair{!packed || shape.has_value(), "weight_shape"},
         std::pair{!packed || scheme.symmetric || l.zero_point.has_value(), "weight_zero_point"}})
     if (!have)
-      return not_found("checkpoint has no " + piece_name(module, name) + " (compressed-tensors " +
-                       "group '" + scheme.name + "')");
+      return not_found("checkpoint has no " + quant_piece_name(module, name) +
+                       " (compressed-tensors " + "group '" + scheme.name + "')");
   const SafetensorsTensor& w = *l.weight.tensor;
-  const std::string what = piece_name(module, weight_param);
+  const std::string what = quant_piece_name(module, weight_param);
   const char* want_dtype = scheme.format == CtFormat::kInt8 ? "I8" : packed ? "I32" : "F8_E4M3";
   if (w.dtype != want_dtype || w.shape.size() != 2)
     return unsupported(what + " is " + w.dtype +
@@ -391,8 +355,8 @@ Result<CtLayer> make_ct_layer(const std::string& module, const CtScheme& scheme,
   if (packed) {
     const SafetensorsTensor& st = *shape->tensor;
     if (!st.type || (*st.type != DType::kI64 && *st.type != DType::kI32) || st.n_elements() != 2)
-      return corrupt(piece_name(module, "weight_shape") + " is not two integers");
-    const int64_t rows = read_int(*shape->file, st, 0), cols = read_int(*shape->file, st, 1);
+      return corrupt(quant_piece_name(module, "weight_shape") + " is not two integers");
+    const int64_t rows = quant_int_at(*shape, 0), cols = quant_int_at(*shape, 1);
     if (rows != l.rows || cols <= 0 || cols > (int64_t{1} << 30) || (cols + 7) / 8 != l.cols)
       return corrupt(what + str_format(" is [%lld, %lld] int32 words, which cannot hold "
                                        "weight_shape [%lld, %lld]",
@@ -410,14 +374,15 @@ Result<CtLayer> make_ct_layer(const std::string& module, const CtScheme& scheme,
     const SafetensorsTensor& z = *l.zero_point->tensor;
     const std::vector<int64_t> want = {(l.rows + 7) / 8, n_groups};
     if (z.dtype != "I32" || z.n_elements() != want[0] * want[1])
-      return corrupt(piece_name(module, "weight_zero_point") +
+      return corrupt(quant_piece_name(module, "weight_zero_point") +
                      str_format(" is not [%lld, %lld] int32 (packed zero points)",
                                 static_cast<long long>(want[0]), static_cast<long long>(want[1])));
   }
-  return l;
+  return layer;
 }
 
-std::vector<uint8_t> convert_ct_layer(const CtLayer& l) {
+std::vector<uint8_t> CtLayer::convert() const {
+  const CtLayer& l = *this;
   std::vector<uint8_t> out(row_bytes(l.type, l.cols) * static_cast<size_t>(l.rows));
   const CtScales sc = layer_scales(l);
   const uint8_t* w = l.weight.file->tensor_data(*l.weight.tensor);
@@ -432,10 +397,9 @@ std::vector<uint8_t> convert_ct_layer(const CtLayer& l) {
       }
       // Eight rows' zero points to a word, row r in bits 4 (r % 8).
       std::vector<uint8_t> zp(static_cast<size_t>(l.rows * sc.n_groups));
-      const SafetensorsTensor& z = *l.zero_point->tensor;
       for (int64_t r = 0; r < l.rows; ++r)
         for (int64_t g = 0; g < sc.n_groups; ++g) {
-          const int64_t word = read_int(*l.zero_point->file, z, (r / 8) * sc.n_groups + g);
+          const int64_t word = quant_int_at(*l.zero_point, (r / 8) * sc.n_groups + g);
           zp[r * sc.n_groups + g] = static_cast<uint8_t>((word >> (4 * (r % 8))) & 15);
         }
       ct_packed_int4_to_q4(w, l.rows, l.cols, sc, &zp, out.data());
@@ -446,6 +410,48 @@ std::vector<uint8_t> convert_ct_layer(const CtLayer& l) {
       break;
   }
   return out;
+}
+
+namespace {
+
+class CompressedTensorsFormat : public HfQuantFormat {
+ public:
+  explicit CompressedTensorsFormat(CtConfig c) : config_(std::move(c)) {}
+  std::string_view method() const override { return "compressed-tensors"; }
+
+  // A layer's weight when a scheme targets the module; its companions (scales, zero
+  // points, shapes, input scales) always, so that make_layer names a stray one.
+  Result<bool> holds(const std::string& module, const std::string& param, bool known,
+                     bool linear) const override {
+    const bool companion = param.rfind("weight_", 0) == 0 || param.rfind("input_", 0) == 0 ||
+                           param.rfind("output_", 0) == 0;
+    if (companion) return true;
+    if (param != "weight" || !known) return false;
+    PAGODA_ASSIGN_OR_RETURN(const CtScheme* scheme, config_.scheme_for(module, linear));
+    return scheme != nullptr;
+  }
+
+  Result<std::unique_ptr<QuantLayer>> make_layer(const std::string& module,
+                                                 const std::map<std::string, QuantPiece>& params,
+                                                 bool linear) const override {
+    PAGODA_ASSIGN_OR_RETURN(const CtScheme* scheme, config_.scheme_for(module, linear));
+    if (scheme == nullptr)
+      return unsupported("'" + module +
+                         "' has quantized tensors, but config.json's quantization_config leaves "
+                         "it unquantized (ignore list or no target)");
+    PAGODA_ASSIGN_OR_RETURN(std::unique_ptr<CtLayer> l, make_ct_layer(module, *scheme, params));
+    return std::unique_ptr<QuantLayer>(std::move(l));
+  }
+
+ private:
+  CtConfig config_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HfQuantFormat>> open_compressed_tensors_format(std::string_view json_text) {
+  PAGODA_ASSIGN_OR_RETURN(CtConfig c, parse_compressed_tensors_config(json_text));
+  return std::unique_ptr<HfQuantFormat>(std::make_unique<CompressedTensorsFormat>(std::move(c)));
 }
 
 }  // namespace pagoda

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "model/hf_quant_format.h"
 #include "model/safetensors.h"
 
 namespace pagoda {
@@ -72,30 +74,23 @@ struct CtScales {
   float at(int64_t r, int64_t c) const { return s[r * n_groups + c / group]; }
 };
 
-// One tensor of a quantized layer in its shard.
-struct CtPiece {
-  const SafetensorsFile* file = nullptr;
-  const SafetensorsTensor* tensor = nullptr;
-  uint32_t part = 0;  // the shard's index
-};
-
 // A quantized layer's tensors, checked against its scheme.
-struct CtLayer {
-  std::string module;  // "model.layers.0.mlp.up_proj"
+class CtLayer : public QuantLayer {
+ public:
+  std::vector<uint8_t> convert() const override;
+
   const CtScheme* scheme = nullptr;
-  CtPiece weight, scale;  // weight or weight_packed; weight_scale
-  std::optional<CtPiece> zero_point;
-  std::vector<CtPiece> all;    // every tensor of the layer (to release its pages)
-  int64_t rows = 0, cols = 0;  // output and input features
-  DType type = DType::kBF16;   // what it is converted to
+  QuantPiece weight, scale;  // weight or weight_packed; weight_scale
+  std::optional<QuantPiece> zero_point;
 };
 
 // Checks the tensors a checkpoint holds for `module` ("weight", "weight_scale", ... to
 // their pieces) against `scheme`: dtypes, shapes, a place for every one.
-Result<CtLayer> make_ct_layer(const std::string& module, const CtScheme& scheme,
-                              const std::map<std::string, CtPiece>& params);
-// The layer converted: rows x row_bytes(layer.type, cols) bytes.
-std::vector<uint8_t> convert_ct_layer(const CtLayer& layer);
+Result<std::unique_ptr<CtLayer>> make_ct_layer(const std::string& module, const CtScheme& scheme,
+                                               const std::map<std::string, QuantPiece>& params);
+
+// The format as model/hf_checkpoint.cpp uses it (quant_method "compressed-tensors").
+Result<std::unique_ptr<HfQuantFormat>> open_compressed_tensors_format(std::string_view json_text);
 
 // The conversions, row by row into `out` (rows x row_bytes(type, cols)); cols is a
 // multiple of 32 and every group a multiple of 32 (checked by the caller).

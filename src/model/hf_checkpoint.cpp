@@ -6,8 +6,8 @@
 #include <set>
 
 #include "model/arch/arch.h"
-#include "model/compressed_tensors.h"
 #include "model/hf_folder.h"
+#include "model/hf_quant_format.h"
 #include "model/safetensors.h"
 
 namespace pagoda {
@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 
 // WeightTensor::part of the tensors the checkpoint computes itself (RoPE factors).
 constexpr uint32_t kOwnedPart = UINT32_MAX;
-// WeightTensor::part of a compressed-tensors layer converted on demand; its offset is the
-// layer's index in layers_.
+// WeightTensor::part of a quantized layer converted on demand; its offset is the layer's
+// index in layers_.
 constexpr uint32_t kConvertedPart = UINT32_MAX - 1;
 
 // The GGUF matrices that are nn.Linear layers in transformers (the targets "Linear" means).
@@ -52,7 +52,7 @@ class HfCheckpoint : public TensorSource {
       std::lock_guard<std::mutex> lock(mu_);
       converted_.erase(t.offset);
     }
-    for (const CtPiece& p : layers_[t.offset].all) p.file->release(*p.tensor);
+    for (const QuantPiece& p : layers_[t.offset]->all) p.file->release(*p.tensor);
   }
   void release_tensor_data() const override {
     {
@@ -68,7 +68,7 @@ class HfCheckpoint : public TensorSource {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = converted_.find(t.offset);
     if (it == converted_.end())
-      it = converted_.emplace(t.offset, convert_ct_layer(layers_[t.offset])).first;
+      it = converted_.emplace(t.offset, layers_[t.offset]->convert()).first;
     return it->second.data();
   }
 
@@ -84,14 +84,14 @@ class HfCheckpoint : public TensorSource {
     PAGODA_ASSIGN_OR_RETURN(HfModelConfig hc, read_hf_model_config(text, config_path.string()));
     config_ = std::move(hc.config);
     if (!hc.quantization_config.empty()) {
-      auto ct = parse_compressed_tensors_config(hc.quantization_config);
-      if (!ct) return ct.status().with_context("'" + config_path.string() + "'");
-      ct_ = std::move(ct).value();
+      auto q = open_hf_quant_format(hc.quantization_config);
+      if (!q) return q.status().with_context("'" + config_path.string() + "'");
+      quant_ = std::move(q).value();
     }
     const fs::path norm = dir.lexically_normal();
     config_.name = (norm.has_filename() ? norm.filename() : norm.parent_path().filename()).string();
     PAGODA_RETURN_IF_ERROR(open_shards(dir));
-    PAGODA_RETURN_IF_ERROR(add_compressed_layers());
+    PAGODA_RETURN_IF_ERROR(add_quantized_layers());
     if (!hc.rope_freq_factors.empty()) {
       rope_factors_ = std::move(hc.rope_freq_factors);
       WeightTensor t;
@@ -142,8 +142,8 @@ class HfCheckpoint : public TensorSource {
     seen_.insert(st.name);
     const std::string what = "tensor '" + st.name + "' in '" + f.path() + "'";
     if (hf_tensor_ignored(st.name)) return Status::ok();
-    if (ct_) {
-      PAGODA_ASSIGN_OR_RETURN(const bool held, hold_compressed(f, st, part));
+    if (quant_) {
+      PAGODA_ASSIGN_OR_RETURN(const bool held, hold_quantized(f, st, part));
       if (held) return Status::ok();
     }
     const std::optional<std::string> name = hf_to_gguf_tensor_name(st.name);
@@ -172,51 +172,42 @@ class HfCheckpoint : public TensorSource {
     return add_tensor(std::move(t));
   }
 
-  // A tensor of a layer the quantization_config quantizes (its weight, scales, zero
-  // points...), kept for add_compressed_layers: true when held.
-  Result<bool> hold_compressed(const SafetensorsFile& f, const SafetensorsTensor& st,
-                               uint32_t part) {
-    const size_t dot = st.name.rfind('.');
-    if (dot == std::string::npos) return false;
-    const std::string module = st.name.substr(0, dot), param = st.name.substr(dot + 1);
-    const bool companion = param.rfind("weight_", 0) == 0 || param.rfind("input_", 0) == 0 ||
-                           param.rfind("output_", 0) == 0;
-    if (param != "weight" && !companion) return false;
+  // A tensor of a layer the quantization_config quantizes (its packed weight, scales,
+  // zero points...), kept for add_quantized_layers: true when held.
+  Result<bool> hold_quantized(const SafetensorsFile& f, const SafetensorsTensor& st,
+                              uint32_t part) {
+    auto [module, param] = quant_->split(st.name);
+    if (param.empty()) return false;
     const std::optional<std::string> gguf = hf_to_gguf_tensor_name(module + ".weight");
-    if (param == "weight") {
-      if (!gguf) return false;  // refused by name by add()
-      PAGODA_ASSIGN_OR_RETURN(const CtScheme* scheme, ct_->scheme_for(module, is_linear(*gguf)));
-      if (scheme == nullptr) return false;  // ignored or not targeted: 16-bit
-    }
-    held_[module][param] = CtPiece{&f, &st, part};
-    return true;
+    PAGODA_ASSIGN_OR_RETURN(
+        const bool held, quant_->holds(module, param, gguf.has_value(), gguf && is_linear(*gguf)));
+    if (held) held_[module][param] = QuantPiece{&f, &st, part};
+    return held;
   }
 
-  // Each held layer checked against the scheme that quantizes it and added as the type
-  // it converts to, without data (materialize converts it when a loader asks).
-  Status add_compressed_layers() {
+  // Each held layer checked by the format and added as the type it converts to, without
+  // data (materialize converts it when a loader asks).
+  Status add_quantized_layers() {
     for (const auto& [module, params] : held_) {
       const std::optional<std::string> gguf = hf_to_gguf_tensor_name(module + ".weight");
-      const std::string first = module + "." + params.begin()->first;
       if (!gguf)
-        return unsupported("tensor '" + first + "' in '" + path() +
+        return unsupported("tensor '" + module + "." + params.begin()->first + "' in '" + path() +
                            "' belongs to no layer Pagoda knows for a " + config_.arch +
                            " checkpoint");
-      PAGODA_ASSIGN_OR_RETURN(const CtScheme* scheme, ct_->scheme_for(module, is_linear(*gguf)));
-      if (scheme == nullptr)
-        return unsupported("tensor '" + first + "' in '" + path() +
-                           "' is quantized, but config.json's quantization_config leaves '" +
-                           module + "' unquantized (ignore list or no target)");
       if (*gguf == kOutputTensor && config_.recipe.tied_output) continue;
-      PAGODA_ASSIGN_OR_RETURN(CtLayer layer, make_ct_layer(module, *scheme, params));
+      auto made = quant_->make_layer(module, params, is_linear(*gguf));
+      if (!made)
+        return made.status().with_context("'" + path() + "' (" + std::string(quant_->method()) +
+                                          ")");
+      std::unique_ptr<QuantLayer> layer = std::move(made).value();
       WeightTensor t;
       t.name = *gguf;
       t.file_name = module + ".weight";
-      t.type = layer.type;
+      t.type = layer->type;
       t.n_dims = 2;
-      t.ne[0] = layer.cols;
-      t.ne[1] = layer.rows;
-      t.size = row_bytes(layer.type, layer.cols) * static_cast<uint64_t>(layer.rows);
+      t.ne[0] = layer->cols;
+      t.ne[1] = layer->rows;
+      t.size = row_bytes(layer->type, layer->cols) * static_cast<uint64_t>(layer->rows);
       t.part = kConvertedPart;
       t.offset = layers_.size();
       layers_.push_back(std::move(layer));
@@ -252,10 +243,10 @@ class HfCheckpoint : public TensorSource {
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<float> rope_factors_;
-  std::set<std::string> seen_;  // checkpoint names met in the shards
-  std::optional<CtConfig> ct_;  // config.json's compressed-tensors quantization_config
-  std::map<std::string, std::map<std::string, CtPiece>> held_;  // module -> param -> tensor
-  std::vector<CtLayer> layers_;                                 // converted on demand
+  std::set<std::string> seen_;            // checkpoint names met in the shards
+  std::unique_ptr<HfQuantFormat> quant_;  // config.json's quantization_config, if any
+  std::map<std::string, std::map<std::string, QuantPiece>> held_;  // module -> param -> tensor
+  std::vector<std::unique_ptr<QuantLayer>> layers_;                // converted on demand
   mutable std::mutex mu_;
   mutable std::map<uint64_t, std::vector<uint8_t>> converted_;  // layers_ index -> bytes
 };

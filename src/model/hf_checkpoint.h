@@ -2,10 +2,10 @@
 // and model.safetensors, or the shards that model.safetensors.index.json lists, each
 // mapped once. Tensor names are mapped onto the GGUF names the loaders use
 // (arch/hf_names.cpp); every tensor must be one the architecture's recipe reads, and in
-// F32, F16 or BF16, or quantized as config.json's compressed-tensors quantization_config
-// says (model/compressed_tensors.h: int8 -> Q8_0, packed int4 -> Q4_0/Q4_1, fp8 ->
-// BF16, converted when a loader asks for the tensor). llama3 RoPE scaling adds rope_freqs.weight, computed from config.json
-// as llama.cpp's converter computes it.
+// F32, F16 or BF16, or quantized as config.json's quantization_config says
+// (model/hf_quant_format.h: each format's layers converted to a block type when a loader
+// asks for the matrix). llama3 RoPE scaling adds rope_freqs.weight, computed from
+// config.json as llama.cpp's converter computes it.
 //
 // The tensors stay in the shards' mappings: a loader copies (or converts) each into the
 // backend's memory and releases its pages, so the host holds about one tensor of the

@@ -162,17 +162,6 @@ Status read_llama_like_hf_config(const json& j, ModelConfig* c) {
                            (t.is_string() ? t.get<std::string>() : t.dump()) +
                            "' layers: sliding-window attention is not supported yet");
   }
-  // compressed-tensors checkpoints are read by model/compressed_tensors.cpp, which
-  // refuses what it cannot place; every other quantization method by name here.
-  if (const json* q = find_key(j, "quantization_config")) {
-    const json* method = q->is_object() ? find_key(*q, "quant_method") : nullptr;
-    const std::string name = method == nullptr     ? "(none)"
-                             : method->is_string() ? method->get<std::string>()
-                                                   : method->dump();
-    if (name != "compressed-tensors")
-      return unsupported("config.json quantization_config quant_method '" + name +
-                         "' is not supported (Pagoda loads compressed-tensors checkpoints)");
-  }
   return Status::ok();
 }
 
