@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "args.h"
@@ -127,10 +128,13 @@ int rank_of(const std::vector<float>& logits, int32_t token) {
   return rank;
 }
 
+// Infinite where either side holds an inf or NaN: std::max over the sequences then keeps
+// it (a NaN would compare false and vanish, printing a perfect 0).
 double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double d = static_cast<double>(a[i]) - ref[i];
+    if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
     num += d * d;
     den += static_cast<double>(ref[i]) * ref[i];
   }
