@@ -60,3 +60,12 @@ def all_logits(model, tokens):
     for r, row in enumerate(out["logits"]):
         rows[r, row["ids"]] = row["values"]
     return rows
+
+
+def plan_and_loaded_weight_bytes(model):
+    """`pagoda plan`'s weight bytes for the CPU beside what the CPU backend holds once the
+    model is loaded (`pagoda bench --json`'s weight_bytes, the loaded matrices' own count)."""
+    plan = pagoda_json("plan", "-m", model, "--json", "--device", "cpu", "--device-memory",
+                       "4GiB")
+    loaded = pagoda_json("bench", "-m", model, "-p", 4, "-n", 1, "-r", 1, "-t", 2, "--json")
+    return plan["weight_bytes"], loaded["weight_bytes"]
