@@ -100,6 +100,35 @@ Status check_activations(const json& g, const CtScheme& s) {
   return Status::ok();
 }
 
+// kv_cache_scheme: FP8 E4M3 keys and values with one static scale each a layer
+// (model.layers.N.self_attn.k_scale / v_scale), as llm-compressor calibrates them; the
+// checkpoint reader keeps the scales for an FP8 cache. Other KV schemes refused by name.
+Status read_kv_cache_scheme(const json& kv, CtConfig* c) {
+  const std::string where = "compressed-tensors kv_cache_scheme: ";
+  if (!kv.is_object()) return corrupt(where + "is not an object");
+  const json* bits = find_key(kv, "num_bits");
+  const json* type = find_key(kv, "type");
+  const json* strategy = find_key(kv, "strategy");
+  const json* dynamic = find_key(kv, "dynamic");
+  const json* symmetric = find_key(kv, "symmetric");
+  const std::string desc = (bits != nullptr ? text_of(*bits) : "8") + "-bit " +
+                           (type != nullptr ? text_of(*type) : "int") + ", strategy " +
+                           (strategy != nullptr ? text_of(*strategy) : "tensor");
+  const bool fp8 = (bits == nullptr || (bits->is_number_integer() && bits->get<int>() == 8)) &&
+                   type != nullptr && text_of(*type) == "float" &&
+                   (strategy == nullptr || text_of(*strategy) == "tensor");
+  if (!fp8)
+    return unsupported(where + desc +
+                       " is not supported (8-bit float, one scale a tensor, is: Pagoda's FP8 "
+                       "KV cache)");
+  if (dynamic != nullptr && !(dynamic->is_boolean() && !dynamic->get<bool>()))
+    return unsupported(where + "dynamic scales (" + text_of(*dynamic) + ") are not supported");
+  if (symmetric != nullptr && !(symmetric->is_boolean() && symmetric->get<bool>()))
+    return unsupported(where + "asymmetric FP8 is not supported");
+  c->kv_cache_fp8 = true;
+  return Status::ok();
+}
+
 Result<std::vector<std::string>> string_list(const json& j, const char* key,
                                              const std::string& where) {
   std::vector<std::string> out;
@@ -147,19 +176,20 @@ Result<CtConfig> parse_compressed_tensors_config(std::string_view text) {
       s != nullptr && text_of(*s) != "compressed")
     return unsupported(where + " quantization_status '" + text_of(*s) +
                        "' is not supported (compressed checkpoints are)");
-  if (find_key(j, "kv_cache_scheme") != nullptr)
-    return unsupported(where + " kv_cache_scheme (a quantized KV cache) is not supported");
+  CtConfig c;
+  if (const json* kv = find_key(j, "kv_cache_scheme"); kv != nullptr && !kv->is_null())
+    PAGODA_RETURN_IF_ERROR(read_kv_cache_scheme(*kv, &c));
   for (const char* key : {"sparsity_config", "transform_config"})
     if (const json* v = find_key(j, key); v != nullptr && !(v->is_object() && v->empty()))
       return unsupported(where + " " + key + " is not supported");
   const json* fmt = find_key(j, "format");
   const std::string top_format = fmt != nullptr ? text_of(*fmt) : "";
   const json* groups = find_key(j, "config_groups");
-  if (groups == nullptr || !groups->is_object() || groups->empty())
-    return corrupt(where + " has no config_groups");
-  CtConfig c;
+  const bool no_groups = groups == nullptr || (groups->is_object() && groups->empty());
+  if (no_groups && !c.kv_cache_fp8) return corrupt(where + " has no config_groups");
+  if (!no_groups && !groups->is_object()) return corrupt(where + " config_groups is not an object");
   PAGODA_ASSIGN_OR_RETURN(c.ignore, string_list(j, "ignore", where));
-  for (auto it = groups->begin(); it != groups->end(); ++it) {
+  for (auto it = groups->begin(); !no_groups && it != groups->end(); ++it) {
     CtScheme s;
     s.name = it.key();
     const json& g = it.value();
@@ -418,6 +448,7 @@ class CompressedTensorsFormat : public HfQuantFormat {
  public:
   explicit CompressedTensorsFormat(CtConfig c) : config_(std::move(c)) {}
   std::string_view method() const override { return "compressed-tensors"; }
+  bool kv_cache_scales() const override { return config_.kv_cache_fp8; }
 
   // A layer's weight when a scheme targets the module; its companions (scales, zero
   // points, shapes, input scales) always, so that make_layer names a stray one.

@@ -21,7 +21,8 @@
 // each weight type (Q8_0 rows take int8 activations per 32-block, finer than per token;
 // BF16 and Q4 rows take f32 activations). Static input scales are read past.
 // Everything else (other formats, bit widths, strategies, actorder by group, g_idx,
-// KV-cache schemes, sparsity and transforms) is refused by name.
+// KV-cache schemes other than FP8 with a static scale per layer, sparsity and transforms)
+// is refused by name.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,7 @@ struct CtScheme {
 
 struct CtConfig {
   std::vector<CtScheme> schemes;
+  bool kv_cache_fp8 = false;  // kv_cache_scheme: FP8 with per-layer k_scale / v_scale
   std::vector<std::string> ignore;
   // The scheme that quantizes `module` (a checkpoint name such as
   // "model.layers.0.mlp.up_proj"; `linear` says whether it is a Linear), or null when

@@ -130,6 +130,8 @@ Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspac
       cpu::rope(r, c.n_heads, c.head_dim, pairs, cs, sn, neox);
       cpu::rope(r + qd, c.n_kv_heads, c.head_dim, pairs, cs, sn, neox);
     });
+    if (observer)
+      observer->observe_kv(l, ws.qkv.data() + qd, ws.qkv.data() + qd + kvd, n, qkv_w, kvd);
     for (const BatchSeq& s : batch.seqs) {
       const float* base = ws.qkv.data() + static_cast<int64_t>(s.q_row) * qkv_w;
       cpu::kv_write(kvl, s, base + qd, base + qd + kvd, qkv_w);

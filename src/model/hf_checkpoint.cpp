@@ -1,5 +1,6 @@
 #include "model/hf_checkpoint.h"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -92,6 +93,7 @@ class HfCheckpoint : public TensorSource {
     config_.name = (norm.has_filename() ? norm.filename() : norm.parent_path().filename()).string();
     PAGODA_RETURN_IF_ERROR(open_shards(dir));
     PAGODA_RETURN_IF_ERROR(add_quantized_layers());
+    PAGODA_RETURN_IF_ERROR(check_kv_scales());
     if (!hc.rope_freq_factors.empty()) {
       rope_factors_ = std::move(hc.rope_freq_factors);
       WeightTensor t;
@@ -142,6 +144,10 @@ class HfCheckpoint : public TensorSource {
     seen_.insert(st.name);
     const std::string what = "tensor '" + st.name + "' in '" + f.path() + "'";
     if (hf_tensor_ignored(st.name)) return Status::ok();
+    if (quant_ && quant_->kv_cache_scales()) {
+      PAGODA_ASSIGN_OR_RETURN(const bool kv, read_kv_scale(f, st));
+      if (kv) return Status::ok();
+    }
     if (quant_) {
       PAGODA_ASSIGN_OR_RETURN(const bool held, hold_quantized(f, st, part));
       if (held) return Status::ok();
@@ -170,6 +176,55 @@ class HfCheckpoint : public TensorSource {
     t.part = part;
     t.offset = f.data_offset() + st.begin;
     return add_tensor(std::move(t));
+  }
+
+  // model.layers.N.self_attn.k_scale or v_scale, one positive float, into kv_scales_:
+  // true when `st` is one.
+  Result<bool> read_kv_scale(const SafetensorsFile& f, const SafetensorsTensor& st) {
+    constexpr std::string_view kPrefix = "model.layers.", kMid = ".self_attn.";
+    const std::string_view name(st.name);
+    if (name.substr(0, kPrefix.size()) != kPrefix) return false;
+    const size_t mid = name.find(kMid, kPrefix.size());
+    if (mid == std::string_view::npos) return false;
+    const std::string_view param = name.substr(mid + kMid.size());
+    if (param != "k_scale" && param != "v_scale") return false;
+    const std::string what = "tensor '" + st.name + "' in '" + f.path() + "'";
+    int layer = -1;
+    const std::string_view digits = name.substr(kPrefix.size(), mid - kPrefix.size());
+    if (digits.empty() || digits.size() > 6 ||
+        digits.find_first_not_of("0123456789") != std::string_view::npos ||
+        (layer = std::stoi(std::string(digits))) >= config_.n_layers)
+      return corrupt(what +
+                     str_format(" names no layer of the %d config.json has", config_.n_layers));
+    if (!st.type ||
+        (*st.type != DType::kF32 && *st.type != DType::kF16 && *st.type != DType::kBF16) ||
+        st.n_elements() != 1)
+      return corrupt(what + " is not one float (a KV-cache scale; dtype " + st.dtype + ")");
+    const float v = quant_float_at(QuantPiece{&f, &st, 0}, 0);
+    if (!(v > 0) || !std::isfinite(v))
+      return corrupt(what + str_format(" is %g; a KV-cache scale is positive and finite", v));
+    KvCacheScales& kv = kv_scales_;
+    if (kv.k.empty()) {
+      kv.k.assign(static_cast<size_t>(config_.n_layers), 0.0f);
+      kv.v.assign(static_cast<size_t>(config_.n_layers), 0.0f);
+    }
+    (param == "k_scale" ? kv.k : kv.v)[static_cast<size_t>(layer)] = v;
+    return true;
+  }
+
+  // config.json's kv_cache_scheme promises a K and a V scale for every layer.
+  Status check_kv_scales() const {
+    if (!quant_ || !quant_->kv_cache_scales()) return Status::ok();
+    for (int l = 0; l < config_.n_layers; ++l)
+      for (const char* which : {"k_scale", "v_scale"}) {
+        const std::vector<float>& s = which[0] == 'k' ? kv_scales_.k : kv_scales_.v;
+        if (s.empty() || s[static_cast<size_t>(l)] == 0.0f)
+          return not_found("checkpoint '" + path() +
+                           str_format("' has no model.layers.%d.self_attn.%s, which "
+                                      "config.json's kv_cache_scheme calls for",
+                                      l, which));
+      }
+    return Status::ok();
   }
 
   // A tensor of a layer the quantization_config quantizes (its packed weight, scales,

@@ -50,6 +50,9 @@ class HfQuantFormat {
   virtual ~HfQuantFormat() = default;
   // "compressed-tensors", "awq"... for messages.
   virtual std::string_view method() const = 0;
+  // Whether the checkpoint carries FP8 KV-cache scales (model.layers.N.self_attn.k_scale
+  // and v_scale, one float each), which the reader then requires for every layer.
+  virtual bool kv_cache_scales() const { return false; }
   // The checkpoint name split into module and parameter ("model.layers.0.mlp.up_proj",
   // "weight_scale"); by default at the last dot.
   virtual std::pair<std::string, std::string> split(const std::string& name) const;

@@ -43,6 +43,10 @@ class ActivationObserver {
   enum class Input { kQkv, kWo, kGateUp, kDown };
   virtual ~ActivationObserver() = default;
   virtual void observe(int layer, Input which, const float* x, int64_t n, int64_t cols) = 0;
+  // Each layer's keys (after RoPE) and values as the KV cache receives them: n rows of
+  // kv_dim values each, rows `stride` floats apart (FP8 KV-cache calibration).
+  virtual void observe_kv(int /*layer*/, const float* /*k*/, const float* /*v*/, int64_t /*n*/,
+                          int64_t /*stride*/, int64_t /*kv_dim*/) {}
 };
 
 // The recipe features (model/arch/recipe.h) the CPU forward pass runs.

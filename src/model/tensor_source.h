@@ -38,6 +38,14 @@ struct WeightTensor {
 // "[ne0, ne1, ...]" over the tensor's dimensions, for messages.
 std::string tensor_shape(const WeightTensor& t);
 
+// Calibrated FP8 KV-cache scales, one for K and one for V a layer (real value = stored
+// value x scale), as a checkpoint carries them (compressed-tensors kv_cache_scheme:
+// model.layers.N.self_attn.k_scale / v_scale); empty without.
+struct KvCacheScales {
+  std::vector<float> k, v;
+  bool empty() const { return k.empty(); }
+};
+
 class TensorSource {
  public:
   virtual ~TensorSource() = default;
@@ -70,12 +78,16 @@ class TensorSource {
   virtual void release_tensor(const WeightTensor& t) const = 0;
   virtual void release_tensor_data() const = 0;
 
+  const KvCacheScales& kv_cache_scales() const { return kv_scales_; }
+
  protected:
   explicit TensorSource(std::string path) : path_(std::move(path)) {}
   // corrupt when the name is taken.
   Status add_tensor(WeightTensor t);
   // The bytes of a tensor added without data (converted on demand); null by default.
   virtual const uint8_t* materialize(const WeightTensor& /*t*/) const { return nullptr; }
+
+  KvCacheScales kv_scales_;
 
  private:
   std::string path_;

@@ -54,7 +54,8 @@ int cmd_perplexity(int argc, char** argv) {
        "perplexity and how often both rank the same token first"},
       {"--device", "", true, "cpu, cuda or cuda:N (default cpu)"},
       {"--kv-cache-dtype", "", true,
-       "auto (16-bit) or fp8 (--device cuda); the base model keeps 16 bits"},
+       "auto (16-bit), fp8 (--device cuda) or q8_0 (--device cpu); the base model keeps 16 "
+       "bits"},
       {"--quantization", "", true,
        "fp8: layers' float weights to FP8 at load (--device cuda); not the base model"},
       {"--threads", "-t", true, "threads (default: all cores)"},

@@ -234,6 +234,16 @@ Result<std::unique_ptr<CudaModel>> CudaModel::load(const TensorSource& f,
   cuda::set_gemv_q8_unroll_override(sw.q8_unroll == 4 ? 4 : 0);
   std::unique_ptr<CudaModel> m(new CudaModel());
   m->options_ = options;
+  const KvCacheScales& kvs = f.kv_cache_scales();
+  if (!kvs.empty() && options.kv_cache_type == KvCacheType::kFp8) {
+    m->kv_k_scales_ = kvs.k;
+    m->kv_v_scales_ = kvs.v;
+    log_info("FP8 KV cache: the checkpoint's calibrated K and V scales, one a layer");
+  } else if (!kvs.empty()) {
+    log_info(
+        "the checkpoint's FP8 KV-cache scales apply to an FP8 cache only (this one is "
+        "16-bit)");
+  }
   PAGODA_ASSIGN_OR_RETURN(m->dev_, cuda::DeviceContext::open(options.device));
   m->dev_->gemm().set_fp8_fast_accum(sw.fp8_fast_accum);
   m->use_graphs_ = sw.graphs;
@@ -349,8 +359,9 @@ cuda::KvLayerView CudaModel::kv_layer(int l) const {
   v.k = kv_k_.as<uint8_t>() + layer_bytes * static_cast<size_t>(l);
   v.v = kv_v_.as<uint8_t>() + layer_bytes * static_cast<size_t>(l);
   if (v.type == cuda::KvType::kFp8E4M3) {
-    v.k_scale = options_.kv_k_scale;
-    v.v_scale = options_.kv_v_scale;
+    const bool own = !kv_k_scales_.empty();
+    v.k_scale = own ? kv_k_scales_[static_cast<size_t>(l)] : options_.kv_k_scale;
+    v.v_scale = own ? kv_v_scales_[static_cast<size_t>(l)] : options_.kv_v_scale;
   }
   v.block_size = options_.kv_block_size;
   v.n_kv_heads = config_.n_kv_heads;

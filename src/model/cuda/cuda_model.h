@@ -118,6 +118,9 @@ class CudaModel : public ModelRunner {
   }
 
   RunnerOptions options_;
+  // FP8 KV cache: each layer's K and V scale, from the checkpoint's calibrated scales or
+  // else options_.kv_k_scale / kv_v_scale for every layer.
+  std::vector<float> kv_k_scales_, kv_v_scales_;
   ModelConfig config_;
   std::unique_ptr<cuda::DeviceContext> dev_;
   std::vector<cuda::DeviceBuffer> weights_;  // owns every weight allocation
