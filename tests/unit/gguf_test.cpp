@@ -111,7 +111,12 @@ TEST(Gguf, ReadsAllThirteenValueTypesIncludingNestedArrays) {
   b.str("u64").put<uint32_t>(10).put<uint64_t>(~0ull);
   b.str("i64").put<uint32_t>(11).put<int64_t>(-5);
   b.str("f64").put<uint32_t>(12).put<double>(-2.5);
-  b.str("arr_u16").put<uint32_t>(9).put<uint32_t>(2).put<uint64_t>(2).put<uint16_t>(1).put<uint16_t>(65535);
+  b.str("arr_u16")
+      .put<uint32_t>(9)
+      .put<uint32_t>(2)
+      .put<uint64_t>(2)
+      .put<uint16_t>(1)
+      .put<uint16_t>(65535);
   // An array of two arrays of i8.
   b.str("nested").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(2);
   b.put<uint32_t>(1).put<uint64_t>(1).put<int8_t>(-1);
@@ -176,7 +181,9 @@ TEST(Gguf, EveryTruncationIsAnErrorNotACrash) {
 }
 
 TEST(Gguf, RejectsBadHeaders) {
-  expect_error(Bytes().put<uint32_t>(0x12345678).put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(0).b, "bad magic");
+  expect_error(
+      Bytes().put<uint32_t>(0x12345678).put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(0).b,
+      "bad magic");
   expect_error(Bytes().header(1, 0, 0).b, "version 1");
   expect_error(Bytes().header(99, 0, 0).b, "unknown GGUF version 99");
   expect_error(Bytes().header(0x03000000, 0, 0).b, "big-endian");
@@ -186,21 +193,45 @@ TEST(Gguf, RejectsBadHeaders) {
 }
 
 TEST(Gguf, RejectsHostileMetadata) {
-  expect_error(Bytes().header(3, 0, 1).put<uint64_t>(1ull << 62).put<uint64_t>(0).put<uint64_t>(0).b,
-               "metadata key length");
+  expect_error(
+      Bytes().header(3, 0, 1).put<uint64_t>(1ull << 62).put<uint64_t>(0).put<uint64_t>(0).b,
+      "metadata key length");
   expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(13).b, "unknown value type 13");
-  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(8).put<uint64_t>(1ull << 40).b, "string value");
-  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(9).put<uint32_t>(4).put<uint64_t>(1ull << 61).b,
+  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(8).put<uint64_t>(1ull << 40).b,
+               "string value");
+  expect_error(Bytes()
+                   .header(3, 0, 1)
+                   .str("k")
+                   .put<uint32_t>(9)
+                   .put<uint32_t>(4)
+                   .put<uint64_t>(1ull << 61)
+                   .b,
                "cannot fit");
-  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(1ull << 40).b,
+  expect_error(Bytes()
+                   .header(3, 0, 1)
+                   .str("k")
+                   .put<uint32_t>(9)
+                   .put<uint32_t>(8)
+                   .put<uint64_t>(1ull << 40)
+                   .b,
                "cannot fit");
-  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(9).put<uint32_t>(77).put<uint64_t>(1).b,
-               "unknown array element type");
+  expect_error(
+      Bytes().header(3, 0, 1).str("k").put<uint32_t>(9).put<uint32_t>(77).put<uint64_t>(1).b,
+      "unknown array element type");
   expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(7).put<uint8_t>(2).b, "bool");
-  expect_error(Bytes().header(3, 0, 2).str("k").put<uint32_t>(4).put<uint32_t>(1).str("k").put<uint32_t>(4).put<uint32_t>(2).b,
+  expect_error(Bytes()
+                   .header(3, 0, 2)
+                   .str("k")
+                   .put<uint32_t>(4)
+                   .put<uint32_t>(1)
+                   .str("k")
+                   .put<uint32_t>(4)
+                   .put<uint32_t>(2)
+                   .b,
                "duplicate metadata key");
-  expect_error(Bytes().header(3, 0, 1).str("general.alignment").put<uint32_t>(4).put<uint32_t>(48).b,
-               "power of two");
+  expect_error(
+      Bytes().header(3, 0, 1).str("general.alignment").put<uint32_t>(4).put<uint32_t>(48).b,
+      "power of two");
   // Arrays nested without end.
   Bytes deep;
   deep.header(3, 0, 1).str("k").put<uint32_t>(9);
@@ -224,6 +255,8 @@ TEST(Gguf, RejectsHostileTensorInfos) {
   EXPECT_TRUE(parse(one_tensor(2, {4, 2}, 0, 0, 32)).is_ok());
   expect_error(one_tensor(5, {1, 1, 1, 1, 1}, 0, 0, 32), "dimensions");
   expect_error(one_tensor(1, {4}, 1234, 0, 32), "unknown or unsupported type id 1234");
+  // Pagoda's internal NF4 (id 1000) has no GGUF type number: a file cannot claim it.
+  expect_error(one_tensor(1, {32}, 1000, 0, 32), "unknown or unsupported type id 1000");
   expect_error(one_tensor(1, {4}, 0, 3, 32), "not aligned");
   expect_error(one_tensor(2, {4, 2}, 0, 0, 31), "runs past the end");
   expect_error(one_tensor(1, {4}, 0, 1ull << 62, 32), "runs past the end");
@@ -232,9 +265,26 @@ TEST(Gguf, RejectsHostileTensorInfos) {
   expect_error(one_tensor(1, {31}, 8, 0, 64), "not a multiple");
   Bytes dup;
   dup.header(3, 2, 0);
-  for (int i = 0; i < 2; ++i) dup.str("t").put<uint32_t>(1).put<uint64_t>(1).put<uint32_t>(0).put<uint64_t>(0);
+  for (int i = 0; i < 2; ++i)
+    dup.str("t").put<uint32_t>(1).put<uint64_t>(1).put<uint32_t>(0).put<uint64_t>(0);
   dup.pad(32).put<uint32_t>(0).pad(32);
   expect_error(dup.b, "duplicate tensor name");
+}
+
+// Internal block types are neither written into GGUF nor asked for by name.
+TEST(Gguf, InternalTypesStayOutOfFiles) {
+  GgufWriter w;
+  w.add_tensor("x.weight", DType::kNF4, {32}, std::vector<uint8_t>(18, 0));
+  const std::string path = ::testing::TempDir() + "/nf4.gguf";
+  const Status s = w.write(path);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("NF4"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no GGUF type number"), std::string::npos) << s.message();
+  DType t;
+  EXPECT_FALSE(parse_dtype("NF4", &t));
+  EXPECT_TRUE(parse_dtype("IQ4_NL", &t));
+  EXPECT_TRUE(is_internal_dtype(DType::kNF4));
+  EXPECT_FALSE(is_internal_dtype(DType::kMXFP4));
 }
 
 TEST(Gguf, OpenReportsMissingFiles) {
