@@ -217,3 +217,30 @@ def test_skip_modules_read_as_16_bit(folders, tmp_path):
     assert r.returncode != 0
     assert "self_attn.o_proj" in r.stderr, r.stderr
     assert "dtype U8" in r.stderr or "leaves it unquantized" in r.stderr, r.stderr
+
+
+PLUGIN = os.path.join(ROOT, "build", "libpagoda_cuda.so")
+
+
+@pytest.mark.skipif(not os.path.exists(PLUGIN), reason="built without CUDA")
+def test_cuda_greedy_text_starts_the_same(folders, tmp_path):
+    # The CUDA loader stores NF4 as Q8_0 with the same values (convert_blocks.h).
+    from transformers import AutoTokenizer
+    prompt = "The capital of France is"
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "a", "prompt": prompt, "max_tokens": 8,
+                               "temperature": 0}) + "\n")
+    r = run_pagoda("generate", "-m", folders["nf4_dq"], "--input", inp, "--quiet",
+                   "--device", "cuda", "--kv-cache-memory", "64MiB", check=False)
+    if r.returncode != 0:
+        assert "cuda" in r.stderr.lower(), r.stderr
+        pytest.skip("no usable GPU: " + r.stderr.strip().splitlines()[-1])
+    out = json.loads(r.stdout.splitlines()[0])["text"]
+    model = dequantized_model(folders["nf4_dq"])
+    tok = AutoTokenizer.from_pretrained(folders["nf4_dq"])
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=8, do_sample=False)
+    ref_text = tok.decode(ref[0, ids.shape[1]:])
+    print(f"cuda nf4_dq: pagoda {out!r}, transformers {ref_text!r}")
+    assert out.split()[:2] == ref_text.split()[:2]
