@@ -6,7 +6,8 @@ weights) and save_pretrained writes the folder, quantization_config included.
   hf_bnb_nf4.py SRC_FOLDER OUT_DIR [SCHEME ...]
 
 Schemes: nf4 (blocksize 64, f32 absmax), nf4_dq (double quantization: uint8 absmax codes
-under a nested f32 absmax per 256), fp4 (for the refusal test). The non-quantized tensors
+under a nested f32 absmax per 256), fp4 (for the refusal test), nf4_skip (o_proj left
+16-bit by llm_int8_skip_modules). The non-quantized tensors
 (embeddings, norms) stay float16 as in the source; compute dtype bfloat16.
 """
 import shutil
@@ -20,6 +21,8 @@ SCHEMES = {
     "nf4": dict(bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=False),
     "nf4_dq": dict(bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True),
     "fp4": dict(bnb_4bit_quant_type="fp4", bnb_4bit_use_double_quant=False),
+    # transformers matches these as suffixes: every o_proj stays float16.
+    "nf4_skip": dict(bnb_4bit_quant_type="nf4", llm_int8_skip_modules=["o_proj", "lm_head"]),
 }
 
 

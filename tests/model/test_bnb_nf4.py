@@ -49,9 +49,9 @@ KLD_BOUND = 0.06
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     out = tmp_path_factory.mktemp("bnb")
-    subprocess.run([sys.executable, SCRIPT, SRC, str(out), *SCHEMES, "fp4"], check=True,
-                   capture_output=True, text=True)
-    return {s: str(out / s) for s in SCHEMES + ["fp4"]}
+    subprocess.run([sys.executable, SCRIPT, SRC, str(out), *SCHEMES, "fp4", "nf4_skip"],
+                   check=True, capture_output=True, text=True)
+    return {s: str(out / s) for s in SCHEMES + ["fp4", "nf4_skip"]}
 
 
 def bnb_weight(folder, module):
@@ -78,11 +78,12 @@ def dequantized_model(folder):
     m = AutoModelForCausalLM.from_pretrained(SRC, dtype=torch.float32).eval()
     params = dict(m.named_parameters())
     with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
-        for k in f.keys():  # the folder's own 16-bit tensors (embedding, norms)
+        for k in f.keys():  # the folder's own 16-bit tensors (embedding, norms, skipped)
             if k in params and f.get_slice(k).get_dtype() in ("BF16", "F16", "F32"):
                 params[k].data.copy_(f.get_tensor(k).float())
+        quantized = {k[: -len(".weight.absmax")] for k in f.keys() if k.endswith(".absmax")}
     for name, mod in m.named_modules():
-        if isinstance(mod, torch.nn.Linear) and name != "lm_head":
+        if isinstance(mod, torch.nn.Linear) and name in quantized:
             mod.weight.data.copy_(bnb_weight(folder, name))
     return m
 
@@ -210,7 +211,24 @@ def test_odd_blocksize_is_refused_by_name(folders, tmp_path):
     assert "blocksize 48 is not a multiple of 32" in r.stderr, r.stderr
 
 
-def test_skip_modules_read_as_16_bit(folders, tmp_path):
+def test_skip_modules_load_as_16_bit(folders):
+    # transformers left every o_proj float16 (llm_int8_skip_modules); Pagoda reads them
+    # as such and the rest as NF4, and runs the mix as transformers does.
+    out = run_pagoda("info", "-m", folders["nf4_skip"], "--tensors").stdout
+    lines = [ln for ln in out.splitlines() if "layers.4." in ln]
+    assert any("o_proj" in ln and " F16 " in ln for ln in lines), out
+    assert any("q_proj" in ln and " NF4 " in ln for ln in lines), out
+    model = dequantized_model(folders["nf4_skip"])
+    tokens = np.random.default_rng(7).integers(0, 49152, 24).tolist()
+    with torch.no_grad():
+        ref = model(torch.tensor([tokens])).logits[0].numpy()
+    ours = all_logits(folders["nf4_skip"], tokens)
+    err = np.abs(ours - ref).max() / (ref.max() - ref.min())
+    print(f"nf4_skip: {err:.3g} of the range, KLD {kld(ref, ours):.3g}")
+    assert err < LOGIT_BOUND and kld(ref, ours) < KLD_BOUND
+
+
+def test_skip_modules_with_quantized_tensors_are_refused(folders, tmp_path):
     # A module llm_int8_skip_modules names must not hold quantized tensors.
     folder = edited(folders, tmp_path, lambda q: q.update(llm_int8_skip_modules=["o_proj"]))
     r = run_pagoda("info", "-m", folder, check=False)
