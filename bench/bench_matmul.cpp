@@ -151,7 +151,10 @@ int main(int argc, char** argv) {
   std::map<std::string, double> model_time;
   for (const std::string& tname : types) {
     DType t;
-    if (!pagoda::parse_dtype(tname, &t) || !pagoda::cpu::is_supported_weight_type(t)) {
+    // NF4 is internal (bitsandbytes folders): parse_dtype does not name it.
+    const bool nf4 = tname == "nf4" || tname == "NF4";
+    if (nf4) t = DType::kNF4;
+    if ((!nf4 && !pagoda::parse_dtype(tname, &t)) || !pagoda::cpu::is_supported_weight_type(t)) {
       std::fprintf(stderr, "unsupported type %s\n", tname.c_str());
       return 1;
     }
@@ -161,9 +164,10 @@ int main(int argc, char** argv) {
       std::vector<float> wf(static_cast<size_t>(sh.rows * sh.cols));
       for (float& f : wf) f = dist(rng);
       std::vector<uint8_t> wq(pagoda::row_bytes(t, sh.cols) * sh.rows);
-      // IQ4_NL has no quantizer but Q4_0's block shape (f16 d + 16 bytes of nibbles), and
-      // MXFP4 takes any nibbles under an exponent byte: timing does not depend on values.
-      const DType qt = t == DType::kIQ4_NL ? DType::kQ4_0 : t;
+      // IQ4_NL and NF4 have no quantizer but Q4_0's block shape (f16 d + 16 bytes of
+      // nibbles), and MXFP4 takes any nibbles under an exponent byte: timing does not
+      // depend on values.
+      const DType qt = t == DType::kIQ4_NL || t == DType::kNF4 ? DType::kQ4_0 : t;
       if (t == DType::kMXFP4) {
         for (size_t i = 0; i < wq.size(); ++i)
           wq[i] = i % 17 == 0 ? 120 : static_cast<uint8_t>(rng());

@@ -52,6 +52,13 @@ if ! .venv/bin/python -c "import compressed_tensors" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check --no-deps compressed-tensors==0.20.1 \
     loguru==0.7.3 psutil==7.2.2
 fi
+# bitsandbytes (its CPU build: quantize_4bit / dequantize_4bit) and accelerate, which
+# transformers' BitsAndBytesConfig requires, make and read the NF4 test folders
+# (scripts/hf_bnb_nf4.py, tests/model/test_bnb_nf4.py); --no-deps for the same reason.
+if ! .venv/bin/python -c "import bitsandbytes, accelerate" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps bitsandbytes==0.50.2 \
+    accelerate==1.15.0
+fi
 # llama.cpp is built for this CPU's AVX-512 features but without AMX: with its default
 # -march=native it compiles AMX tile kernels whenever CPUID reports AMX, and these VMs
 # report AMX without granting the tile state, so every quantized matmul crashes

@@ -19,7 +19,7 @@ constexpr Entry kTypes[] = {
     {14, {"Q6_K", 256, 210}},   {15, {"Q8_K", 256, 292}}, {24, {"I8", 1, 1}},
     {25, {"I16", 1, 2}},        {26, {"I32", 1, 4}},      {27, {"I64", 1, 8}},
     {28, {"F64", 1, 8}},        {30, {"BF16", 1, 2}},     {20, {"IQ4_NL", 32, 18}},
-    {23, {"IQ4_XS", 256, 136}}, {39, {"MXFP4", 32, 17}},
+    {23, {"IQ4_XS", 256, 136}}, {39, {"MXFP4", 32, 17}},  {1000, {"NF4", 32, 18}},
 };
 
 // ggml type ids with no entry above (ggml.h's enum ggml_type).
@@ -51,7 +51,7 @@ bool parse_dtype(std::string_view name, DType* out) {
   std::string upper(name);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (const Entry& e : kTypes) {
-    if (e.info.name == upper) {
+    if (e.info.name == upper && e.id < kFirstInternalDType) {
       *out = static_cast<DType>(e.id);
       return true;
     }

@@ -1,6 +1,8 @@
 // Element and block types. The numeric ids are GGUF's (ggml's) tensor type ids, so a
 // type read from a file maps straight onto this enum; blocks are laid out exactly as in
-// GGUF so weights are used in place.
+// GGUF so weights are used in place. Ids from kFirstInternalDType up are Pagoda's own
+// block types (loaders convert other formats to them); they have no GGUF type number, so
+// the GGUF reader and writer refuse them.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +36,14 @@ enum class DType : uint32_t {
   kF64 = 28,
   kBF16 = 30,
   kMXFP4 = 39,
+  // Internal: bitsandbytes NF4 as IQ4_NL's block (f16 d, 16 bytes of Q4_0-order nibbles)
+  // indexing the NF4 code book scaled to int8 (backend/cpu/quant_blocks.h, kNf4Values).
+  kNF4 = 1000,
 };
+inline constexpr uint32_t kFirstInternalDType = 1000;
+inline constexpr bool is_internal_dtype(DType t) {
+  return static_cast<uint32_t>(t) >= kFirstInternalDType;
+}
 
 struct DTypeInfo {
   std::string_view name;
@@ -42,7 +51,8 @@ struct DTypeInfo {
   uint32_t block_bytes;  // bytes per block
 };
 
-// nullptr when `id` is not a type Pagoda knows how to size.
+// nullptr when `id` is not a type Pagoda knows how to size (internal ids included: the
+// GGUF reader checks is_internal_dtype itself).
 const DTypeInfo* dtype_info(uint32_t id);
 // ggml's name of a type id Pagoda does not handle (the grid i-quants IQ2_XXS..IQ1_M,
 // ternary and other newer formats), for error messages; nullptr when unknown to both.
@@ -53,7 +63,8 @@ inline const DTypeInfo& dtype_info(DType t) {
 inline std::string_view dtype_name(DType t) {
   return dtype_info(t).name;
 }
-// Parses "q8_0", "F16", ... (case-insensitive). Returns false when unknown.
+// Parses "q8_0", "F16", ... (case-insensitive). Returns false when unknown or internal
+// (NF4 is only ever made by a loader, never asked for by name).
 bool parse_dtype(std::string_view name, DType* out);
 
 // Bytes needed for a row of `n` elements; `n` must be a multiple of the block size.

@@ -265,6 +265,7 @@ std::optional<DType> type_from_name(const std::string& name) {
     const DTypeInfo* info = dtype_info(id);
     if (info != nullptr && type_name(static_cast<DType>(id)) == name) return static_cast<DType>(id);
   }
+  if (name == type_name(DType::kNF4)) return DType::kNF4;  // internal: a bitsandbytes folder's
   return std::nullopt;
 }
 

@@ -9,10 +9,10 @@
 // head in Q6_K. Q4_K, Q5_K and Q6_K are multiplied in the file's own bits, in a device
 // layout of 32-element sub-blocks (backend/cuda/kquant_layout.h: 4.63, 5.63 and 6.63 bits
 // a weight against the file's 4.5, 5.5 and 6.56). The other block types (Q5_0, Q5_1,
-// Q2_K, Q3_K, Q8_1, Q8_K, IQ4_NL, IQ4_XS, MXFP4) become Q8_0 (8.5 bits; Q5_0, Q8_1,
-// IQ4_NL and MXFP4 exactly, IQ4_XS with its per-32 step rounded to f16, the rest
-// requantized: backend/cpu/convert_blocks.h) rather than being refused. Header-only: the CUDA
-// plugin and pagoda_lib both use it.
+// Q2_K, Q3_K, Q8_1, Q8_K, IQ4_NL, IQ4_XS, MXFP4 and the internal NF4 of bitsandbytes
+// folders) become Q8_0 (8.5 bits; Q5_0, Q8_1, IQ4_NL, NF4 and MXFP4 exactly, IQ4_XS with its per-32
+// step rounded to f16, the rest requantized: backend/cpu/convert_blocks.h) rather than being
+// refused. Header-only: the CUDA plugin and pagoda_lib both use it.
 #pragma once
 
 #include <optional>

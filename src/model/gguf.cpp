@@ -423,7 +423,7 @@ Status GgufFile::parse_all() {
     }
     uint32_t type = 0;
     PAGODA_RETURN_IF_ERROR(r.read(&type, "tensor type"));
-    const DTypeInfo* info = dtype_info(type);
+    const DTypeInfo* info = type < kFirstInternalDType ? dtype_info(type) : nullptr;
     if (info == nullptr && unhandled_ggml_type_name(type) != nullptr)
       return unsupported(str_format("tensor '%s' has type %s: %s weights are not supported yet",
                                     t.name.c_str(), unhandled_ggml_type_name(type),

@@ -209,6 +209,11 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 Status GgufWriter::write(const std::string& path) const {
   // Write to a temporary name and rename, so an interrupted conversion never leaves a
   // truncated file under the final name.
+  for (const Tensor& t : tensors_)
+    if (is_internal_dtype(t.type))
+      return unsupported("tensor '" + t.name + "' is " + std::string(dtype_name(t.type)) +
+                         ", a Pagoda-internal block type with no GGUF type number; not writing '" +
+                         path + "'");
   const std::string tmp = path + ".partial";
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
   if (!f) return io_error("cannot create '" + tmp + "'");

@@ -42,10 +42,10 @@ namespace {
 
 // The weight types of the products and lookups: every type either backend runs (each
 // skips those it does not).
-constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
-                                  DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
-                                  DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-                                  DType::kQ6_K};
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16, DType::kQ4_0,
+                                  DType::kQ4_1, DType::kQ5_0,   DType::kQ5_1, DType::kQ8_0,
+                                  DType::kQ2_K, DType::kQ3_K,   DType::kQ4_K, DType::kQ5_K,
+                                  DType::kQ6_K, DType::kIQ4_NL, DType::kNF4};
 
 // Bounds of a product against the exact one over the dequantized weights. The backends
 // round the activations to what the weights' kernel takes: f32 none (what is left is f32
@@ -225,16 +225,18 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale = 1.0f
   return v;
 }
 
-// Offsets of the fp16 scales of a Q2_K / Q3_K block, which random bytes must not make
-// inf or NaN.
+// Offsets of the fp16 scales of a Q2_K / Q3_K / IQ4_NL / NF4 block, which random bytes
+// must not make inf or NaN.
 std::vector<int> half_fields(DType t) {
   if (t == DType::kQ2_K) return {80, 82};
   if (t == DType::kQ3_K) return {108};
+  if (t == DType::kIQ4_NL || t == DType::kNF4) return {0};
   return {};
 }
 
-// GGUF rows of N(0, 1) values; Q2_K and Q3_K (no quantizer: files come from llama.cpp)
-// random bytes with small random scales, which their fields can all hold.
+// GGUF rows of N(0, 1) values; Q2_K, Q3_K and the table types IQ4_NL and NF4 (no
+// quantizer: files come from llama.cpp or bitsandbytes folders) random bytes with small random
+// scales, which their fields can all hold.
 std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int64_t cols) {
   const size_t rb = row_bytes(t, cols);
   std::vector<uint8_t> w(rb * static_cast<size_t>(rows));

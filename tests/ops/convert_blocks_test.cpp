@@ -53,6 +53,7 @@ std::vector<uint8_t> random_blocks(DType t, int64_t n, std::mt19937& rng) {
       break;
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
+    case DType::kNF4:
       halves = {0};
       break;
     case DType::kMXFP4:
@@ -108,7 +109,8 @@ std::vector<double> converted_errors(DType from, const std::vector<uint8_t>& raw
 
 TEST(ConvertBlocks, ExactWhereTheTargetHoldsTheValues) {
   std::mt19937 rng(1);
-  for (DType from : {DType::kQ4_0, DType::kQ5_0, DType::kQ8_1, DType::kIQ4_NL, DType::kMXFP4}) {
+  for (DType from :
+       {DType::kQ4_0, DType::kQ5_0, DType::kQ8_1, DType::kIQ4_NL, DType::kMXFP4, DType::kNF4}) {
     const std::vector<uint8_t> raw = random_blocks(from, kN, rng);
     for (double e : converted_errors(from, raw, DType::kQ8_0, kN))
       ASSERT_EQ(e, 0.0) << dtype_name(from);
@@ -225,7 +227,7 @@ TEST(CudaWeightTypes, StorageAndStacks) {
                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
     EXPECT_EQ(cuda_storage_type(t), t) << dtype_name(t);
   for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K,
-                  DType::kQ8_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4})
+                  DType::kQ8_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4})
     EXPECT_EQ(cuda_storage_type(t), DType::kQ8_0) << dtype_name(t);
   EXPECT_EQ(cuda_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
   // A Q4_K_M layer: Q4_K q and k beside a Q6_K v meet at Q8_0; all Q4_K stay Q4_K.
@@ -243,9 +245,10 @@ TEST(CudaWeightTypes, StorageAndStacks) {
 }
 
 TEST(CpuWeightTypes, EveryBlockTypeEndsInOneTheKernelsTake) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                  DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4})
+  for (DType t :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+        DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+        DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4})
     EXPECT_EQ(cpu_storage_type(t), t) << dtype_name(t);
   for (DType t : {DType::kQ8_1, DType::kQ8_K})
     EXPECT_EQ(cpu_storage_type(t), DType::kQ8_0) << dtype_name(t);
@@ -343,9 +346,10 @@ TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
 // the CPU multiplies (rows in whole 16-row groups).
 TEST(CpuLedger, PackedBytesAreTheMatricesBytes) {
   std::mt19937 rng(12);
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                  DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4}) {
+  for (DType t :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+        DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+        DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4}) {
     for (int64_t cols : {256, 576 * 4, 4096}) {
       const int64_t rows = 48;
       // The plain types' values do not matter here: zeros.

@@ -40,6 +40,7 @@ DType act_type(DType w) {
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
     case DType::kMXFP4:
+    case DType::kNF4:
       return DType::kQ8_0;
     case DType::kQ4_1:
     case DType::kQ5_1:
@@ -73,6 +74,7 @@ std::vector<int> half_fields(DType t) {
     case DType::kQ8_0:
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
+    case DType::kNF4:
       return {0};
     case DType::kQ4_1:
     case DType::kQ5_1:
@@ -100,7 +102,7 @@ void set_small_e8m0(std::mt19937& rng, DType t, uint8_t* block) {
 // A GGUF tensor: quantized from N(0,1) values, or (random_bits) arbitrary quant bytes
 // with small random scales, which reaches every nibble pattern, 6-bit scale and i8
 // scale (including -128) that a file may hold. Q2_K, Q3_K and the table types (IQ4_NL,
-// IQ4_XS, MXFP4) have no reference quantizer (files come from llama.cpp): always random
+// IQ4_XS, MXFP4, NF4) have no reference quantizer (files come from llama.cpp): always random
 // bits, which their files' fields can all be.
 std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int64_t cols,
                                   bool random_bits) {
@@ -348,7 +350,7 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
                                            DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
                                            DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
                                            DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS,
-                                           DType::kMXFP4),
+                                           DType::kMXFP4, DType::kNF4),
                          type_name);
 
 // Largest quants against the largest activations: integer partial sums at their peak,

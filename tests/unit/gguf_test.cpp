@@ -224,6 +224,8 @@ TEST(Gguf, RejectsHostileTensorInfos) {
   EXPECT_TRUE(parse(one_tensor(2, {4, 2}, 0, 0, 32)).is_ok());
   expect_error(one_tensor(5, {1, 1, 1, 1, 1}, 0, 0, 32), "dimensions");
   expect_error(one_tensor(1, {4}, 1234, 0, 32), "unknown or unsupported type id 1234");
+  // Pagoda's internal NF4 (id 1000) has no GGUF type number: a file cannot claim it.
+  expect_error(one_tensor(1, {32}, 1000, 0, 32), "unknown or unsupported type id 1000");
   expect_error(one_tensor(1, {4}, 0, 3, 32), "not aligned");
   expect_error(one_tensor(2, {4, 2}, 0, 0, 31), "runs past the end");
   expect_error(one_tensor(1, {4}, 0, 1ull << 62, 32), "runs past the end");
@@ -235,6 +237,22 @@ TEST(Gguf, RejectsHostileTensorInfos) {
   for (int i = 0; i < 2; ++i) dup.str("t").put<uint32_t>(1).put<uint64_t>(1).put<uint32_t>(0).put<uint64_t>(0);
   dup.pad(32).put<uint32_t>(0).pad(32);
   expect_error(dup.b, "duplicate tensor name");
+}
+
+// Internal block types are neither written into GGUF nor asked for by name.
+TEST(Gguf, InternalTypesStayOutOfFiles) {
+  GgufWriter w;
+  w.add_tensor("x.weight", DType::kNF4, {32}, std::vector<uint8_t>(18, 0));
+  const std::string path = ::testing::TempDir() + "/nf4.gguf";
+  const Status s = w.write(path);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("NF4"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no GGUF type number"), std::string::npos) << s.message();
+  DType t;
+  EXPECT_FALSE(parse_dtype("NF4", &t));
+  EXPECT_TRUE(parse_dtype("IQ4_NL", &t));
+  EXPECT_TRUE(is_internal_dtype(DType::kNF4));
+  EXPECT_FALSE(is_internal_dtype(DType::kMXFP4));
 }
 
 TEST(Gguf, OpenReportsMissingFiles) {

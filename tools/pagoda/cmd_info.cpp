@@ -12,7 +12,8 @@ namespace pagoda::cli {
 namespace {
 
 // --dequantize NAME --out FILE: the tensor as the loaders receive it (a compressed-tensors
-// layer converted), dequantized to little-endian f32 rows, for tests against a reference.
+// or bitsandbytes layer converted), dequantized to little-endian f32 rows, for tests against a
+// reference.
 int dump_tensor(const TensorSource& s, const std::string& name, const std::string& out) {
   const WeightTensor* t = s.find_tensor(std::string_view(name));
   if (t == nullptr) return fail("info", not_found("no tensor '" + name + "'"));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_ref.h"
 
@@ -112,11 +113,11 @@ Status table_to_q8_0(DType from, const void* src, BlockQ8_0* dst, int64_t n) {
     return invalid_argument(std::string(dtype_name(from)) + " block " + std::to_string(block) +
                             " has a scale beyond Q8_0's fp16 range");
   };
-  if (from == DType::kIQ4_NL) {
+  if (from == DType::kIQ4_NL || from == DType::kNF4) {
     const auto* b = static_cast<const BlockIQ4_NL*>(src);
+    const int8_t* table = table4_values(from);
     for (int64_t i = 0; i < n / kQK; ++i)  // an f16 round-trips: the same d
-      if (!table_block_to_q8_0(b[i].qs, kIq4nlValues, fp16_to_f32(b[i].d), &dst[i]))
-        return too_large(i);
+      if (!table_block_to_q8_0(b[i].qs, table, fp16_to_f32(b[i].d), &dst[i])) return too_large(i);
     return Status::ok();
   }
   if (from == DType::kMXFP4) {
@@ -165,8 +166,7 @@ Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) 
     q3_k_to_q6_k(static_cast<const BlockQ3_K*>(src), static_cast<BlockQ6_K*>(dst), n / kQKK);
     return Status::ok();
   }
-  if ((from == DType::kIQ4_NL || from == DType::kIQ4_XS || from == DType::kMXFP4) &&
-      to == DType::kQ8_0)
+  if (is_table4(from) && to == DType::kQ8_0)
     return table_to_q8_0(from, src, static_cast<BlockQ8_0*>(dst), n);
   if (from == DType::kQ4_K && to == DType::kQ4_1)
     return q4_k_to_q4_1(static_cast<const BlockQ4_K*>(src), static_cast<BlockQ4_1*>(dst), n / kQKK);

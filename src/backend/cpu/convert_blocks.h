@@ -5,7 +5,7 @@
 //   Q4_0, Q5_0 -> Q8_0: the same d, q - 8 (q - 16) as a byte; Q8_1 -> Q8_0: its d and bytes.
 //   Q3_K -> Q6_K: both have 16-element sub-blocks under one fp16 d; Q3_K's 6-bit scale
 //     less 32 is Q6_K's int8 scale and its 3-bit quant plus 32 Q6_K's 6-bit one.
-//   IQ4_NL -> Q8_0: the same d, the table value as a byte; MXFP4 -> Q8_0 likewise with d =
+//   IQ4_NL, NF4 -> Q8_0: the same d, the table value as a byte; MXFP4 -> Q8_0 likewise with d =
 //     2^(e - 128), exact while that is an f16 (e in [104, 143]; below, values under
 //     12 * 2^-25 lose bits to f16 subnormals; above, an error).
 //   IQ4_XS -> Q8_0: per 32, d = d * (ls - 32) rounded to f16 (relative error <= 2^-11 on

@@ -5,7 +5,7 @@
 // pointer (t * stride), which lets the token loop be fully unrolled with every load a
 // broadcast folded into the arithmetic instruction:
 //
-//   Q8 (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, MXFP4), nb blocks of 32:
+//   Q8 (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, MXFP4, NF4), nb blocks of 32:
 //     qs  [nb][G][32] i8, then d [nb][G] f32 (the f16 scale as f32), then
 //     aux [nb][G] 4 bytes: Q4_0 -8*sum(q) as i32, Q8_0 and the table types -128*sum(q) as i32
 //     (these undo the +8 / +128 offsets of the unsigned weights inside the integer dot product),

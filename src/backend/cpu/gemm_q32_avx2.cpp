@@ -1,5 +1,5 @@
 // AVX2 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the 4-bit table types (IQ4_NL,
-// IQ4_XS, MXFP4) against Q8 activations. Without VNNI the byte dot is
+// IQ4_XS, MXFP4, NF4) against Q8 activations. Without VNNI the byte dot is
 // vpmaddubsw (u8 x s8 -> saturating s16 pairs) then vpmaddwd by ones. Nibbles (<= 15)
 // times int8 stay far from saturation, so all 8 steps of a block are summed in s16
 // first; Q8_0 weights use the sign trick (|w| x sign(x, w)) and widen every step, and so do
@@ -181,10 +181,10 @@ template <DType kType>
 constexpr GemmEntry entry() {
   return {kType, {kG, q8_bytes, convert_q8<q8_aux_of(kType)>, q32_tile<kType>}};
 }
-constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(),   entry<DType::kQ4_1>(),
-                                entry<DType::kQ8_0>(),   entry<DType::kQ5_0>(),
-                                entry<DType::kQ5_1>(),   entry<DType::kIQ4_NL>(),
-                                entry<DType::kIQ4_XS>(), entry<DType::kMXFP4>()};
+constexpr GemmEntry kTable[] = {
+    entry<DType::kQ4_0>(),   entry<DType::kQ4_1>(),  entry<DType::kQ8_0>(),
+    entry<DType::kQ5_0>(),   entry<DType::kQ5_1>(),  entry<DType::kIQ4_NL>(),
+    entry<DType::kIQ4_XS>(), entry<DType::kMXFP4>(), entry<DType::kNF4>()};
 
 }  // namespace
 }  // namespace avx2

@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
-// the 4-bit table types IQ4_NL, IQ4_XS, MXFP4) against Q8 activations. A register holds one
+// the 4-bit table types IQ4_NL, IQ4_XS, MXFP4, NF4) against Q8 activations. A register holds one
 // 4-column step of 16 rows as unsigned bytes; vpdpbusd with the 4 activation bytes of one token
 // broadcast from memory gives 16 row partial sums at once. The step loop is outside the token loop
 // so each unpacked weight register serves all T tokens, and T independent accumulators hide
@@ -332,10 +332,10 @@ template <DType kType>
 constexpr GemmEntry entry() {
   return {kType, {kG, q8_bytes, convert_q8<q8_aux_of(kType)>, q32_tile<kType>}};
 }
-constexpr GemmEntry kTable[] = {entry<DType::kQ4_0>(),   entry<DType::kQ4_1>(),
-                                entry<DType::kQ8_0>(),   entry<DType::kQ5_0>(),
-                                entry<DType::kQ5_1>(),   entry<DType::kIQ4_NL>(),
-                                entry<DType::kIQ4_XS>(), entry<DType::kMXFP4>()};
+constexpr GemmEntry kTable[] = {
+    entry<DType::kQ4_0>(),   entry<DType::kQ4_1>(),  entry<DType::kQ8_0>(),
+    entry<DType::kQ5_0>(),   entry<DType::kQ5_1>(),  entry<DType::kIQ4_NL>(),
+    entry<DType::kIQ4_XS>(), entry<DType::kMXFP4>(), entry<DType::kNF4>()};
 
 }  // namespace
 }  // namespace avx512

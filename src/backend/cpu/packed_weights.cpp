@@ -241,7 +241,7 @@ void pack_table4(DType type, const void* src, int64_t cols, int64_t r, int64_t b
   BlockIQ4_NL nl;
   BlockIQ4_XS xs;
   BlockMXFP4 mx;
-  if (type == DType::kIQ4_NL) {
+  if (type == DType::kIQ4_NL || type == DType::kNF4) {
     nl = load_block<BlockIQ4_NL>(src, cols, r, b, 32);
     qs = nl.qs;
     put_f16(s, i, nl.d);
@@ -256,7 +256,8 @@ void pack_table4(DType type, const void* src, int64_t cols, int64_t r, int64_t b
     scale = mxfp4_half_scale(mx.e);
   }
   for (int e = 0; e < 16; ++e) q[64 * (e >> 2) + 4 * i + (e & 3)] = qs[e];
-  if (type != DType::kIQ4_NL) std::memcpy(s + 4 * i, &scale, 4);
+  if (!table4_f32_scales(type)) return;
+  std::memcpy(s + 4 * i, &scale, 4);
 }
 
 // Packs block b of the row group starting at row r0; rows past `rows` stay zero.
@@ -306,6 +307,7 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
         pack_q2_k(src, cols, r, b, i, q, s);
         break;
       case DType::kIQ4_NL:
+      case DType::kNF4:
       case DType::kIQ4_XS:
       case DType::kMXFP4:
         pack_table4(type, src, cols, r, b, i, q, s);
@@ -365,6 +367,7 @@ const PackedFormat* packed_format(DType t) {
     case DType::kQ2_K:
       return &kQ2_KFormat;
     case DType::kIQ4_NL:
+    case DType::kNF4:
       return &kIQ4_NLFormat;
     case DType::kIQ4_XS:
     case DType::kMXFP4:
@@ -514,10 +517,11 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
         break;
       }
       case DType::kIQ4_NL:
+      case DType::kNF4:
       case DType::kIQ4_XS:
       case DType::kMXFP4: {
         float d;
-        if (w.type == DType::kIQ4_NL)
+        if (!table4_f32_scales(w.type))
           d = fp16_to_f32(get_f16(s, i));
         else
           std::memcpy(&d, s + 4 * i, 4);

@@ -39,6 +39,8 @@
 //                        (the file's byte: scale in the low nibble, min in the high):
 //                        2.6 bits a weight, as in the file
 //   IQ4_NL block 32:     quants as Q4_0 (nibbles index kIq4nlValues); scales f16 d[16]
+//   NF4    block 32:     as IQ4_NL (nibbles index kNf4Values, bitsandbytes' code book in
+//                        int8); scales f16 d[16]: 4.5 bits a weight, as the block
 //   IQ4_XS block 32:     quants as Q4_0 per 32-column sub-block (kIq4nlValues); scales
 //                        f32 d * (ls - 32) [16], exact (an f16 times a 6-bit integer):
 //                        5 bits a weight against the file's 4.25
@@ -108,10 +110,10 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst);
 // The types whose nibbles index a 16-entry table (the 4-bit non-linear ones), their table,
 // and whether their packed scales are f32 (else f16).
 constexpr bool is_table4(DType t) {
-  return t == DType::kIQ4_NL || t == DType::kIQ4_XS || t == DType::kMXFP4;
+  return t == DType::kIQ4_NL || t == DType::kIQ4_XS || t == DType::kMXFP4 || t == DType::kNF4;
 }
 constexpr const int8_t* table4_values(DType t) {
-  return t == DType::kMXFP4 ? kMxfp4Values : kIq4nlValues;
+  return t == DType::kMXFP4 ? kMxfp4Values : t == DType::kNF4 ? kNf4Values : kIq4nlValues;
 }
 constexpr bool table4_f32_scales(DType t) {
   return t == DType::kIQ4_XS || t == DType::kMXFP4;

@@ -124,6 +124,36 @@ struct BlockMXFP4 {
 
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+// bitsandbytes' NF4 code book (its quant_map, the quantiles of N(0, 1) scaled to [-1, 1];
+// bitsandbytes/functional.py get_4bit_type) and Pagoda's NF4 block: IQ4_NL's layout with
+// value = d * kNf4Values[q], kNf4Values[i] = round(127 * kNf4Code[i]) and d = absmax / 127
+// rounded to f16. The int8 table lets NF4 run through IQ4_NL's kernels (a vpshufb lookup
+// into the Q8_0 integer path). What it costs against bitsandbytes' own dequantization
+// (absmax * kNf4Code[q]): the table moves each code by at most 0.466/127 = 0.37% of the
+// block's absmax (|127 c - round(127 c)| is largest at -0.1848 -> -23), and d's
+// f16 rounding adds 2^-11 relative (more where absmax / 127 is an f16 subnormal, absmax
+// below 0.0078). Measured on SmolLM2-135M by tests/model/test_bnb_nf4.py against
+// bitsandbytes.functional.dequantize_4bit: max 0.38% and RMS 0.23% of the block's absmax.
+inline constexpr float kNf4Code[16] = {-1.0f,
+                                       -0.6961928009986877f,
+                                       -0.5250730514526367f,
+                                       -0.39491748809814453f,
+                                       -0.28444138169288635f,
+                                       -0.18477343022823334f,
+                                       -0.09105003625154495f,
+                                       0.0f,
+                                       0.07958029955625534f,
+                                       0.16093020141124725f,
+                                       0.24611230194568634f,
+                                       0.33791524171829224f,
+                                       0.44070982933044434f,
+                                       0.5626170039176941f,
+                                       0.7229568362236023f,
+                                       1.0f};
+inline constexpr int8_t kNf4Values[16] = {-127, -88, -67, -50, -36, -23, -12, 0,
+                                          10,   20,  31,  43,  56,  71,  92,  127};
+using BlockNF4 = BlockIQ4_NL;
+
 inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
                                             0, -1, -2, -3, -4, -6, -8, -12};
 

@@ -262,6 +262,10 @@ void dequantize_iq4_nl(const BlockIQ4_NL* b, float* y) {
   dequantize_table32(b->qs, kIq4nlValues, h2f(b->d), y);
 }
 
+void dequantize_nf4(const BlockNF4* b, float* y) {
+  dequantize_table32(b->qs, kNf4Values, h2f(b->d), y);
+}
+
 void dequantize_iq4_xs(const BlockIQ4_XS* b, float* y) {
   const float d = h2f(b->d);
   for (int j = 0; j < 8; ++j)
@@ -502,6 +506,9 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::kIQ4_NL:
       for_blocks<BlockIQ4_NL>(src, nb,
                               [&](auto* b, int64_t i) { dequantize_iq4_nl(b, dst + i * be); });
+      break;
+    case DType::kNF4:
+      for_blocks<BlockNF4>(src, nb, [&](auto* b, int64_t i) { dequantize_nf4(b, dst + i * be); });
       break;
     case DType::kIQ4_XS:
       for_blocks<BlockIQ4_XS>(src, nb,
