@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "model/awq_gptq.h"
 #include "model/compressed_tensors.h"
 #include "model/hf_json.h"
 
@@ -26,8 +27,10 @@ Result<std::unique_ptr<HfQuantFormat>> open_hf_quant_format(std::string_view jso
                              : m->is_string() ? m->get<std::string>()
                                               : m->dump();
   if (method == "compressed-tensors") return open_compressed_tensors_format(json_text);
+  if (method == "awq" || method == "gptq") return open_awq_gptq_format(json_text);
   return unsupported("config.json quantization_config quant_method '" + method +
-                     "' is not supported (Pagoda loads compressed-tensors checkpoints)");
+                     "' is not supported (Pagoda loads compressed-tensors, awq and gptq "
+                     "checkpoints)");
 }
 
 std::string quant_piece_name(const std::string& module, std::string_view param) {
