@@ -71,7 +71,9 @@ const std::set<std::string>& harmless_keys(bool awq) {
                                               "module_name_preceding_first_block",
                                               "block_name_to_quantize",
                                               "modules_in_block_to_quantize",
-                                              "mse"};
+                                              "mse",
+                                              "model_seqlen",
+                                              "pad_token_id"};
   return awq ? kAwq : kGptq;
 }
 
