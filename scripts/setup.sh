@@ -59,6 +59,26 @@ if ! .venv/bin/python -c "import bitsandbytes, accelerate" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check --no-deps bitsandbytes==0.50.2 \
     accelerate==1.15.0
 fi
+# The references for AWQ and GPTQ folders (tests/model/test_awq_gptq.py): autoawq, whose
+# WQLinear_GEMM.from_linear packs the AWQ test folders and whose packing_utils reads them
+# back (pure Python, --no-deps: the tests load its modules without the package __init__,
+# which needs datasets and a GPU stack); and GPTQModel's safetensors dequantizer
+# (gptqmodel/utils/model_dequant.py), taken from the pinned sdist because installing the
+# package builds CUDA kernels.
+if ! .venv/bin/python -c "import importlib.util as u; assert u.find_spec('awq')" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps autoawq==0.2.9
+fi
+GPTQ_REF_DIR=.venv/share/pagoda-ref
+if [ ! -f "$GPTQ_REF_DIR/gptqmodel-7.7.0/gptqmodel/utils/model_dequant.py" ]; then
+  gptq_tmp=$(mktemp -d)
+  .venv/bin/pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    gptqmodel==7.7.0 -d "$gptq_tmp"
+  mkdir -p "$GPTQ_REF_DIR"
+  tar -xzf "$gptq_tmp/gptqmodel-7.7.0.tar.gz" -C "$GPTQ_REF_DIR" \
+    gptqmodel-7.7.0/gptqmodel/utils/model_dequant.py \
+    gptqmodel-7.7.0/gptqmodel/utils/planar_packing.py
+  rm -rf "$gptq_tmp"
+fi
 # llama.cpp is built for this CPU's AVX-512 features but without AMX: with its default
 # -march=native it compiles AMX tile kernels whenever CPUID reports AMX, and these VMs
 # report AMX without granting the tile state, so every quantized matmul crashes

@@ -165,7 +165,7 @@ def test_greedy_text_is_sensible(folders, scheme):
     (lambda q: q["config_groups"]["group_0"]["weights"].update(actorder="group"), "actorder"),
     (lambda q: q["config_groups"]["group_0"]["weights"].update(group_size=48), "group_size 48"),
     (lambda q: q.update(kv_cache_scheme={"num_bits": 8, "type": "int"}), "kv_cache_scheme"),
-    (lambda q: q.update(quant_method="awq"), "awq"),
+    (lambda q: q.update(quant_method="hqq"), "hqq"),
     (lambda q: q["config_groups"]["group_0"]["weights"].update(num_bits=3), "3-bit"),
     (lambda q: q.update(ignore=["Embedding"]), "Embedding"),
 ])
