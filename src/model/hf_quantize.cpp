@@ -51,7 +51,7 @@ void load_row(const SafetensorsTensor& t, const uint8_t* data, int64_t r, int64_
   }
 }
 
-enum class Scheme { kFp8, kInt8 };
+enum class Scheme { kFp8, kInt8, kGptq };
 
 // One scale per output channel, amax / (448 or 127) in f32 (1 for an all-zero row, as
 // nothing then depends on it); each weight E4M3(w / scale), or round(w / scale) clamped
@@ -121,11 +121,68 @@ ojson quantization_config(Scheme scheme) {
   return qc;
 }
 
+// GPTQ's quantization_config as GPTQModel writes it (the keys transformers' GPTQConfig and
+// vLLM's GPTQConfig read; v1 "gptq" checkpoint format, int32 words).
+ojson gptq_config(const GptqOptions& o) {
+  ojson qc;
+  qc["quant_method"] = "gptq";
+  qc["bits"] = o.bits;
+  qc["group_size"] = o.group_size;
+  qc["desc_act"] = o.act_order;
+  qc["sym"] = o.sym;
+  qc["lm_head"] = false;
+  qc["damp_percent"] = o.damp;
+  qc["static_groups"] = false;
+  qc["true_sequential"] = false;
+  qc["checkpoint_format"] = "gptq";
+  qc["pack_dtype"] = "int32";
+  qc["meta"] = {{"quantizer", {"pagoda"}}};
+  return qc;
+}
+
+// The input a decoder linear layer reads, and so its Hessian.
+ActivationObserver::Input linear_input(const std::string& name) {
+  using In = ActivationObserver::Input;
+  if (name.find(".o_proj.") != std::string::npos) return In::kWo;
+  if (name.find(".down_proj.") != std::string::npos) return In::kDown;
+  if (name.find(".gate_proj.") != std::string::npos || name.find(".up_proj.") != std::string::npos)
+    return In::kGateUp;
+  return In::kQkv;
+}
+
+int layer_of(const std::string& name) {  // "model.layers.N...."
+  return std::atoi(name.c_str() + std::strlen("model.layers."));
+}
+
+// One weight through GPTQ.
+Result<GptqTensors> gptq_weight(const SafetensorsTensor& t, const uint8_t* data,
+                                const HessianCollector& hc, const GptqOptions& o,
+                                ThreadPool& pool) {
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  const int layer = layer_of(t.name);
+  const ActivationObserver::Input in = linear_input(t.name);
+  if (layer < 0 || layer >= hc.n_layers() || hc.cols(layer, in) != cols)
+    return internal_error("the calibration run saw no input of '" + t.name + "'");
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) load_row(t, data, r, cols, w.data() + r * cols);
+  });
+  auto q = gptq_quantize(w, rows, cols, hc.sum_xxt(layer, in), o, pool);
+  if (!q) return q.status().with_context("'" + t.name + "'");
+  return q;
+}
+
+template <typename T>
+void put(const std::vector<T>& v, std::vector<uint8_t>* bytes) {
+  bytes->resize(v.size() * sizeof(T));
+  std::memcpy(bytes->data(), v.data(), bytes->size());
+}
+
 // What the writer emits for one output tensor.
 struct Job {
   const SafetensorsFile* shard;
   const SafetensorsTensor* src;
-  enum Kind { kCopy, kWeight, kScale, kNorm } kind;
+  enum Kind { kCopy, kWeight, kScale, kNorm, kQWeight, kQZeros, kGScales, kGIdx } kind;
   const std::vector<float>* smooth = nullptr;  // kWeight: column factors; kNorm: divisors
 };
 
@@ -275,13 +332,16 @@ Status compute_smoothing(const std::map<std::string, Source>& by_name,
 
 // Everything the output folder holds, into `out` (empty).
 Status write_folder(const fs::path& in, const fs::path& out, const ojson& config, Scheme scheme,
-                    const HfShards& shards, const std::vector<SafetensorsSpec>& specs,
-                    const std::vector<Job>& jobs, ThreadPool& pool,
+                    const HfQuantizeOptions& o, const HfShards& shards,
+                    const std::vector<SafetensorsSpec>& specs, const std::vector<Job>& jobs,
+                    ThreadPool& pool,
                     const std::function<void(size_t, size_t, const std::string&)>& progress,
                     HfQuantizeReport* rep) {
-  PAGODA_RETURN_IF_ERROR(write_config(config, out, quantization_config(scheme)));
+  PAGODA_RETURN_IF_ERROR(write_config(
+      config, out, scheme == Scheme::kGptq ? gptq_config(o.gptq) : quantization_config(scheme)));
   PAGODA_RETURN_IF_ERROR(copy_side_files(in, out, shards));
   std::vector<float> scales;  // the last weight's, written right after it
+  GptqTensors gq;             // likewise
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   return write_safetensors((out / "model.safetensors").string(), specs, meta,
                            [&](size_t i, std::vector<uint8_t>* bytes) -> Status {
@@ -302,8 +362,24 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
                                case Job::kNorm:
                                  smoothed_norm(*j.src, data, *j.smooth, bytes);
                                  break;
+                               case Job::kQWeight: {
+                                 PAGODA_ASSIGN_OR_RETURN(
+                                     gq, gptq_weight(*j.src, data, *o.hessian, o.gptq, pool));
+                                 put(gq.qweight, bytes);
+                                 break;
+                               }
+                               case Job::kQZeros:
+                                 put(gq.qzeros, bytes);
+                                 break;
+                               case Job::kGScales:
+                                 put(gq.scales, bytes);
+                                 break;
+                               case Job::kGIdx:
+                                 put(gq.g_idx, bytes);
+                                 break;
                              }
-                             if (j.kind != Job::kWeight) j.shard->release(*j.src);
+                             if (j.kind != Job::kWeight && j.kind != Job::kQWeight)
+                               j.shard->release(*j.src);
                              rep->bytes_out += bytes->size();
                              if (progress) progress(i + 1, jobs.size(), specs[i].name);
                              return Status::ok();
@@ -313,21 +389,24 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
 }  // namespace
 
 const std::vector<std::string>& hf_quant_schemes() {
-  static const std::vector<std::string> s = {"fp8", "smoothquant"};
+  static const std::vector<std::string> s = {"fp8", "smoothquant", "gptq"};
   return s;
 }
 
 bool hf_scheme_calibrates(const std::string& scheme) {
-  return scheme == "smoothquant";
+  return scheme == "smoothquant" || scheme == "gptq";
 }
 
 Result<HfQuantizeReport> quantize_hf_folder(
     const std::string& in_dir, const std::string& out_dir, const HfQuantizeOptions& o,
     ThreadPool& pool, const std::function<void(size_t, size_t, const std::string&)>& progress) {
-  if (o.scheme != "fp8" && o.scheme != "smoothquant")
+  if (o.scheme != "fp8" && o.scheme != "smoothquant" && o.scheme != "gptq")
     return invalid_argument("unknown Hugging Face scheme '" + o.scheme + "'");
-  const Scheme scheme = o.scheme == "fp8" ? Scheme::kFp8 : Scheme::kInt8;
-  if (hf_scheme_calibrates(o.scheme) && o.act_max == nullptr)
+  const Scheme scheme = o.scheme == "fp8"    ? Scheme::kFp8
+                        : o.scheme == "gptq" ? Scheme::kGptq
+                                             : Scheme::kInt8;
+  if ((scheme == Scheme::kInt8 && o.act_max == nullptr) ||
+      (scheme == Scheme::kGptq && o.hessian == nullptr))
     return internal_error(o.scheme + " needs the calibration run's statistics");
   const fs::path in(in_dir), out(out_dir);
   std::error_code ec;
@@ -367,15 +446,33 @@ Result<HfQuantizeReport> quantize_hf_folder(
       continue;
     }
     const std::string base = t.name.substr(0, t.name.size() - 7);  // less ".weight"
+    ++rep.n_quantized;
+    if (scheme == Scheme::kGptq) {
+      const int64_t rows = t.shape[0], cols = t.shape[1], pack = 32 / o.gptq.bits;
+      const int64_t g =
+          o.gptq.group_size <= 0 || o.gptq.group_size >= cols ? cols : o.gptq.group_size;
+      const int64_t groups = (cols + g - 1) / g;
+      if (rows % pack != 0 || cols % pack != 0)
+        return unsupported("'" + t.name + "' is not whole int32 words of " +
+                           std::to_string(o.gptq.bits) + "-bit weights");
+      specs.push_back({base + ".qweight", "I32", {cols / pack, rows}});
+      jobs.push_back({src.shard, &t, Job::kQWeight});
+      specs.push_back({base + ".qzeros", "I32", {groups, rows / pack}});
+      jobs.push_back({src.shard, &t, Job::kQZeros});
+      specs.push_back({base + ".scales", "F16", {groups, rows}});
+      jobs.push_back({src.shard, &t, Job::kGScales});
+      specs.push_back({base + ".g_idx", "I32", {cols}});
+      jobs.push_back({src.shard, &t, Job::kGIdx});
+      continue;
+    }
     specs.push_back({t.name, scheme == Scheme::kFp8 ? "F8_E4M3" : "I8", t.shape});
     jobs.push_back({src.shard, &t, Job::kWeight, factors});
     specs.push_back({base + ".weight_scale", "F32", {t.shape[0], 1}});
     jobs.push_back({src.shard, &t, Job::kScale});
-    ++rep.n_quantized;
   }
   PAGODA_RETURN_IF_ERROR(check_out_dir(out));
   const Status st =
-      write_folder(in, out, config, scheme, shards, specs, jobs, pool, progress, &rep);
+      write_folder(in, out, config, scheme, o, shards, specs, jobs, pool, progress, &rep);
   if (!st.ok()) {
     // The folder was empty or new: what is in it now is this run's, and incomplete.
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) fs::remove_all(e, ec);

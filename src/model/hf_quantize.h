@@ -11,6 +11,12 @@
 //                which leaves the function unchanged; then int8 weights with an F32 scale
 //                per output channel (amax / 127), activations int8 per token at run time.
 //                max|X_j| comes from a calibration run (model/channel_max.h).
+//   gptq         the GPTQ checkpoint format ("gptq", v1): 4-bit (or 8-bit) weights with an
+//                f16 scale and a zero point per group of 128 input columns, quantized by
+//                GPTQ (model/gptq.h) against each layer input's Hessian from a calibration
+//                run (model/hessian.h). The Hessians all come from the 16-bit model in one
+//                run, not layer by layer after the layers before were quantized
+//                (true_sequential: false in the config).
 //
 // The linear layers of the decoder (q/k/v/o, gate/up/down projections) are quantized;
 // embeddings, norms and lm_head stay as they are. The folder's other files (tokenizer,
@@ -25,6 +31,8 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/channel_max.h"
+#include "model/gptq.h"
+#include "model/hessian.h"
 
 namespace pagoda {
 
@@ -41,6 +49,8 @@ struct HfQuantizeOptions {
   std::string scheme;                            // one of hf_quant_schemes()
   float alpha = 0.5f;                            // smoothquant: migration strength
   const ChannelMaxCollector* act_max = nullptr;  // smoothquant: the calibration statistic
+  const HessianCollector* hessian = nullptr;     // gptq: the calibration statistic
+  GptqOptions gptq;                              // gptq: bits, group size, sym, act order
 };
 
 // Schemes that need a calibration run before quantize_hf_folder.

@@ -111,9 +111,10 @@ constexpr const char* kSynopsis =
     "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q3_K Q4_K Q5_K (every "
     "matrix in it), llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
     "Q6_K, or CPU / CUDA: each matrix in the type that backend stores it as, so it loads "
-    "without converting); IN_FOLDER OUT_FOLDER fp8|smoothquant   (a Hugging Face checkpoint in "
-    "compressed-tensors form: fp8 per-channel E4M3 weights, or smoothquant's smoothed int8 "
-    "weights, both with activations quantized per token at run time)";
+    "without converting); IN_FOLDER OUT_FOLDER fp8|smoothquant|gptq   (a Hugging Face "
+    "checkpoint in compressed-tensors form: fp8 per-channel E4M3 weights, or smoothquant's "
+    "smoothed int8 weights, both with activations quantized per token at run time; or gptq: "
+    "the GPTQ format's 4-bit weights, group 128, from a calibrated GPTQ run)";
 
 // The TYPE argument.
 struct Target {
@@ -292,18 +293,20 @@ bool is_hf_scheme(std::string s) {
   return false;
 }
 
-// smoothquant's calibration: the text in chunks through the CPU model, each chunk from an
-// empty cache with BOS first (as pagoda imatrix), recording the largest |x| of each
-// product's input columns.
-Result<std::unique_ptr<ChannelMaxCollector>> calibrate(const Args& args, const std::string& in,
-                                                       ThreadPool& pool) {
+// The calibration run of smoothquant and gptq: the text in chunks through the CPU model,
+// each chunk from an empty cache with BOS first (as pagoda imatrix), each product's input
+// shown to the observer `make(n_layers)` returns (smoothquant: the largest |x| of each
+// column; gptq: sum x x^T).
+template <typename Observer, typename Make>
+Result<std::unique_ptr<Observer>> calibrate(const Args& args, const std::string& in,
+                                            ThreadPool& pool, const Make& make) {
   const std::string path =
       args.get_or("--calibration", "../shared/testdata/text/tinyshakespeare.txt");
   PAGODA_ASSIGN_OR_RETURN(const int64_t samples, args.get_int("--samples", 128, 1, 1 << 20));
   PAGODA_ASSIGN_OR_RETURN(const int64_t seq_len, args.get_int("--seq-len", 512, 16, 1 << 16));
   PAGODA_ASSIGN_OR_RETURN(const std::string text, read_text_file(path));
   PAGODA_ASSIGN_OR_RETURN(Loaded loaded, load(in, true, true));
-  auto collector = std::make_unique<ChannelMaxCollector>(loaded.model->config().n_layers);
+  std::unique_ptr<Observer> collector = make(loaded.model->config().n_layers);
   PerplexityOptions po;
   po.n_ctx = po.n_batch = static_cast<int>(seq_len);
   po.n_chunks = static_cast<int>(samples);
@@ -338,24 +341,50 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
     if (args.has(flag))
       return invalid_argument(std::string(flag) + " applies to GGUF outputs, not to " + scheme);
   if (!is_hf_scheme(scheme))
-    return invalid_argument("a Hugging Face folder quantizes to fp8 or smoothquant; '" + scheme +
-                            "' is not a scheme Pagoda writes into a folder");
+    return invalid_argument("a Hugging Face folder quantizes to fp8, smoothquant or gptq; '" +
+                            scheme + "' is not a scheme Pagoda writes into a folder");
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (!hf_scheme_calibrates(scheme))
-    for (const char* flag : {"--calibration", "--samples", "--seq-len", "--alpha"})
+    for (const char* flag : {"--calibration", "--samples", "--seq-len"})
       if (args.has(flag))
         return invalid_argument(std::string(flag) + ": " + scheme +
                                 " quantizes without calibration");
+  if (scheme != "smoothquant" && args.has("--alpha"))
+    return invalid_argument("--alpha applies to smoothquant, not to " + scheme);
+  if (scheme != "gptq")
+    for (const char* flag : {"--bits", "--group-size", "--sym", "--act-order", "--damp"})
+      if (args.has(flag))
+        return invalid_argument(std::string(flag) + " applies to gptq, not to " + scheme);
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
   ThreadPool pool(static_cast<int>(threads));
   HfQuantizeOptions options;
   options.scheme = scheme;
   PAGODA_ASSIGN_OR_RETURN(const double alpha, args.get_double("--alpha", 0.5, 0.0, 1.0));
   options.alpha = static_cast<float>(alpha);
+  PAGODA_ASSIGN_OR_RETURN(const int64_t bits, args.get_int("--bits", 4, 4, 8));
+  if (bits != 4 && bits != 8) return invalid_argument("--bits: gptq writes 4 or 8 bits");
+  options.gptq.bits = static_cast<int>(bits);
+  PAGODA_ASSIGN_OR_RETURN(const int64_t group, args.get_int("--group-size", 128, -1, 1 << 20));
+  if (group == 0 || (group > 0 && group % (32 / bits) != 0))
+    return invalid_argument("--group-size: -1 (one group per row) or a multiple of " +
+                            std::to_string(32 / bits));
+  options.gptq.group_size = static_cast<int>(group);
+  options.gptq.sym = args.has("--sym");
+  options.gptq.act_order = args.has("--act-order");
+  PAGODA_ASSIGN_OR_RETURN(options.gptq.damp, args.get_double("--damp", 0.01, 0.0, 1.0));
   std::unique_ptr<ChannelMaxCollector> act_max;
-  if (hf_scheme_calibrates(scheme)) {
-    PAGODA_ASSIGN_OR_RETURN(act_max, calibrate(args, in, pool));
+  std::unique_ptr<HessianCollector> hessian;
+  if (scheme == "smoothquant") {
+    PAGODA_ASSIGN_OR_RETURN(act_max, calibrate<ChannelMaxCollector>(args, in, pool, [](int n) {
+                              return std::make_unique<ChannelMaxCollector>(n);
+                            }));
     options.act_max = act_max.get();
+  } else if (scheme == "gptq") {
+    PAGODA_ASSIGN_OR_RETURN(hessian, calibrate<HessianCollector>(args, in, pool, [&](int n) {
+                              return std::make_unique<HessianCollector>(n, pool);
+                            }));
+    PAGODA_RETURN_IF_ERROR(hessian->status());
+    options.hessian = hessian.get();
   }
   const auto t0 = std::chrono::steady_clock::now();
   // A bar redrawn at most 5 times a second on a terminal; a line per tenth otherwise.
@@ -388,9 +417,11 @@ Result<std::string> quantize(const Args& args) {
     return invalid_argument(args.positional()[2] +
                             " writes a Hugging Face folder and reads one: IN must be a "
                             "checkpoint folder (scripts/hf_from_gguf.py makes one from a GGUF)");
-  for (const char* flag : {"--calibration", "--samples", "--seq-len", "--alpha"})
+  for (const char* flag : {"--calibration", "--samples", "--seq-len", "--alpha", "--bits",
+                           "--group-size", "--sym", "--act-order", "--damp"})
     if (args.has(flag))
-      return invalid_argument(std::string(flag) + " applies to smoothquant, not to GGUF types");
+      return invalid_argument(std::string(flag) +
+                              " applies to the folder schemes, not to GGUF types");
   TypePlan p;
   PAGODA_ASSIGN_OR_RETURN(p.target, parse_target(args.positional()[2]));
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
@@ -435,10 +466,18 @@ int cmd_quantize(int argc, char** argv) {
        "importance matrix (pagoda imatrix, or llama-imatrix's GGUF): weigh each weight's "
        "rounding error by its input's mean square (4-, 5-bit and K types)"},
       {"--calibration", "", true,
-       "smoothquant: calibration text (default ../shared/testdata/text/tinyshakespeare.txt)"},
-      {"--samples", "", true, "smoothquant: calibration chunks (default 128)"},
-      {"--seq-len", "", true, "smoothquant: tokens a calibration chunk (default 512)"},
+       "smoothquant, gptq: calibration text (default "
+       "../shared/testdata/text/tinyshakespeare.txt)"},
+      {"--samples", "", true, "smoothquant, gptq: calibration chunks (default 128)"},
+      {"--seq-len", "", true, "smoothquant, gptq: tokens a calibration chunk (default 512)"},
       {"--alpha", "", true, "smoothquant: migration strength, 0 to 1 (default 0.5)"},
+      {"--bits", "", true, "gptq: 4 or 8 (default 4)"},
+      {"--group-size", "", true,
+       "gptq: input columns per scale and zero (default 128; -1: one per row)"},
+      {"--sym", "", false, "gptq: symmetric (zero point 2^(bits-1)); default asymmetric"},
+      {"--act-order", "", false,
+       "gptq: quantize columns by descending Hessian diagonal (desc_act, g_idx)"},
+      {"--damp", "", true, "gptq: dampening, a share of the Hessian's mean diagonal (0.01)"},
       {"--help", "-h", false, "show this help"},
   };
   auto args = Args::parse(argc, argv, 1, specs);
