@@ -15,8 +15,8 @@ groups). The reference against which `pagoda quantize ... --kv-cache-scales` is 
                   [--scheme-edit JSON]
 
 Calibration as Pagoda's: the text tokenized whole (special tokens added), cut into
---samples chunks of --seq-len tokens, each chunk's first token replaced by BOS and run
-from an empty cache. --scheme-edit merges JSON into kv_cache_scheme (for refusal tests).
+--samples chunks of --seq-len tokens, each chunk's first token replaced by BOS where the
+tokenizer adds one, and each run from an empty cache. --scheme-edit merges JSON into kv_cache_scheme (for refusal tests).
 """
 import argparse
 import json
@@ -54,7 +54,9 @@ def main():
     n_layers = model.config.num_hidden_layers
     k_amax = torch.zeros(n_layers)
     v_amax = torch.zeros(n_layers)
-    bos = tok.bos_token_id
+    # As Pagoda (and llama.cpp's perplexity): a chunk starts with BOS only where the
+    # tokenizer adds one (SmolLM2's does not).
+    bos = tok.bos_token_id if ids and ids[0] == tok.bos_token_id else None
     chunks = min(a.samples, len(ids) // a.seq_len)
     with torch.no_grad():
         for c in range(chunks):

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/fp8.h"
@@ -182,9 +183,29 @@ void put(const std::vector<T>& v, std::vector<uint8_t>* bytes) {
 struct Job {
   const SafetensorsFile* shard;
   const SafetensorsTensor* src;
-  enum Kind { kCopy, kWeight, kScale, kNorm, kQWeight, kQZeros, kGScales, kGIdx } kind;
+  enum Kind { kCopy, kWeight, kScale, kNorm, kQWeight, kQZeros, kGScales, kGIdx, kKvScale } kind;
   const std::vector<float>* smooth = nullptr;  // kWeight: column factors; kNorm: divisors
+  float value = 0;                             // kKvScale (which has no source tensor)
 };
+
+// FP8 E4M3's largest finite value: a KV-cache scale maps the calibration's amax onto it.
+constexpr float kE4m3Max = 448.0f;
+
+// compressed-tensors' FP8 KV-cache scheme: one static scale per layer for K and for V.
+ojson kv_cache_scheme() {
+  ojson kv;
+  kv["num_bits"] = 8;
+  kv["type"] = "float";
+  kv["symmetric"] = true;
+  kv["group_size"] = nullptr;
+  kv["strategy"] = "tensor";
+  kv["block_structure"] = nullptr;
+  kv["dynamic"] = false;
+  kv["actorder"] = nullptr;
+  kv["observer"] = "minmax";
+  kv["observer_kwargs"] = ojson::object();
+  return kv;
+}
 
 Status check_out_dir(const fs::path& out) {
   std::error_code ec;
@@ -337,53 +358,58 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
                     ThreadPool& pool,
                     const std::function<void(size_t, size_t, const std::string&)>& progress,
                     HfQuantizeReport* rep) {
-  PAGODA_RETURN_IF_ERROR(write_config(
-      config, out, scheme == Scheme::kGptq ? gptq_config(o.gptq) : quantization_config(scheme)));
+  ojson qc = scheme == Scheme::kGptq ? gptq_config(o.gptq) : quantization_config(scheme);
+  if (o.kv_amax != nullptr) qc["kv_cache_scheme"] = kv_cache_scheme();
+  PAGODA_RETURN_IF_ERROR(write_config(config, out, qc));
   PAGODA_RETURN_IF_ERROR(copy_side_files(in, out, shards));
   std::vector<float> scales;  // the last weight's, written right after it
   GptqTensors gq;             // likewise
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
-  return write_safetensors((out / "model.safetensors").string(), specs, meta,
-                           [&](size_t i, std::vector<uint8_t>* bytes) -> Status {
-                             const Job& j = jobs[i];
-                             const uint8_t* data = j.shard->tensor_data(*j.src);
-                             switch (j.kind) {
-                               case Job::kCopy:
-                                 bytes->assign(data, data + (j.src->end - j.src->begin));
-                                 break;
-                               case Job::kWeight:
-                                 quantize_rows(*j.src, data, j.smooth ? j.smooth->data() : nullptr,
-                                               scheme, pool, bytes, &scales);
-                                 break;
-                               case Job::kScale:
-                                 bytes->resize(scales.size() * 4);
-                                 std::memcpy(bytes->data(), scales.data(), bytes->size());
-                                 break;
-                               case Job::kNorm:
-                                 smoothed_norm(*j.src, data, *j.smooth, bytes);
-                                 break;
-                               case Job::kQWeight: {
-                                 PAGODA_ASSIGN_OR_RETURN(
-                                     gq, gptq_weight(*j.src, data, *o.hessian, o.gptq, pool));
-                                 put(gq.qweight, bytes);
-                                 break;
-                               }
-                               case Job::kQZeros:
-                                 put(gq.qzeros, bytes);
-                                 break;
-                               case Job::kGScales:
-                                 put(gq.scales, bytes);
-                                 break;
-                               case Job::kGIdx:
-                                 put(gq.g_idx, bytes);
-                                 break;
-                             }
-                             if (j.kind != Job::kWeight && j.kind != Job::kQWeight)
-                               j.shard->release(*j.src);
-                             rep->bytes_out += bytes->size();
-                             if (progress) progress(i + 1, jobs.size(), specs[i].name);
-                             return Status::ok();
-                           });
+  return write_safetensors(
+      (out / "model.safetensors").string(), specs, meta,
+      [&](size_t i, std::vector<uint8_t>* bytes) -> Status {
+        const Job& j = jobs[i];
+        const uint8_t* data = j.src != nullptr ? j.shard->tensor_data(*j.src) : nullptr;
+        switch (j.kind) {
+          case Job::kCopy:
+            bytes->assign(data, data + (j.src->end - j.src->begin));
+            break;
+          case Job::kWeight:
+            quantize_rows(*j.src, data, j.smooth ? j.smooth->data() : nullptr, scheme, pool, bytes,
+                          &scales);
+            break;
+          case Job::kScale:
+            bytes->resize(scales.size() * 4);
+            std::memcpy(bytes->data(), scales.data(), bytes->size());
+            break;
+          case Job::kNorm:
+            smoothed_norm(*j.src, data, *j.smooth, bytes);
+            break;
+          case Job::kQWeight: {
+            PAGODA_ASSIGN_OR_RETURN(gq, gptq_weight(*j.src, data, *o.hessian, o.gptq, pool));
+            put(gq.qweight, bytes);
+            break;
+          }
+          case Job::kQZeros:
+            put(gq.qzeros, bytes);
+            break;
+          case Job::kGScales:
+            put(gq.scales, bytes);
+            break;
+          case Job::kGIdx:
+            put(gq.g_idx, bytes);
+            break;
+          case Job::kKvScale:
+            bytes->resize(4);
+            std::memcpy(bytes->data(), &j.value, 4);
+            break;
+        }
+        if (j.src != nullptr && j.kind != Job::kWeight && j.kind != Job::kQWeight)
+          j.shard->release(*j.src);
+        rep->bytes_out += bytes->size();
+        if (progress) progress(i + 1, jobs.size(), specs[i].name);
+        return Status::ok();
+      });
 }
 
 }  // namespace
@@ -408,6 +434,10 @@ Result<HfQuantizeReport> quantize_hf_folder(
   if ((scheme == Scheme::kInt8 && o.act_max == nullptr) ||
       (scheme == Scheme::kGptq && o.hessian == nullptr))
     return internal_error(o.scheme + " needs the calibration run's statistics");
+  if (o.kv_amax != nullptr && scheme == Scheme::kGptq)
+    return invalid_argument(
+        "KV-cache scales are written as compressed-tensors' kv_cache_scheme, which a GPTQ "
+        "folder has no place for (fp8 and smoothquant have)");
   const fs::path in(in_dir), out(out_dir);
   std::error_code ec;
   if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
@@ -469,6 +499,21 @@ Result<HfQuantizeReport> quantize_hf_folder(
     jobs.push_back({src.shard, &t, Job::kWeight, factors});
     specs.push_back({base + ".weight_scale", "F32", {t.shape[0], 1}});
     jobs.push_back({src.shard, &t, Job::kScale});
+  }
+  if (o.kv_amax != nullptr) {
+    const std::vector<float>& k = o.kv_amax->k_amax();
+    const std::vector<float>& v = o.kv_amax->v_amax();
+    for (size_t l = 0; l < k.size(); ++l) {
+      if (!(k[l] > 0) || !(v[l] > 0) || !std::isfinite(k[l]) || !std::isfinite(v[l]))
+        return internal_error("the calibration run saw no keys or values in layer " +
+                              std::to_string(l));
+      for (const auto& [which, amax] : {std::pair{"k_scale", k[l]}, std::pair{"v_scale", v[l]}}) {
+        specs.push_back({"model.layers." + std::to_string(l) + ".self_attn." + which, "F32", {1}});
+        Job j{nullptr, nullptr, Job::kKvScale};
+        j.value = amax / kE4m3Max;
+        jobs.push_back(j);
+      }
+    }
   }
   PAGODA_RETURN_IF_ERROR(check_out_dir(out));
   const Status st =

@@ -18,6 +18,11 @@
 //                run, not layer by layer after the layers before were quantized
 //                (true_sequential: false in the config).
 //
+// With a KV calibration (`--kv-cache-scales`), fp8 and smoothquant folders also carry
+// compressed-tensors' FP8 kv_cache_scheme: model.layers.N.self_attn.k_scale / v_scale, the
+// largest |key| (after RoPE) and |value| each layer wrote over the calibration text,
+// divided by 448 (model/kv_amax.h), which Pagoda's CUDA FP8 cache and vLLM read.
+//
 // The linear layers of the decoder (q/k/v/o, gate/up/down projections) are quantized;
 // embeddings, norms and lm_head stay as they are. The folder's other files (tokenizer,
 // generation config, chat template) are copied and config.json gains the
@@ -33,6 +38,7 @@
 #include "model/channel_max.h"
 #include "model/gptq.h"
 #include "model/hessian.h"
+#include "model/kv_amax.h"
 
 namespace pagoda {
 
@@ -50,7 +56,9 @@ struct HfQuantizeOptions {
   float alpha = 0.5f;                            // smoothquant: migration strength
   const ChannelMaxCollector* act_max = nullptr;  // smoothquant: the calibration statistic
   const HessianCollector* hessian = nullptr;     // gptq: the calibration statistic
-  GptqOptions gptq;                              // gptq: bits, group size, sym, act order
+  // fp8, smoothquant: per-layer FP8 KV-cache scales (amax / 448) as kv_cache_scheme.
+  const KvAmaxCollector* kv_amax = nullptr;
+  GptqOptions gptq;  // gptq: bits, group size, sym, act order
 };
 
 // Schemes that need a calibration run before quantize_hf_folder.

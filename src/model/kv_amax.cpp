@@ -6,6 +6,7 @@ namespace pagoda {
 
 void KvAmaxCollector::observe_kv(int layer, const float* k, const float* v, int64_t n,
                                  int64_t stride, int64_t kv_dim) {
+  if (layer == 0) tokens_ += n;
   float& km = k_[static_cast<size_t>(layer)];
   float& vm = v_[static_cast<size_t>(layer)];
   for (int64_t i = 0; i < n; ++i)

@@ -21,15 +21,21 @@ class KvAmaxCollector : public ActivationObserver {
                   int64_t kv_dim) override;
   const std::vector<float>& k_amax() const { return k_; }
   const std::vector<float>& v_amax() const { return v_; }
+  int64_t tokens() const { return tokens_; }  // rows layer 0 saw
 
  private:
   std::vector<float> k_, v_;
+  int64_t tokens_ = 0;
 };
 
-// Forwards every call to each of `parts` (one calibration pass feeding several statistics).
+// Forwards every call to each non-null one of `parts` (one calibration pass feeding
+// several statistics).
 class ObserverFan : public ActivationObserver {
  public:
-  explicit ObserverFan(std::vector<ActivationObserver*> parts) : parts_(std::move(parts)) {}
+  explicit ObserverFan(const std::vector<ActivationObserver*>& parts) {
+    for (ActivationObserver* p : parts)
+      if (p != nullptr) parts_.push_back(p);
+  }
   void observe(int layer, Input which, const float* x, int64_t n, int64_t cols) override {
     for (ActivationObserver* p : parts_) p->observe(layer, which, x, n, cols);
   }

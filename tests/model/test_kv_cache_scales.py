@@ -86,3 +86,39 @@ def test_missing_and_invalid_scales_are_refused(scaled, tmp_path):
     proc = run_pagoda("run", "-m", edited(scaled, tmp_path, tensors=negative), "-p", "Hi", "-n",
                       1, check=False)
     assert proc.returncode != 0 and "positive and finite" in proc.stderr, proc.stderr
+
+
+def test_pagoda_quantize_calibrates_the_same_scales(scaled, tmp_path):
+    # Pagoda's own calibration (its CPU forward, the same chunks) against transformers'.
+    out = tmp_path / "fp8kv"
+    run_pagoda("quantize", SRC, out, "fp8", "--kv-cache-scales", "--samples", 4, "--seq-len", 128)
+    cfg = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert cfg["kv_cache_scheme"]["type"] == "float" and cfg["kv_cache_scheme"]["num_bits"] == 8
+    from safetensors import safe_open
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        for which in ("k_scale", "v_scale"):
+            ours = np.array([float(f.get_tensor(f"model.layers.{l}.self_attn.{which}")[0])
+                             for l in range(30)])
+            ref = np.array(scaled["scales"][which])
+            ratio = ours / ref
+            print(which, ratio.min(), ratio.max())
+            # Measured within 0.11% (float32 sums in a different order).
+            assert np.abs(ratio - 1).max() < 5e-3, (which, ratio)
+    assert "Paris" in run_pagoda("run", "-m", out, "-p", "The capital of France is",
+                                 "--temperature", 0, "-n", 4).stdout
+
+
+@pytest.mark.parametrize("args,named", [
+    (["gptq"], "GPTQ folder has no place"),
+])
+def test_kv_cache_scales_flag_refusals(tmp_path, args, named):
+    proc = run_pagoda("quantize", SRC, tmp_path / "o", *args, "--kv-cache-scales", check=False)
+    assert proc.returncode != 0 and named in proc.stderr, proc.stderr
+
+
+def test_kv_cache_scales_flag_refused_for_gguf(tmp_path):
+    gguf = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.F16.gguf")
+    proc = run_pagoda("quantize", gguf, tmp_path / "o.gguf", "Q8_0", "--kv-cache-scales",
+                      check=False)
+    assert proc.returncode != 0 and "--kv-cache-scales applies to the folder" in proc.stderr, \
+        proc.stderr

@@ -299,7 +299,8 @@ bool is_hf_scheme(std::string s) {
 // column; gptq: sum x x^T).
 template <typename Observer, typename Make>
 Result<std::unique_ptr<Observer>> calibrate(const Args& args, const std::string& in,
-                                            ThreadPool& pool, const Make& make) {
+                                            ThreadPool& pool, const Make& make,
+                                            std::unique_ptr<KvAmaxCollector>* kv = nullptr) {
   const std::string path =
       args.get_or("--calibration", "../shared/testdata/text/tinyshakespeare.txt");
   PAGODA_ASSIGN_OR_RETURN(const int64_t samples, args.get_int("--samples", 128, 1, 1 << 20));
@@ -307,11 +308,14 @@ Result<std::unique_ptr<Observer>> calibrate(const Args& args, const std::string&
   PAGODA_ASSIGN_OR_RETURN(const std::string text, read_text_file(path));
   PAGODA_ASSIGN_OR_RETURN(Loaded loaded, load(in, true, true));
   std::unique_ptr<Observer> collector = make(loaded.model->config().n_layers);
+  // --kv-cache-scales: the same pass also records each layer's largest key and value.
+  if (kv != nullptr) *kv = std::make_unique<KvAmaxCollector>(loaded.model->config().n_layers);
+  ObserverFan fan({collector.get(), kv != nullptr ? kv->get() : nullptr});
   PerplexityOptions po;
   po.n_ctx = po.n_batch = static_cast<int>(seq_len);
   po.n_chunks = static_cast<int>(samples);
   RunnerOptions o = perplexity_runner_options(po);
-  o.observer = collector.get();
+  o.observer = kv != nullptr ? static_cast<ActivationObserver*>(&fan) : collector.get();
   auto runner = make_cpu_runner(*loaded.model, pool, o);
   const Tokenizer& tok = *loaded.tokenizer;
   const std::vector<int32_t> tokens = tok.encode(text, true, false);
@@ -344,7 +348,12 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
     return invalid_argument("a Hugging Face folder quantizes to fp8, smoothquant or gptq; '" +
                             scheme + "' is not a scheme Pagoda writes into a folder");
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (!hf_scheme_calibrates(scheme))
+  const bool kv_scales = args.has("--kv-cache-scales");
+  if (kv_scales && scheme == "gptq")
+    return invalid_argument(
+        "--kv-cache-scales writes compressed-tensors' kv_cache_scheme, which a GPTQ folder has "
+        "no place for (fp8 and smoothquant have)");
+  if (!hf_scheme_calibrates(scheme) && !kv_scales)
     for (const char* flag : {"--calibration", "--samples", "--seq-len"})
       if (args.has(flag))
         return invalid_argument(std::string(flag) + ": " + scheme +
@@ -374,10 +383,12 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   PAGODA_ASSIGN_OR_RETURN(options.gptq.damp, args.get_double("--damp", 0.01, 0.0, 1.0));
   std::unique_ptr<ChannelMaxCollector> act_max;
   std::unique_ptr<HessianCollector> hessian;
+  std::unique_ptr<KvAmaxCollector> kv_amax;
   if (scheme == "smoothquant") {
-    PAGODA_ASSIGN_OR_RETURN(act_max, calibrate<ChannelMaxCollector>(args, in, pool, [](int n) {
-                              return std::make_unique<ChannelMaxCollector>(n);
-                            }));
+    PAGODA_ASSIGN_OR_RETURN(
+        act_max, calibrate<ChannelMaxCollector>(
+                     args, in, pool, [](int n) { return std::make_unique<ChannelMaxCollector>(n); },
+                     kv_scales ? &kv_amax : nullptr));
     options.act_max = act_max.get();
   } else if (scheme == "gptq") {
     PAGODA_ASSIGN_OR_RETURN(hessian, calibrate<HessianCollector>(args, in, pool, [&](int n) {
@@ -385,7 +396,12 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
                             }));
     PAGODA_RETURN_IF_ERROR(hessian->status());
     options.hessian = hessian.get();
+  } else if (kv_scales) {
+    PAGODA_ASSIGN_OR_RETURN(kv_amax, calibrate<KvAmaxCollector>(args, in, pool, [](int n) {
+                              return std::make_unique<KvAmaxCollector>(n);
+                            }));
   }
+  options.kv_amax = kv_amax.get();
   const auto t0 = std::chrono::steady_clock::now();
   // A bar redrawn at most 5 times a second on a terminal; a line per tenth otherwise.
   const bool tty = isatty(2) != 0;
@@ -418,7 +434,7 @@ Result<std::string> quantize(const Args& args) {
                             " writes a Hugging Face folder and reads one: IN must be a "
                             "checkpoint folder (scripts/hf_from_gguf.py makes one from a GGUF)");
   for (const char* flag : {"--calibration", "--samples", "--seq-len", "--alpha", "--bits",
-                           "--group-size", "--sym", "--act-order", "--damp"})
+                           "--group-size", "--sym", "--act-order", "--damp", "--kv-cache-scales"})
     if (args.has(flag))
       return invalid_argument(std::string(flag) +
                               " applies to the folder schemes, not to GGUF types");
@@ -466,7 +482,7 @@ int cmd_quantize(int argc, char** argv) {
        "importance matrix (pagoda imatrix, or llama-imatrix's GGUF): weigh each weight's "
        "rounding error by its input's mean square (4-, 5-bit and K types)"},
       {"--calibration", "", true,
-       "smoothquant, gptq: calibration text (default "
+       "smoothquant, gptq, --kv-cache-scales: calibration text (default "
        "../shared/testdata/text/tinyshakespeare.txt)"},
       {"--samples", "", true, "smoothquant, gptq: calibration chunks (default 128)"},
       {"--seq-len", "", true, "smoothquant, gptq: tokens a calibration chunk (default 512)"},
@@ -478,6 +494,9 @@ int cmd_quantize(int argc, char** argv) {
       {"--act-order", "", false,
        "gptq: quantize columns by descending Hessian diagonal (desc_act, g_idx)"},
       {"--damp", "", true, "gptq: dampening, a share of the Hessian's mean diagonal (0.01)"},
+      {"--kv-cache-scales", "", false,
+       "fp8, smoothquant: also calibrate per-layer FP8 KV-cache scales (compressed-tensors "
+       "kv_cache_scheme; read by --kv-cache-dtype fp8 on CUDA)"},
       {"--help", "-h", false, "show this help"},
   };
   auto args = Args::parse(argc, argv, 1, specs);
