@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from pagoda_util import all_logits, ROOT, run_pagoda
+from pagoda_util import all_logits, plan_and_loaded_weight_bytes, ROOT, run_pagoda
 
 SCRIPT = os.path.join(ROOT, "scripts", "hf_awq_gptq.py")
 SRC = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct-hf")
@@ -276,3 +276,11 @@ def test_corrupt_tensors_are_refused_by_name(folders, tmp_path, variant, param, 
     r = run_pagoda("info", "-m", dst, check=False)
     assert r.returncode != 0
     assert "model.layers.2.mlp.up_proj" in r.stderr and named in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name", ["awq_g64", "gptq4_sym", "gptq4_asym", "gptq8_sym", "gptq4_act"])
+def test_plan_counts_the_loaded_bytes(folders, name):
+    # `pagoda plan` counts each layer as the type it converts to; the issue asks for 2%.
+    # Measured: equal to the byte on the CPU.
+    planned, loaded = plan_and_loaded_weight_bytes(str(folders[name]))
+    assert abs(planned - loaded) <= 0.02 * loaded, (planned, loaded)

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 import pytest
 
-from pagoda_util import all_logits, ROOT, run_pagoda
+from pagoda_util import all_logits, plan_and_loaded_weight_bytes, ROOT, run_pagoda
 
 import bitsandbytes.functional as bnbf  # noqa: E402  (scripts/setup.sh installs it)
 import torch  # noqa: E402
@@ -264,3 +264,11 @@ def test_cuda_greedy_text_starts_the_same(folders, tmp_path):
     ref_text = tok.decode(ref[0, ids.shape[1]:])
     print(f"cuda nf4_dq: pagoda {out!r}, transformers {ref_text!r}")
     assert out.split()[:2] == ref_text.split()[:2]
+
+
+@pytest.mark.parametrize("name", ["nf4", "nf4_dq"])
+def test_plan_counts_the_loaded_bytes(folders, name):
+    # `pagoda plan` counts each layer as the type it converts to; the issue asks for 2%.
+    # Measured: equal to the byte on the CPU.
+    planned, loaded = plan_and_loaded_weight_bytes(str(folders[name]))
+    assert abs(planned - loaded) <= 0.02 * loaded, (planned, loaded)
