@@ -44,6 +44,7 @@ class InstantRunner : public ModelRunner {
   DeviceKind device_kind() const override { return DeviceKind::kCpu; }
   std::string describe() const override { return "instant"; }
   size_t decode_weight_bytes() const override { return 0; }
+  size_t weight_bytes() const override { return 0; }
   Status forward(const Batch& b, const StepOutput& out) override {
     if (!out.tokens || out.sampling) return unsupported("greedy only");
     if (wait_ms_ > 0)

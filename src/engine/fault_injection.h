@@ -40,6 +40,7 @@ class FaultInjectingRunner : public ModelRunner {
   DeviceKind device_kind() const override { return inner_.device_kind(); }
   std::string describe() const override { return inner_.describe(); }
   size_t decode_weight_bytes() const override { return inner_.decode_weight_bytes(); }
+  size_t weight_bytes() const override { return inner_.weight_bytes(); }
   // Every pass, whatever it hands back (logits, greedy or sampled picks), is counted.
   Status forward(const Batch& batch, const StepOutput& out) override;
   bool picks_tokens(bool sampled) const override { return inner_.picks_tokens(sampled); }

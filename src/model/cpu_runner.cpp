@@ -23,6 +23,7 @@ class CpuRunner : public ModelRunner {
            (c.empty() ? std::string() : " (converted " + c + ")");
   }
   size_t decode_weight_bytes() const override { return model_.decode_weight_bytes(); }
+  size_t weight_bytes() const override { return model_.weight_bytes(); }
   Status forward(const Batch& batch, const StepOutput& out) override;
   // Greedy picks are the argmax of its own logits (cheap next to the pass): greedy
   // requests take the pipelined path on the CPU too. Sampled draws are the host

@@ -73,6 +73,8 @@ class ModelRunner {
   virtual std::string describe() const = 0;
   // Bytes a single-token decode step reads from weights (for bandwidth figures).
   virtual size_t decode_weight_bytes() const = 0;
+  // Bytes the loaded weights hold on the device (the figure `pagoda plan` predicts).
+  virtual size_t weight_bytes() const = 0;
   // Runs the batch, writing its K/V into the pool, and hands back what `out` asks for:
   // the logit rows' logits, or one token each picked by the runner (on a GPU the logits
   // never leave the device). A pick the runner cannot make (picks_tokens) is unsupported.

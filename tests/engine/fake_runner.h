@@ -40,6 +40,7 @@ class FakeRunner : public ModelRunner {
   DeviceKind device_kind() const override { return DeviceKind::kCpu; }
   std::string describe() const override { return "fake"; }
   size_t decode_weight_bytes() const override { return 0; }
+  size_t weight_bytes() const override { return 0; }
 
   Status forward(const Batch& b, const StepOutput& out) override {
     PAGODA_RETURN_IF_ERROR(out.check());

@@ -118,10 +118,11 @@ int bench_runner(const std::string& model_path, const RunnerBenchConfig& bc) {
         "{\"model\":%s,\"device\":%s,\"prompt_len\":%d,\"gen_len\":%d,\"depth\":%d,\"parallel\":%d,"
         "\"repeats\":%lld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,\"prefill_runs\":%s,"
         "\"decode_runs\":%s,\"decode_bytes_per_step\":%.0f,\"decode_gb_s\":%.1f,\"load_s\":%.3f,"
-        "\"pipelined\":%s}\n",
+        "\"pipelined\":%s,\"weight_bytes\":%zu}\n",
         json_string(model_path).c_str(), json_string(r.describe()).c_str(), P, G, D, B,
         static_cast<long long>(bc.repeats), pp_tps, tg_tps, json_array(pp).c_str(),
-        json_array(tg).c_str(), step_bytes, gbps, load_s, bc.pipelined ? "true" : "false");
+        json_array(tg).c_str(), step_bytes, gbps, load_s, bc.pipelined ? "true" : "false",
+        r.weight_bytes());
   } else {
     std::printf("model %s (%s)\n%s, load %.2f s\n", model_path.c_str(), c.name.c_str(),
                 r.describe().c_str(), load_s);

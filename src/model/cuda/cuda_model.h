@@ -31,6 +31,7 @@ class CudaModel : public ModelRunner {
   DeviceKind device_kind() const override { return DeviceKind::kCuda; }
   std::string describe() const override;
   size_t decode_weight_bytes() const override;
+  size_t weight_bytes() const override { return weight_bytes_; }
   Status forward(const Batch& batch, const StepOutput& out) override;
   // Both on the device: the argmax, and the draw of a StepSampling row.
   bool picks_tokens(bool) const override { return true; }
