@@ -15,10 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string text_of(const json& v) {
-  return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -100,7 +96,7 @@ Result<AgConfig> parse_awq_gptq_config(std::string_view text) {
   if (j.is_discarded() || !j.is_object())
     return corrupt("config.json quantization_config is not an object");
   const json* m = find_key(j, "quant_method");
-  const std::string method = m != nullptr ? lower(text_of(*m)) : "";
+  const std::string method = m != nullptr ? lower(json_text(*m)) : "";
   AgConfig c;
   c.awq = method == "awq";
   if (!c.awq && method != "gptq")
@@ -108,7 +104,7 @@ Result<AgConfig> parse_awq_gptq_config(std::string_view text) {
   const std::string where = "config.json quantization_config (" + method + ")";
   for (auto it = j.begin(); it != j.end(); ++it)
     if (harmless_keys(c.awq).count(it.key()) == 0 && !it.value().is_null())
-      return unsupported(where + " key '" + it.key() + "' (" + text_of(it.value()) +
+      return unsupported(where + " key '" + it.key() + "' (" + json_text(it.value()) +
                          ") is not one Pagoda reads; refusing rather than guess its effect on "
                          "the weights");
   PAGODA_ASSIGN_OR_RETURN(c.bits, int_key(j, "bits", "w_bit", 4, where));
@@ -117,7 +113,7 @@ Result<AgConfig> parse_awq_gptq_config(std::string_view text) {
     return corrupt(where + str_format(" group_size %d is not -1 or positive", c.group_size));
   if (c.awq) {
     const json* v = find_key(j, "version");
-    const std::string version = v != nullptr ? lower(text_of(*v)) : "gemm";
+    const std::string version = v != nullptr ? lower(json_text(*v)) : "gemm";
     if (version != "gemm")
       return unsupported(where + " version '" + version +
                          "' is not supported (Pagoda reads AWQ gemm checkpoints)");
@@ -145,7 +141,7 @@ Result<AgConfig> parse_awq_gptq_config(std::string_view text) {
   (void)sym;  // the zero points say it; a sym layer converts exactly either way
   const json* f = find_key(j, "checkpoint_format");
   if (f == nullptr) f = find_key(j, "format");
-  const std::string format = f != nullptr ? lower(text_of(*f)) : "gptq";
+  const std::string format = f != nullptr ? lower(json_text(*f)) : "gptq";
   if (format != "gptq" && format != "gptq_v2")
     return unsupported(where + " checkpoint_format '" + format +
                        "' is not supported (gptq and gptq_v2 are)");
@@ -155,11 +151,11 @@ Result<AgConfig> parse_awq_gptq_config(std::string_view text) {
   PAGODA_ASSIGN_OR_RETURN(const bool marlin, bool_key(j, "is_marlin_format", false, where));
   if (marlin) return unsupported(where + " is_marlin_format true is not supported");
   if (const json* d = find_key(j, "dynamic"); d != nullptr && !(d->is_object() && d->empty()))
-    return unsupported(where + " dynamic (per-module overrides " + text_of(*d) +
+    return unsupported(where + " dynamic (per-module overrides " + json_text(*d) +
                        ") is not supported");
   if (const json* p = find_key(j, "pack_dtype");
-      p != nullptr && lower(text_of(*p)) != "int32" && lower(text_of(*p)) != "torch.int32")
-    return unsupported(where + " pack_dtype '" + text_of(*p) + "' is not supported (int32 is)");
+      p != nullptr && lower(json_text(*p)) != "int32" && lower(json_text(*p)) != "torch.int32")
+    return unsupported(where + " pack_dtype '" + json_text(*p) + "' is not supported (int32 is)");
   return c;
 }
 

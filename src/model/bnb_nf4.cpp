@@ -36,10 +36,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string text_of(const json& v) {
-  return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
 bool flag(const json& j, const char* key, const char* alt) {
   for (const char* k : {key, alt})
     if (const json* v = find_key(j, k); v != nullptr && v->is_boolean() && v->get<bool>())
@@ -63,17 +59,18 @@ Result<BnbConfig> parse_config(std::string_view text) {
   if (!flag(j, "load_in_4bit", "_load_in_4bit"))
     return unsupported(where + " sets neither load_in_4bit nor load_in_8bit");
   const json* qt = find_key(j, "bnb_4bit_quant_type");
-  const std::string type = qt != nullptr ? text_of(*qt) : "fp4";  // transformers' default
+  const std::string type = qt != nullptr ? json_text(*qt) : "fp4";  // transformers' default
   if (type != "nf4")
     return unsupported(where + ": bnb_4bit_quant_type '" + type +
                        "' is not supported (nf4 is; fp4's code book is not read)");
-  if (const json* s = find_key(j, "bnb_4bit_quant_storage"); s != nullptr && text_of(*s) != "uint8")
-    return unsupported(where + ": bnb_4bit_quant_storage '" + text_of(*s) +
+  if (const json* s = find_key(j, "bnb_4bit_quant_storage");
+      s != nullptr && json_text(*s) != "uint8")
+    return unsupported(where + ": bnb_4bit_quant_storage '" + json_text(*s) +
                        "' (codes packed into another dtype) is not supported (uint8 is)");
   // The dtype bitsandbytes dequantizes to before its matmul: a precision choice that the
   // stored codes do not depend on; Pagoda multiplies with its own activation scheme.
   if (const json* d = find_key(j, "bnb_4bit_compute_dtype")) {
-    const std::string dt = text_of(*d);
+    const std::string dt = json_text(*d);
     if (dt != "float32" && dt != "float16" && dt != "bfloat16" && dt != "torch.float32" &&
         dt != "torch.float16" && dt != "torch.bfloat16")
       return unsupported(where + ": bnb_4bit_compute_dtype '" + dt +
@@ -215,8 +212,8 @@ Result<std::unique_ptr<QuantLayer>> make_bnb_layer(const std::string& module,
     if (!have) return not_found("checkpoint has no " + quant_piece_name(module, name));
   const std::string what = quant_piece_name(module, kQuantState);
   PAGODA_ASSIGN_OR_RETURN(const json qs, quant_state(module, *state));
-  if (const json* t = find_key(qs, "quant_type"); t == nullptr || text_of(*t) != "nf4")
-    return unsupported(what + " quant_type " + (t ? text_of(*t) : std::string("(none)")) +
+  if (const json* t = find_key(qs, "quant_type"); t == nullptr || json_text(*t) != "nf4")
+    return unsupported(what + " quant_type " + (t ? json_text(*t) : std::string("(none)")) +
                        " is not supported (nf4 is)");
   const json* shape = find_key(qs, "shape");
   if (shape == nullptr || !shape->is_array() || shape->size() != 2 ||

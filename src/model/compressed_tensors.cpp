@@ -14,23 +14,19 @@ namespace {
 
 using nlohmann::json;
 
-std::string text_of(const json& v) {
-  return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
 // The keys of a group's "weights" that change what the file holds, as Pagoda reads them.
 Status read_weights(const json& w, const std::string& format, CtScheme* s) {
   const std::string where = "compressed-tensors group '" + s->name + "' weights: ";
   const json* bits = find_key(w, "num_bits");
   const json* type = find_key(w, "type");
   const int nbits = bits != nullptr && bits->is_number_integer() ? bits->get<int>() : 8;
-  const std::string ty = type != nullptr ? text_of(*type) : "int";
+  const std::string ty = type != nullptr ? json_text(*type) : "int";
   if (const json* sym = find_key(w, "symmetric")) {
     if (!sym->is_boolean()) return corrupt(where + "symmetric is not a boolean");
     s->symmetric = sym->get<bool>();
   }
   const json* strategy = find_key(w, "strategy");
-  s->strategy = strategy != nullptr ? text_of(*strategy) : "tensor";
+  s->strategy = strategy != nullptr ? json_text(*strategy) : "tensor";
   if (const json* g = find_key(w, "group_size")) {
     if (!g->is_number_integer() || g->get<int64_t>() <= 0 || g->get<int64_t>() > (1 << 24))
       return corrupt(where + "group_size is not a positive integer");
@@ -39,17 +35,17 @@ Status read_weights(const json& w, const std::string& format, CtScheme* s) {
   if (const json* a = find_key(w, "actorder")) {
     // "static" reorders only while quantizing: the groups stay contiguous and no g_idx
     // is written. "group"/"weight" need the g_idx permutation.
-    const std::string order = text_of(*a);
+    const std::string order = json_text(*a);
     if (order != "static" && order != "false")
       return unsupported(where + "actorder '" + order +
                          "' (activation-ordered groups, g_idx) is not supported");
   }
   if (const json* d = find_key(w, "dynamic"); d != nullptr && !(d->is_boolean() && !d->get<bool>()))
-    return unsupported(where + "dynamic weight quantization (" + text_of(*d) +
+    return unsupported(where + "dynamic weight quantization (" + json_text(*d) +
                        ") is not supported");
   for (const char* key : {"block_structure", "scale_dtype", "zp_dtype"})
     if (const json* v = find_key(w, key))
-      return unsupported(where + key + " " + text_of(*v) + " is not supported");
+      return unsupported(where + key + " " + json_text(*v) + " is not supported");
   const bool per_row_or_group =
       s->strategy == "channel" || s->strategy == "group" || s->strategy == "tensor";
   if (!per_row_or_group)
@@ -90,10 +86,10 @@ Status check_activations(const json& g, const CtScheme& s) {
     const json* bits = find_key(*a, "num_bits");
     if (bits == nullptr || !bits->is_number_integer() || bits->get<int>() != 8)
       return unsupported(where + "input_activations of " +
-                         (bits != nullptr ? text_of(*bits) : std::string("unstated")) +
+                         (bits != nullptr ? json_text(*bits) : std::string("unstated")) +
                          " bits are not supported (8-bit are)");
     const json* strat = find_key(*a, "strategy");
-    const std::string st = strat != nullptr ? text_of(*strat) : "tensor";
+    const std::string st = strat != nullptr ? json_text(*strat) : "tensor";
     if (st != "token" && st != "tensor")
       return unsupported(where + "input_activations strategy '" + st + "' is not supported");
   }
@@ -111,18 +107,18 @@ Status read_kv_cache_scheme(const json& kv, CtConfig* c) {
   const json* strategy = find_key(kv, "strategy");
   const json* dynamic = find_key(kv, "dynamic");
   const json* symmetric = find_key(kv, "symmetric");
-  const std::string desc = (bits != nullptr ? text_of(*bits) : "8") + "-bit " +
-                           (type != nullptr ? text_of(*type) : "int") + ", strategy " +
-                           (strategy != nullptr ? text_of(*strategy) : "tensor");
+  const std::string desc = (bits != nullptr ? json_text(*bits) : "8") + "-bit " +
+                           (type != nullptr ? json_text(*type) : "int") + ", strategy " +
+                           (strategy != nullptr ? json_text(*strategy) : "tensor");
   const bool fp8 = (bits == nullptr || (bits->is_number_integer() && bits->get<int>() == 8)) &&
-                   type != nullptr && text_of(*type) == "float" &&
-                   (strategy == nullptr || text_of(*strategy) == "tensor");
+                   type != nullptr && json_text(*type) == "float" &&
+                   (strategy == nullptr || json_text(*strategy) == "tensor");
   if (!fp8)
     return unsupported(where + desc +
                        " is not supported (8-bit float, one scale a tensor, is: Pagoda's FP8 "
                        "KV cache)");
   if (dynamic != nullptr && !(dynamic->is_boolean() && !dynamic->get<bool>()))
-    return unsupported(where + "dynamic scales (" + text_of(*dynamic) + ") are not supported");
+    return unsupported(where + "dynamic scales (" + json_text(*dynamic) + ") are not supported");
   if (symmetric != nullptr && !(symmetric->is_boolean() && symmetric->get<bool>()))
     return unsupported(where + "asymmetric FP8 is not supported");
   c->kv_cache_fp8 = true;
@@ -173,8 +169,8 @@ Result<CtConfig> parse_compressed_tensors_config(std::string_view text) {
     return corrupt("config.json quantization_config is not an object");
   const std::string where = "config.json quantization_config";
   if (const json* s = find_key(j, "quantization_status");
-      s != nullptr && text_of(*s) != "compressed")
-    return unsupported(where + " quantization_status '" + text_of(*s) +
+      s != nullptr && json_text(*s) != "compressed")
+    return unsupported(where + " quantization_status '" + json_text(*s) +
                        "' is not supported (compressed checkpoints are)");
   CtConfig c;
   if (const json* kv = find_key(j, "kv_cache_scheme"); kv != nullptr && !kv->is_null())
@@ -183,7 +179,7 @@ Result<CtConfig> parse_compressed_tensors_config(std::string_view text) {
     if (const json* v = find_key(j, key); v != nullptr && !(v->is_object() && v->empty()))
       return unsupported(where + " " + key + " is not supported");
   const json* fmt = find_key(j, "format");
-  const std::string top_format = fmt != nullptr ? text_of(*fmt) : "";
+  const std::string top_format = fmt != nullptr ? json_text(*fmt) : "";
   const json* groups = find_key(j, "config_groups");
   const bool no_groups = groups == nullptr || (groups->is_object() && groups->empty());
   if (no_groups && !c.kv_cache_fp8) return corrupt(where + " has no config_groups");
@@ -195,7 +191,7 @@ Result<CtConfig> parse_compressed_tensors_config(std::string_view text) {
     const json& g = it.value();
     if (!g.is_object()) return corrupt(where + " group '" + s.name + "' is not an object");
     const json* gf = find_key(g, "format");
-    const std::string format = gf != nullptr ? text_of(*gf) : top_format;
+    const std::string format = gf != nullptr ? json_text(*gf) : top_format;
     const json* w = find_key(g, "weights");
     if (w == nullptr || !w->is_object())
       return unsupported(where + " group '" + s.name +

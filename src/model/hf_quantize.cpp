@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "backend/cpu/quant_blocks.h"
 #include "core/dtype.h"
 #include "core/fp8.h"
 #include "model/hf_folder.h"
@@ -52,7 +53,7 @@ void load_row(const SafetensorsTensor& t, const uint8_t* data, int64_t r, int64_
   }
 }
 
-enum class Scheme { kFp8, kInt8, kGptq };
+enum class Scheme { kFp8, kInt8, kGptq, kNf4 };
 
 // One scale per output channel, amax / (448 or 127) in f32 (1 for an all-zero row, as
 // nothing then depends on it); each weight E4M3(w / scale), or round(w / scale) clamped
@@ -173,6 +174,78 @@ Result<GptqTensors> gptq_weight(const SafetensorsTensor& t, const uint8_t* data,
   return q;
 }
 
+// bitsandbytes' 4-bit NF4 as transformers' BitsAndBytesConfig saves it (no double
+// quantization): blocks of 64 weights of the flattened matrix, absmax per block in f32,
+// each weight the nearest of NF4's 16 code values times absmax, two codes a byte with the
+// first in the high nibble.
+constexpr int64_t kNf4Block = 64;
+
+struct Nf4Tensors {
+  std::vector<uint8_t> packed;  // n / 2 bytes
+  std::vector<float> absmax;    // one per started block
+};
+
+// Block b of the flattened weights w (n of them) into q's absmax and codes.
+void nf4_block(const float* w, int64_t b, int64_t n, Nf4Tensors* q) {
+  const int64_t e0 = b * kNf4Block, e1 = std::min(n, e0 + kNf4Block);
+  float amax = 0;
+  for (int64_t e = e0; e < e1; ++e) amax = std::fmax(amax, std::fabs(w[e]));
+  q->absmax[b] = amax;
+  const float inv = amax > 0 ? 1.0f / amax : 0.0f;
+  for (int64_t e = e0; e < e1; ++e) {
+    const float x = w[e] * inv;
+    int best = 0;
+    for (int c = 1; c < 16; ++c)
+      if (std::fabs(x - cpu::kNf4Code[c]) < std::fabs(x - cpu::kNf4Code[best])) best = c;
+    q->packed[e / 2] |= static_cast<uint8_t>((e & 1) != 0 ? best : best << 4);
+  }
+}
+
+Nf4Tensors nf4_weight(const SafetensorsTensor& t, const uint8_t* data, ThreadPool& pool) {
+  const int64_t rows = t.shape[0], cols = t.shape[1], n = rows * cols;
+  std::vector<float> w(static_cast<size_t>(n));
+  pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) load_row(t, data, r, cols, w.data() + r * cols);
+  });
+  Nf4Tensors q;
+  const int64_t blocks = (n + kNf4Block - 1) / kNf4Block;
+  q.absmax.resize(static_cast<size_t>(blocks));
+  q.packed.assign(static_cast<size_t>(n / 2), 0);
+  // Blocks start at even elements, so no byte of `packed` is shared between two of them.
+  pool.parallel_for(blocks, 256, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) nf4_block(w.data(), b, n, &q);
+  });
+  return q;
+}
+
+// The quant_state JSON bitsandbytes keeps beside each weight (stored as uint8 bytes).
+std::string nf4_quant_state(const SafetensorsTensor& t) {
+  ojson qs;
+  qs["quant_type"] = "nf4";
+  qs["blocksize"] = kNf4Block;
+  qs["dtype"] = t.dtype == "F32" ? "float32" : t.dtype == "F16" ? "float16" : "bfloat16";
+  qs["shape"] = t.shape;
+  return qs.dump();
+}
+
+ojson nf4_config(const std::string& compute_dtype) {
+  ojson qc;
+  qc["quant_method"] = "bitsandbytes";
+  qc["load_in_4bit"] = true;
+  qc["load_in_8bit"] = false;
+  qc["_load_in_4bit"] = true;
+  qc["_load_in_8bit"] = false;
+  qc["bnb_4bit_quant_type"] = "nf4";
+  qc["bnb_4bit_use_double_quant"] = false;
+  qc["bnb_4bit_compute_dtype"] = compute_dtype;
+  qc["bnb_4bit_quant_storage"] = "uint8";
+  qc["llm_int8_skip_modules"] = {"lm_head"};
+  qc["llm_int8_threshold"] = 6.0;
+  qc["llm_int8_has_fp16_weight"] = false;
+  qc["llm_int8_enable_fp32_cpu_offload"] = false;
+  return qc;
+}
+
 template <typename T>
 void put(const std::vector<T>& v, std::vector<uint8_t>* bytes) {
   bytes->resize(v.size() * sizeof(T));
@@ -183,13 +256,24 @@ void put(const std::vector<T>& v, std::vector<uint8_t>* bytes) {
 struct Job {
   const SafetensorsFile* shard;
   const SafetensorsTensor* src;
-  enum Kind { kCopy, kWeight, kScale, kNorm, kQWeight, kQZeros, kGScales, kGIdx, kKvScale } kind;
+  enum Kind {
+    kCopy,
+    kWeight,
+    kScale,
+    kNorm,
+    kQWeight,
+    kQZeros,
+    kGScales,
+    kGIdx,
+    kKvScale,
+    kNf4Weight,
+    kNf4Absmax,
+    kNf4Map,
+    kNf4State
+  } kind;
   const std::vector<float>* smooth = nullptr;  // kWeight: column factors; kNorm: divisors
   float value = 0;                             // kKvScale (which has no source tensor)
 };
-
-// FP8 E4M3's largest finite value: a KV-cache scale maps the calibration's amax onto it.
-constexpr float kE4m3Max = 448.0f;
 
 // compressed-tensors' FP8 KV-cache scheme: one static scale per layer for K and for V.
 ojson kv_cache_scheme() {
@@ -358,12 +442,15 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
                     ThreadPool& pool,
                     const std::function<void(size_t, size_t, const std::string&)>& progress,
                     HfQuantizeReport* rep) {
-  ojson qc = scheme == Scheme::kGptq ? gptq_config(o.gptq) : quantization_config(scheme);
+  ojson qc = scheme == Scheme::kGptq  ? gptq_config(o.gptq)
+             : scheme == Scheme::kNf4 ? nf4_config(config.value("torch_dtype", "bfloat16"))
+                                      : quantization_config(scheme);
   if (o.kv_amax != nullptr) qc["kv_cache_scheme"] = kv_cache_scheme();
   PAGODA_RETURN_IF_ERROR(write_config(config, out, qc));
   PAGODA_RETURN_IF_ERROR(copy_side_files(in, out, shards));
   std::vector<float> scales;  // the last weight's, written right after it
   GptqTensors gq;             // likewise
+  Nf4Tensors nf;              // likewise
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   return write_safetensors(
       (out / "model.safetensors").string(), specs, meta,
@@ -399,12 +486,29 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
           case Job::kGIdx:
             put(gq.g_idx, bytes);
             break;
+          case Job::kNf4Weight:
+            nf = nf4_weight(*j.src, data, pool);
+            put(nf.packed, bytes);
+            break;
+          case Job::kNf4Absmax:
+            put(nf.absmax, bytes);
+            break;
+          case Job::kNf4Map:
+            bytes->resize(sizeof cpu::kNf4Code);
+            std::memcpy(bytes->data(), cpu::kNf4Code, bytes->size());
+            break;
+          case Job::kNf4State: {
+            const std::string js = nf4_quant_state(*j.src);
+            bytes->assign(js.begin(), js.end());
+            break;
+          }
           case Job::kKvScale:
             bytes->resize(4);
             std::memcpy(bytes->data(), &j.value, 4);
             break;
         }
-        if (j.src != nullptr && j.kind != Job::kWeight && j.kind != Job::kQWeight)
+        if (j.src != nullptr && j.kind != Job::kWeight && j.kind != Job::kQWeight &&
+            j.kind != Job::kNf4Weight)
           j.shard->release(*j.src);
         rep->bytes_out += bytes->size();
         if (progress) progress(i + 1, jobs.size(), specs[i].name);
@@ -415,7 +519,7 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
 }  // namespace
 
 const std::vector<std::string>& hf_quant_schemes() {
-  static const std::vector<std::string> s = {"fp8", "smoothquant", "gptq"};
+  static const std::vector<std::string> s = {"fp8", "smoothquant", "gptq", "nf4"};
   return s;
 }
 
@@ -426,18 +530,19 @@ bool hf_scheme_calibrates(const std::string& scheme) {
 Result<HfQuantizeReport> quantize_hf_folder(
     const std::string& in_dir, const std::string& out_dir, const HfQuantizeOptions& o,
     ThreadPool& pool, const std::function<void(size_t, size_t, const std::string&)>& progress) {
-  if (o.scheme != "fp8" && o.scheme != "smoothquant" && o.scheme != "gptq")
+  if (o.scheme != "fp8" && o.scheme != "smoothquant" && o.scheme != "gptq" && o.scheme != "nf4")
     return invalid_argument("unknown Hugging Face scheme '" + o.scheme + "'");
   const Scheme scheme = o.scheme == "fp8"    ? Scheme::kFp8
                         : o.scheme == "gptq" ? Scheme::kGptq
+                        : o.scheme == "nf4"  ? Scheme::kNf4
                                              : Scheme::kInt8;
   if ((scheme == Scheme::kInt8 && o.act_max == nullptr) ||
       (scheme == Scheme::kGptq && o.hessian == nullptr))
     return internal_error(o.scheme + " needs the calibration run's statistics");
-  if (o.kv_amax != nullptr && scheme == Scheme::kGptq)
+  if (o.kv_amax != nullptr && (scheme == Scheme::kGptq || scheme == Scheme::kNf4))
     return invalid_argument(
-        "KV-cache scales are written as compressed-tensors' kv_cache_scheme, which a GPTQ "
-        "folder has no place for (fp8 and smoothquant have)");
+        "KV-cache scales are written as compressed-tensors' kv_cache_scheme, which a " + o.scheme +
+        " folder has no place for (fp8 and smoothquant have)");
   const fs::path in(in_dir), out(out_dir);
   std::error_code ec;
   if (fs::exists(out, ec) && fs::equivalent(in, out, ec))
@@ -477,6 +582,22 @@ Result<HfQuantizeReport> quantize_hf_folder(
     }
     const std::string base = t.name.substr(0, t.name.size() - 7);  // less ".weight"
     ++rep.n_quantized;
+    if (scheme == Scheme::kNf4) {
+      const int64_t n = t.shape[0] * t.shape[1];
+      if (n % 2 != 0)
+        return unsupported("'" + t.name +
+                           "' holds an odd number of weights (NF4 packs two a byte)");
+      specs.push_back({t.name, "U8", {n / 2, 1}});
+      jobs.push_back({src.shard, &t, Job::kNf4Weight});
+      specs.push_back({t.name + ".absmax", "F32", {(n + kNf4Block - 1) / kNf4Block}});
+      jobs.push_back({src.shard, &t, Job::kNf4Absmax});
+      specs.push_back({t.name + ".quant_map", "F32", {16}});
+      jobs.push_back({src.shard, &t, Job::kNf4Map});
+      const int64_t state = static_cast<int64_t>(nf4_quant_state(t).size());
+      specs.push_back({t.name + ".quant_state.bitsandbytes__nf4", "U8", {state}});
+      jobs.push_back({src.shard, &t, Job::kNf4State});
+      continue;
+    }
     if (scheme == Scheme::kGptq) {
       const int64_t rows = t.shape[0], cols = t.shape[1], pack = 32 / o.gptq.bits;
       const int64_t g =
@@ -510,7 +631,7 @@ Result<HfQuantizeReport> quantize_hf_folder(
       for (const auto& [which, amax] : {std::pair{"k_scale", k[l]}, std::pair{"v_scale", v[l]}}) {
         specs.push_back({"model.layers." + std::to_string(l) + ".self_attn." + which, "F32", {1}});
         Job j{nullptr, nullptr, Job::kKvScale};
-        j.value = amax / kE4m3Max;
+        j.value = amax / kE4M3Max;  // the calibration's amax onto E4M3's largest
         jobs.push_back(j);
       }
     }

@@ -17,6 +17,10 @@
 //                run (model/hessian.h). The Hessians all come from the 16-bit model in one
 //                run, not layer by layer after the layers before were quantized
 //                (true_sequential: false in the config).
+//   nf4          bitsandbytes' 4-bit NF4 as transformers saves a BitsAndBytesConfig model
+//                (no double quantization): per block of 64 weights of the flattened
+//                matrix an f32 absmax, each weight the nearest NF4 code value, two codes a
+//                byte (first in the high nibble), with quant_map and the quant_state JSON.
 //
 // With a KV calibration (`--kv-cache-scales`), fp8 and smoothquant folders also carry
 // compressed-tensors' FP8 kv_cache_scheme: model.layers.N.self_attn.k_scale / v_scale, the

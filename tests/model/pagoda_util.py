@@ -69,3 +69,17 @@ def plan_and_loaded_weight_bytes(model):
                        "4GiB")
     loaded = pagoda_json("bench", "-m", model, "-p", 4, "-n", 1, "-r", 1, "-t", 2, "--json")
     return plan["weight_bytes"], loaded["weight_bytes"]
+
+
+def greedy_texts(folder, model, prompt="The capital of France is", n=8):
+    """Greedy continuations of `prompt`: `pagoda run` on `folder`, and transformers'
+    generate on `model` (a torch model holding the reference weights) with the folder's
+    tokenizer. Returns (pagoda's text, transformers' text)."""
+    import torch
+    from transformers import AutoTokenizer
+    out = run_pagoda("run", "-m", folder, "-p", prompt, "--temperature", "0", "-n", n).stdout
+    tok = AutoTokenizer.from_pretrained(folder)
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=n, do_sample=False)
+    return out, tok.decode(ref[0, ids.shape[1]:])

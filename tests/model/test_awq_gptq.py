@@ -28,7 +28,8 @@ import numpy as np
 import pytest
 import torch
 
-from pagoda_util import all_logits, plan_and_loaded_weight_bytes, ROOT, run_pagoda
+from pagoda_util import (all_logits, greedy_texts, plan_and_loaded_weight_bytes, ROOT,
+                         run_pagoda)
 
 SCRIPT = os.path.join(ROOT, "scripts", "hf_awq_gptq.py")
 SRC = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct-hf")
@@ -209,16 +210,7 @@ def test_logits_agree_with_transformers(folders, variant):
 
 @pytest.mark.parametrize("variant", ["awq_g64", "gptq4_sym", "gptq8_sym", "gptq4_act"])
 def test_greedy_text_is_sensible(folders, variant):
-    from transformers import AutoTokenizer
-    prompt = "The capital of France is"
-    out = run_pagoda("run", "-m", folders[variant], "-p", prompt, "--temperature", "0",
-                     "-n", "8").stdout
-    model = reference_model(folders[variant])
-    tok = AutoTokenizer.from_pretrained(folders[variant])
-    ids = tok(prompt, return_tensors="pt").input_ids
-    with torch.no_grad():
-        ref = model.generate(ids, max_new_tokens=8, do_sample=False)
-    ref_text = tok.decode(ref[0, ids.shape[1]:])
+    out, ref_text = greedy_texts(folders[variant], reference_model(folders[variant]))
     print(f"{variant}: pagoda {out!r}, transformers {ref_text!r}")
     assert out.split()[:2] == ref_text.split()[:2]
 

@@ -24,7 +24,8 @@ import sys
 import numpy as np
 import pytest
 
-from pagoda_util import all_logits, plan_and_loaded_weight_bytes, ROOT, run_pagoda
+from pagoda_util import (all_logits, greedy_texts, plan_and_loaded_weight_bytes, ROOT,
+                         run_pagoda)
 
 import bitsandbytes.functional as bnbf  # noqa: E402  (scripts/setup.sh installs it)
 import torch  # noqa: E402
@@ -145,16 +146,7 @@ def test_logits_agree_with_transformers(folders, scheme):
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_greedy_text_starts_the_same(folders, scheme):
-    from transformers import AutoTokenizer
-    prompt = "The capital of France is"
-    out = run_pagoda("run", "-m", folders[scheme], "-p", prompt, "--temperature", "0",
-                     "-n", "8").stdout
-    model = dequantized_model(folders[scheme])
-    tok = AutoTokenizer.from_pretrained(folders[scheme])
-    ids = tok(prompt, return_tensors="pt").input_ids
-    with torch.no_grad():
-        ref = model.generate(ids, max_new_tokens=8, do_sample=False)
-    ref_text = tok.decode(ref[0, ids.shape[1]:])
+    out, ref_text = greedy_texts(folders[scheme], dequantized_model(folders[scheme]))
     print(f"{scheme}: pagoda {out!r}, transformers {ref_text!r}")
     # The first tokens are the same (later ones may part where two logits are close).
     assert out.split()[:2] == ref_text.split()[:2]

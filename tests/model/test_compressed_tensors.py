@@ -22,7 +22,8 @@ import sys
 import numpy as np
 import pytest
 
-from pagoda_util import all_logits, plan_and_loaded_weight_bytes, ROOT, run_pagoda
+from pagoda_util import (all_logits, greedy_texts, plan_and_loaded_weight_bytes, ROOT,
+                         run_pagoda)
 
 import compressed_tensors as ct  # noqa: E402  (scripts/setup.sh installs it)
 import torch  # noqa: E402
@@ -144,16 +145,7 @@ def test_logits_agree_with_transformers(folders, scheme):
 
 @pytest.mark.parametrize("scheme", ["w8a8_int8", "w4a16", "fp8"])
 def test_greedy_text_is_sensible(folders, scheme):
-    from transformers import AutoTokenizer
-    prompt = "The capital of France is"
-    out = run_pagoda("run", "-m", folders[scheme], "-p", prompt, "--temperature", "0",
-                     "-n", "8").stdout
-    model = decompressed_model(folders[scheme])
-    tok = AutoTokenizer.from_pretrained(folders[scheme])
-    ids = tok(prompt, return_tensors="pt").input_ids
-    with torch.no_grad():
-        ref = model.generate(ids, max_new_tokens=8, do_sample=False)
-    ref_text = tok.decode(ref[0, ids.shape[1]:])
+    out, ref_text = greedy_texts(folders[scheme], decompressed_model(folders[scheme]))
     print(f"{scheme}: pagoda {out!r}, transformers {ref_text!r}")
     assert "Paris" in out
     # The first tokens are the same (later ones may part where two logits are close).

@@ -109,7 +109,8 @@ def test_pagoda_quantize_calibrates_the_same_scales(scaled, tmp_path):
 
 
 @pytest.mark.parametrize("args,named", [
-    (["gptq"], "GPTQ folder has no place"),
+    (["gptq"], "gptq folder has no place"),
+    (["nf4"], "nf4 folder has no place"),
 ])
 def test_kv_cache_scales_flag_refusals(tmp_path, args, named):
     proc = run_pagoda("quantize", SRC, tmp_path / "o", *args, "--kv-cache-scales", check=False)

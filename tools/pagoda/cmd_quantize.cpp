@@ -111,10 +111,11 @@ constexpr const char* kSynopsis =
     "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q3_K Q4_K Q5_K (every "
     "matrix in it), llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
     "Q6_K, or CPU / CUDA: each matrix in the type that backend stores it as, so it loads "
-    "without converting); IN_FOLDER OUT_FOLDER fp8|smoothquant|gptq   (a Hugging Face "
+    "without converting); IN_FOLDER OUT_FOLDER fp8|smoothquant|gptq|nf4   (a Hugging Face "
     "checkpoint in compressed-tensors form: fp8 per-channel E4M3 weights, or smoothquant's "
     "smoothed int8 weights, both with activations quantized per token at run time; or gptq: "
-    "the GPTQ format's 4-bit weights, group 128, from a calibrated GPTQ run)";
+    "the GPTQ format's 4-bit weights, group 128, from a calibrated GPTQ run; or nf4: "
+    "bitsandbytes' 4-bit NF4 layout, blocks of 64, as transformers saves it)";
 
 // The TYPE argument.
 struct Target {
@@ -345,14 +346,14 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
     if (args.has(flag))
       return invalid_argument(std::string(flag) + " applies to GGUF outputs, not to " + scheme);
   if (!is_hf_scheme(scheme))
-    return invalid_argument("a Hugging Face folder quantizes to fp8, smoothquant or gptq; '" +
+    return invalid_argument("a Hugging Face folder quantizes to fp8, smoothquant, gptq or nf4; '" +
                             scheme + "' is not a scheme Pagoda writes into a folder");
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const bool kv_scales = args.has("--kv-cache-scales");
-  if (kv_scales && scheme == "gptq")
+  if (kv_scales && (scheme == "gptq" || scheme == "nf4"))
     return invalid_argument(
-        "--kv-cache-scales writes compressed-tensors' kv_cache_scheme, which a GPTQ folder has "
-        "no place for (fp8 and smoothquant have)");
+        "--kv-cache-scales writes compressed-tensors' kv_cache_scheme, which a " + scheme +
+        " folder has no place for (fp8 and smoothquant have)");
   if (!hf_scheme_calibrates(scheme) && !kv_scales)
     for (const char* flag : {"--calibration", "--samples", "--seq-len"})
       if (args.has(flag))
