@@ -181,7 +181,7 @@ def edited(folders, tmp_path, edit):
     (lambda q: q.update(bnb_4bit_quant_storage="bfloat16"), "bnb_4bit_quant_storage 'bfloat16'"),
     (lambda q: q.update(bnb_4bit_compute_dtype="float8_e4m3fn"), "float8_e4m3fn"),
     (lambda q: q.update(bnb_4bit_use_double_quant=True), "bnb_4bit_use_double_quant is set"),
-    (lambda q: q.update(quant_method="awq"), "'awq' is not supported"),
+    (lambda q: q.update(quant_method="hqq"), "'hqq' is not supported"),
 ])
 def test_unsupported_configs_are_refused_by_name(folders, tmp_path, edit, named):
     r = run_pagoda("info", "-m", edited(folders, tmp_path, edit), check=False)
