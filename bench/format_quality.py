@@ -32,7 +32,7 @@ what it converts at load.
   .venv/bin/python bench/format_quality.py [--chunks 40] [--ctx 256] [--threads 2]
       [--samples 32] [--only NAME,NAME] [--keep DIR]
 """
-import argparse, collections, ctypes, json, os, re, shutil, subprocess, sys, tempfile, time
+import argparse, collections, ctypes, json, os, re, subprocess, sys, tempfile, time
 
 import llama_cpp
 from gguf import GGUFReader
