@@ -273,6 +273,6 @@ def test_corrupt_tensors_are_refused_by_name(folders, tmp_path, variant, param, 
 @pytest.mark.parametrize("name", ["awq_g64", "gptq4_sym", "gptq4_asym", "gptq8_sym", "gptq4_act"])
 def test_plan_counts_the_loaded_bytes(folders, name):
     # `pagoda plan` counts each layer as the type it converts to; the issue asks for 2%.
-    # Measured: equal to the byte on the CPU.
+    # Measured: equal to the byte on the CPU, and on an H100 (bench/RESULTS.md).
     planned, loaded = plan_and_loaded_weight_bytes(str(folders[name]))
     assert abs(planned - loaded) <= 0.02 * loaded, (planned, loaded)

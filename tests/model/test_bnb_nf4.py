@@ -261,6 +261,6 @@ def test_cuda_greedy_text_starts_the_same(folders, tmp_path):
 @pytest.mark.parametrize("name", ["nf4", "nf4_dq"])
 def test_plan_counts_the_loaded_bytes(folders, name):
     # `pagoda plan` counts each layer as the type it converts to; the issue asks for 2%.
-    # Measured: equal to the byte on the CPU.
+    # Measured: equal to the byte on the CPU, and on an H100 (bench/RESULTS.md).
     planned, loaded = plan_and_loaded_weight_bytes(str(folders[name]))
     assert abs(planned - loaded) <= 0.02 * loaded, (planned, loaded)
