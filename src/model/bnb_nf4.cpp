@@ -43,9 +43,16 @@ bool flag(const json& j, const char* key, const char* alt) {
   return false;
 }
 
+// One llm_int8_skip_modules entry: the text (matched as a suffix) and, compiled once at
+// parse, the pattern transformers also tries from the start up to a module boundary.
+struct SkipPattern {
+  std::string text;
+  std::regex prefix;
+};
+
 struct BnbConfig {
   bool double_quant = false;
-  std::vector<std::string> skip;  // llm_int8_skip_modules
+  std::vector<SkipPattern> skip;  // llm_int8_skip_modules
 };
 
 Result<BnbConfig> parse_config(std::string_view text) {
@@ -82,7 +89,13 @@ Result<BnbConfig> parse_config(std::string_view text) {
     if (!s->is_array()) return corrupt(where + " llm_int8_skip_modules is not a list");
     for (const json& e : *s) {
       if (!e.is_string()) return corrupt(where + " llm_int8_skip_modules holds a non-string");
-      c.skip.push_back(e.get<std::string>());
+      const std::string p = e.get<std::string>();
+      try {
+        c.skip.push_back({p, std::regex("(?:" + p + ")(?=\\.|$)")});
+      } catch (const std::regex_error&) {
+        return unsupported("bitsandbytes llm_int8_skip_modules entry '" + p +
+                           "' is not a pattern Pagoda can read");
+      }
     }
   }
   return c;
@@ -90,18 +103,13 @@ Result<BnbConfig> parse_config(std::string_view text) {
 
 // transformers' should_convert_module: a pattern matches from the start up to a module
 // boundary (also as a regex), or as a suffix of the name.
-Result<bool> skipped(const std::vector<std::string>& patterns, const std::string& module) {
-  for (const std::string& p : patterns) {
-    if (module.size() >= p.size() && module.compare(module.size() - p.size(), p.size(), p) == 0)
+bool skipped(const std::vector<SkipPattern>& patterns, const std::string& module) {
+  for (const SkipPattern& p : patterns) {
+    const std::string& t = p.text;
+    if (module.size() >= t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0)
       return true;
-    try {
-      const std::regex re("(?:" + p + ")(?=\\.|$)");
-      std::smatch m;
-      if (std::regex_search(module, m, re, std::regex_constants::match_continuous)) return true;
-    } catch (const std::regex_error&) {
-      return unsupported("bitsandbytes llm_int8_skip_modules entry '" + p +
-                         "' is not a pattern Pagoda can read");
-    }
+    std::smatch m;
+    if (std::regex_search(module, m, p.prefix, std::regex_constants::match_continuous)) return true;
   }
   return false;
 }
@@ -292,15 +300,13 @@ class BnbNf4Format : public HfQuantFormat {
                      bool linear) const override {
     if (param.rfind("weight.", 0) == 0) return true;  // make_layer names a stray one
     if (param != "weight" || !known || !linear) return false;
-    PAGODA_ASSIGN_OR_RETURN(const bool skip, skipped(config_.skip, module));
-    return !skip;
+    return !skipped(config_.skip, module);
   }
 
   Result<std::unique_ptr<QuantLayer>> make_layer(const std::string& module,
                                                  const std::map<std::string, QuantPiece>& params,
                                                  bool linear) const override {
-    PAGODA_ASSIGN_OR_RETURN(const bool skip, skipped(config_.skip, module));
-    if (skip || !linear)
+    if (skipped(config_.skip, module) || !linear)
       return unsupported("'" + module +
                          "' has bitsandbytes quantized tensors, but quantization_config leaves "
                          "it unquantized (llm_int8_skip_modules, or not a Linear)");
