@@ -362,7 +362,8 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   if (scheme != "smoothquant" && args.has("--alpha"))
     return invalid_argument("--alpha applies to smoothquant, not to " + scheme);
   if (scheme != "gptq")
-    for (const char* flag : {"--bits", "--group-size", "--sym", "--act-order", "--damp"})
+    for (const char* flag :
+         {"--bits", "--group-size", "--sym", "--act-order", "--static-groups", "--damp"})
       if (args.has(flag))
         return invalid_argument(std::string(flag) + " applies to gptq, not to " + scheme);
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
@@ -381,6 +382,7 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   options.gptq.group_size = static_cast<int>(group);
   options.gptq.sym = args.has("--sym");
   options.gptq.act_order = args.has("--act-order");
+  options.gptq.static_groups = args.has("--static-groups");
   PAGODA_ASSIGN_OR_RETURN(options.gptq.damp, args.get_double("--damp", 0.01, 0.0, 1.0));
   std::unique_ptr<ChannelMaxCollector> act_max;
   std::unique_ptr<HessianCollector> hessian;
@@ -434,8 +436,9 @@ Result<std::string> quantize(const Args& args) {
     return invalid_argument(args.positional()[2] +
                             " writes a Hugging Face folder and reads one: IN must be a "
                             "checkpoint folder (scripts/hf_from_gguf.py makes one from a GGUF)");
-  for (const char* flag : {"--calibration", "--samples", "--seq-len", "--alpha", "--bits",
-                           "--group-size", "--sym", "--act-order", "--damp", "--kv-cache-scales"})
+  for (const char* flag :
+       {"--calibration", "--samples", "--seq-len", "--alpha", "--bits", "--group-size", "--sym",
+        "--act-order", "--static-groups", "--damp", "--kv-cache-scales"})
     if (args.has(flag))
       return invalid_argument(std::string(flag) +
                               " applies to the folder schemes, not to GGUF types");
@@ -494,6 +497,9 @@ int cmd_quantize(int argc, char** argv) {
       {"--sym", "", false, "gptq: symmetric (zero point 2^(bits-1)); default asymmetric"},
       {"--act-order", "", false,
        "gptq: quantize columns by descending Hessian diagonal (desc_act, g_idx)"},
+      {"--static-groups", "", false,
+       "gptq: each group's scale and zero from the original weights of columns [k g, (k+1) "
+       "g), so act-order output keeps contiguous groups (loads as 4-bit blocks)"},
       {"--damp", "", true, "gptq: dampening, a share of the Hessian's mean diagonal (0.01)"},
       {"--kv-cache-scales", "", false,
        "fp8, smoothquant: also calibrate per-layer FP8 KV-cache scales (compressed-tensors "
