@@ -1,9 +1,11 @@
 #include "model/fp8_checkpoint.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -51,6 +53,13 @@ namespace {
 using nlohmann::json;
 
 const char* const kWhere = "config.json quantization_config (fp8)";
+// The quantization_config keys transformers' FineGrainedFP8Config and vLLM's Fp8Config
+// write (ignored_layers: vLLM's and MiniMax's name for modules_to_not_convert).
+constexpr std::string_view kKnownKeys[] = {"quant_method",      "fmt",
+                                           "activation_scheme", "weight_block_size",
+                                           "dequantize",        "modules_to_not_convert",
+                                           "ignored_layers",    "modules_to_convert",
+                                           "scale_fmt",         "expert_dtype"};
 
 // One modules_to_not_convert / ignored_layers entry: the text and the same text compiled.
 struct SkipPattern {
@@ -103,21 +112,9 @@ Result<Fp8Config> parse_config(std::string_view text) {
   const std::string where = kWhere;
   if (j.is_discarded() || !j.is_object()) return corrupt(where + " is not an object");
   // Every key either library writes; anything else may change what the tensors mean.
-  for (const auto& [key, value] : j.items()) {
-    static const char* const kKnown[] = {"quant_method",
-                                         "fmt",
-                                         "activation_scheme",
-                                         "weight_block_size",
-                                         "modules_to_not_convert",
-                                         "ignored_layers",
-                                         "dequantize",
-                                         "modules_to_convert",
-                                         "scale_fmt",
-                                         "expert_dtype"};
-    bool known = false;
-    for (const char* k : kKnown) known = known || key == k;
-    if (!known) return unsupported(where + ": key '" + key + "' is not one Pagoda reads");
-  }
+  for (const auto& item : j.items())
+    if (std::find(std::begin(kKnownKeys), std::end(kKnownKeys), item.key()) == std::end(kKnownKeys))
+      return unsupported(where + ": key '" + item.key() + "' is not one Pagoda reads");
   Fp8Config c;
   if (const json* f = find_key(j, "fmt"); f != nullptr && json_text(*f) != "e4m3")
     return unsupported(where + ": fmt '" + json_text(*f) + "' is not supported (e4m3 weights are)");
@@ -156,7 +153,7 @@ Result<Fp8Config> parse_config(std::string_view text) {
   return c;
 }
 
-bool is_16_bit(const SafetensorsTensor& t) {
+bool is_float_tensor(const SafetensorsTensor& t) {
   return t.type && (*t.type == DType::kF32 || *t.type == DType::kF16 || *t.type == DType::kBF16);
 }
 
@@ -190,7 +187,7 @@ Result<std::vector<float>> read_scales(const std::string& module, const char* pa
                                        const QuantPiece& p) {
   const SafetensorsTensor& t = *p.tensor;
   const std::string what = quant_piece_name(module, param);
-  if (!is_16_bit(t))
+  if (!is_float_tensor(t))
     return unsupported(what + " has dtype " + t.dtype + " (F32, F16 and BF16 scales load)");
   std::vector<float> v(static_cast<size_t>(t.n_elements()));
   for (int64_t i = 0; i < t.n_elements(); ++i) {
@@ -207,7 +204,7 @@ Result<std::vector<float>> read_scales(const std::string& module, const char* pa
 Status check_activation_scale(const std::string& module, const char* param, const QuantPiece& p) {
   const SafetensorsTensor& t = *p.tensor;
   const std::string what = quant_piece_name(module, param);
-  if (!is_16_bit(t) || t.n_elements() != 1 || t.shape.size() > 1)
+  if (!is_float_tensor(t) || t.n_elements() != 1 || t.shape.size() > 1)
     return corrupt(what + " is " + t.dtype + " " + shape_text(t.shape) +
                    ", not one float (a static activation scale)");
   const float v = quant_float_at(p, 0);
@@ -266,8 +263,11 @@ Result<std::unique_ptr<QuantLayer>> Fp8Format::make_layer(
                        str_format(" has %zu dimensions; a Linear's weight has 2", w.shape.size()));
   l.rows = w.shape[0];
   l.cols = w.shape[1];
+  if (l.rows <= 0 || l.cols <= 0)
+    return corrupt(quant_piece_name(module, "weight") + " is " + shape_text(w.shape) +
+                   ", an empty matrix");
   l.weight = *weight;
-  if (is_16_bit(w)) {
+  if (is_float_tensor(w)) {
     const std::string what = quant_piece_name(module, "weight");
     if (!scale.empty() || !act.empty())
       return corrupt(what + " is " + w.dtype + ", but the layer also holds " +
