@@ -17,8 +17,9 @@ scale = amax / 448 and q = (w / scale) cast to e4m3 (round to nearest even, as t
   tensor_static  per tensor, activation_scheme static, in vLLM's names: F32 weight_scale [1]
                  and input_scale [1] (a stand-in for a calibrated range: Pagoda does not
                  use it)
-  block_skip     block128 with modules_to_not_convert ["o_proj", "model.layers.1.mlp"]: those
-                 Linear layers stay in the source dtype
+  block_skip     block128 with modules_to_not_convert ["o_proj", "model.layers.1.mlp",
+                 "model.layers.2.self_attn.q_proj"] (a suffix, a prefix, an exact name):
+                 those Linear layers stay in the source dtype (layer 2's q beside FP8 k, v)
 The other tensors (embeddings, norms) keep the source dtype.
 """
 import json
@@ -37,7 +38,8 @@ SCHEMES = {
     "block64": dict(block=(64, 64)),
     "tensor": dict(hf_names=True),
     "tensor_static": dict(static=True),
-    "block_skip": dict(block=(128, 128), skip=["o_proj", "model.layers.1.mlp"]),
+    "block_skip": dict(block=(128, 128),
+                       skip=["o_proj", "model.layers.1.mlp", "model.layers.2.self_attn.q_proj"]),
 }
 
 

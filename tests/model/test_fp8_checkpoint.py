@@ -224,16 +224,21 @@ def test_skipped_modules_load_as_16_bit(folders, tmp_path):
     from safetensors import safe_open
     with safe_open(os.path.join(SRC, "model.safetensors"), "pt") as f:
         for name, module in [("blk.4.attn_output.weight", "model.layers.4.self_attn.o_proj"),
-                             ("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj")]:
+                             ("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj"),
+                             ("blk.2.attn_q.weight", "model.layers.2.self_attn.q_proj")]:
             src = f.get_tensor(module + ".weight").float().numpy()
             _, ours = pagoda_weight(folders["block_skip"], name, tmp_path)
             assert (ours.reshape(src.shape) == src).all(), name
     assert "blk.4.attn_output.weight" in out
-    # ... and the others are still dequantized (blk.11.ffn_up is not in model.layers.1.mlp).
-    q, s = layer_parts(folders["block_skip"], "model.layers.11.mlp.up_proj")
-    _, ours = pagoda_weight(folders["block_skip"], "blk.11.ffn_up.weight", tmp_path)
-    exact = (q.double() * s.double()).numpy()
-    assert np.abs(ours.reshape(exact.shape) - exact).max() <= 2.0**-8 * np.abs(exact).max()
+    # ... and the others are still dequantized (blk.11.ffn_up is not in model.layers.1.mlp;
+    # blk.2.attn_k runs stacked with the 16-bit blk.2.attn_q).
+    for name, module in [("blk.11.ffn_up.weight", "model.layers.11.mlp.up_proj"),
+                         ("blk.2.attn_k.weight", "model.layers.2.self_attn.k_proj")]:
+        q, s = layer_parts(folders["block_skip"], module)
+        kind, ours = pagoda_weight(folders["block_skip"], name, tmp_path)
+        exact = (q.double() * s.double()).numpy()
+        assert kind == "BF16"
+        assert np.abs(ours.reshape(exact.shape) - exact).max() <= 2.0**-8 * np.abs(exact).max()
 
 
 def config_edited(folders, scheme, tmp_path, edit):
