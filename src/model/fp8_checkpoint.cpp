@@ -213,6 +213,69 @@ Status check_activation_scale(const std::string& module, const char* param, cons
   return Status::ok();
 }
 
+// The layer's weight scale, its name and shape as weight_block_size says (block:
+// weight_scale_inv over the tile grid; per tensor: one float named weight_scale or
+// weight_scale_inv), read into l->scales with l->bn x l->bk tiles.
+Status read_weight_scale(const Fp8Config& c, const std::string& module,
+                         const std::map<std::string, QuantPiece>& scale, Fp8Layer* l) {
+  const char* want = c.block ? "weight_scale_inv" : nullptr;
+  if (c.block) {
+    if (scale.count("weight_scale") != 0)
+      return unsupported(quant_piece_name(module, "weight_scale") +
+                         " (a per-tensor scale) has no place in a checkpoint with "
+                         "weight_block_size; block scales are weight_scale_inv");
+  } else if (scale.size() == 2) {
+    return corrupt("'" + module +
+                   "' holds both weight_scale and weight_scale_inv; a per-tensor checkpoint "
+                   "has one scale a layer");
+  } else if (!scale.empty()) {
+    want = scale.begin()->first == "weight_scale" ? "weight_scale" : "weight_scale_inv";
+  }
+  if (want == nullptr || scale.count(want) == 0)
+    return not_found("checkpoint has no " + quant_piece_name(module, want ? want : "weight_scale") +
+                     " (fp8, " + (c.block ? "block" : "per-tensor") + " scales)");
+  const QuantPiece& sp = scale.at(want);
+  const SafetensorsTensor& st = *sp.tensor;
+  if (c.block) {
+    l->bn = c.bn;
+    l->bk = c.bk;
+    const std::vector<int64_t> grid = {(l->rows + l->bn - 1) / l->bn,
+                                       (l->cols + l->bk - 1) / l->bk};
+    if (st.shape != grid)
+      return corrupt(quant_piece_name(module, want) + " is " + shape_text(st.shape) +
+                     str_format("; a [%lld, %lld] weight in [%lld, %lld] blocks has ",
+                                static_cast<long long>(l->rows), static_cast<long long>(l->cols),
+                                static_cast<long long>(l->bn), static_cast<long long>(l->bk)) +
+                     shape_text(grid) + " scales");
+  } else {
+    l->bn = l->rows;
+    l->bk = l->cols;
+    if (st.n_elements() != 1 || st.shape.size() > 1)
+      return corrupt(quant_piece_name(module, want) + " is " + shape_text(st.shape) +
+                     "; without weight_block_size the scale is one float a layer");
+  }
+  PAGODA_ASSIGN_OR_RETURN(l->scales, read_scales(module, want, sp));
+  return Status::ok();
+}
+
+// The activation scale: one a layer, required by a static scheme, foreign to a dynamic one.
+Status check_activation_scales(const Fp8Config& c, const std::string& module,
+                               const std::map<std::string, QuantPiece>& act) {
+  if (act.size() > 1)
+    return corrupt("'" + module +
+                   "' holds both input_scale and activation_scale; a static checkpoint has one "
+                   "activation scale a layer");
+  if (!c.static_activations && !act.empty())
+    return unsupported(quant_piece_name(module, act.begin()->first) +
+                       " is a static activation scale, but quantization_config's "
+                       "activation_scheme is dynamic");
+  if (c.static_activations && act.empty())
+    return not_found("checkpoint has no " + quant_piece_name(module, "input_scale") +
+                     " (activation_scheme static)");
+  if (act.empty()) return Status::ok();
+  return check_activation_scale(module, act.begin()->first.c_str(), act.begin()->second);
+}
+
 class Fp8Format : public HfQuantFormat {
  public:
   explicit Fp8Format(Fp8Config c) : config_(std::move(c)) {}
@@ -277,7 +340,7 @@ Result<std::unique_ptr<QuantLayer>> Fp8Format::make_layer(
       return unsupported(what + " is " + w.dtype +
                          ", but quantization_config quantizes it (the module is not in "
                          "modules_to_not_convert or ignored_layers)");
-    l.type = *w.type;  // left 16-bit: loads as it is
+    l.type = *w.type;  // left unquantized: loads as stored
     return std::unique_ptr<QuantLayer>(std::move(layer));
   }
   if (w.dtype != "F8_E4M3")
@@ -290,59 +353,8 @@ Result<std::unique_ptr<QuantLayer>> Fp8Format::make_layer(
   l.type = DType::kBF16;
   l.quantized = true;
 
-  // The weight scale: its name and shape follow weight_block_size.
-  const char* want = config_.block ? "weight_scale_inv" : nullptr;
-  if (config_.block) {
-    if (scale.count("weight_scale") != 0)
-      return unsupported(quant_piece_name(module, "weight_scale") +
-                         " (a per-tensor scale) has no place in a checkpoint with "
-                         "weight_block_size; block scales are weight_scale_inv");
-  } else if (scale.size() == 2) {
-    return corrupt("'" + module +
-                   "' holds both weight_scale and weight_scale_inv; a per-tensor checkpoint "
-                   "has one scale a layer");
-  } else if (!scale.empty()) {
-    want = scale.begin()->first == "weight_scale" ? "weight_scale" : "weight_scale_inv";
-  }
-  if (want == nullptr || scale.count(want) == 0)
-    return not_found("checkpoint has no " + quant_piece_name(module, want ? want : "weight_scale") +
-                     " (fp8, " + (config_.block ? "block" : "per-tensor") + " scales)");
-  const QuantPiece& sp = scale.at(want);
-  const SafetensorsTensor& st = *sp.tensor;
-  if (config_.block) {
-    l.bn = config_.bn;
-    l.bk = config_.bk;
-    const std::vector<int64_t> grid = {(l.rows + l.bn - 1) / l.bn, (l.cols + l.bk - 1) / l.bk};
-    if (st.shape != grid)
-      return corrupt(quant_piece_name(module, want) + " is " + shape_text(st.shape) +
-                     str_format("; a [%lld, %lld] weight in [%lld, %lld] blocks has ",
-                                static_cast<long long>(l.rows), static_cast<long long>(l.cols),
-                                static_cast<long long>(l.bn), static_cast<long long>(l.bk)) +
-                     shape_text(grid) + " scales");
-  } else {
-    l.bn = l.rows;
-    l.bk = l.cols;
-    if (st.n_elements() != 1 || st.shape.size() > 1)
-      return corrupt(quant_piece_name(module, want) + " is " + shape_text(st.shape) +
-                     "; without weight_block_size the scale is one float a layer");
-  }
-  PAGODA_ASSIGN_OR_RETURN(l.scales, read_scales(module, want, sp));
-
-  // The activation scale: required by a static scheme, foreign to a dynamic one.
-  if (act.size() > 1)
-    return corrupt("'" + module +
-                   "' holds both input_scale and activation_scale; a static checkpoint has one "
-                   "activation scale a layer");
-  if (!config_.static_activations && !act.empty())
-    return unsupported(quant_piece_name(module, act.begin()->first) +
-                       " is a static activation scale, but quantization_config's "
-                       "activation_scheme is dynamic");
-  if (config_.static_activations && act.empty())
-    return not_found("checkpoint has no " + quant_piece_name(module, "input_scale") +
-                     " (activation_scheme static)");
-  if (!act.empty())
-    PAGODA_RETURN_IF_ERROR(
-        check_activation_scale(module, act.begin()->first.c_str(), act.begin()->second));
+  PAGODA_RETURN_IF_ERROR(read_weight_scale(config_, module, scale, &l));
+  PAGODA_RETURN_IF_ERROR(check_activation_scales(config_, module, act));
   return std::unique_ptr<QuantLayer>(std::move(layer));
 }
 
