@@ -269,7 +269,7 @@ Status Gemm::matmul_fp8(const DeviceMatrix& w, const void* x, int64_t x_stride, 
   const bool split = n % 16 != 0 && (fp8_always_pad_ || fp8_refused_.count(whole) > 0);
   if (!split) {
     const Status s = run_fp8(w, x8, n, y, y_stride, accumulate, stream);
-    if (s.ok() || n % 16 == 0) return s;
+    if (s.is_ok() || n % 16 == 0) return s;
     fp8_refused_.insert(whole);  // no algorithm for this token count: pad from now on
   }
   const int64_t n16 = n / 16 * 16, rest = n - n16;
