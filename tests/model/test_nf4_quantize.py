@@ -1,21 +1,31 @@
-"""`pagoda quantize FOLDER OUT nf4` against bitsandbytes itself.
+"""`pagoda quantize FOLDER OUT nf4 [--double-quant]` against bitsandbytes itself.
 
-The folder is SmolLM2-135M's 16-bit checkpoint quantized by Pagoda into bitsandbytes' NF4
-layout. Checked against the library that defines the format:
+The folders are SmolLM2-135M's 16-bit checkpoint quantized by Pagoda into bitsandbytes' NF4
+layout, without and with double quantization. Checked against the library that defines
+the format:
   - each matrix's codes and absmax equal bitsandbytes.functional.quantize_4bit's on the
     same weights (blocks of 64; measured: absmax identical, codes identical but for a
     handful of weights exactly between two code values);
+  - with --double-quant, for every matrix: the absmax bytes, nested_absmax,
+    nested_quant_map and nested_offset equal quantize_4bit(..., compress_statistics=True)'s
+    exactly (measured: all 210 matrices equal to the bit; bitsandbytes' f32 mean could in
+    principle end an ulp from Pagoda's rounded double mean, see model/bnb_double_quant.h,
+    which the test would report), and the file is smaller;
   - Pagoda's greedy text starts as transformers' does on the folder's weights as
     bitsandbytes' dequantize_4bit decodes them (test_bnb_nf4.dequantized_model; loading
     the folder through transformers' bitsandbytes integration on the CPU mixes float32
-    activations with float16 weights at lm_head in this transformers/bitsandbytes pair).
+    activations with float16 weights at lm_head in this transformers/bitsandbytes pair),
+    and with --double-quant its logits agree with that reference within test_bnb_nf4's
+    bounds.
 """
 import json
+import os
 
+import numpy as np
 import pytest
 import torch
 
-from pagoda_util import greedy_texts, model_path, run_pagoda
+from pagoda_util import SHARED, all_logits, greedy_texts, model_path, run_pagoda
 
 import bitsandbytes.functional as bnbf  # noqa: E402  (scripts/setup.sh installs it)
 
@@ -29,6 +39,18 @@ def folder(tmp_path_factory):
     out = tmp_path_factory.mktemp("nf4q") / "nf4"
     run_pagoda("quantize", SRC, out, "nf4")
     return str(out)
+
+
+@pytest.fixture(scope="module")
+def folder_dq(tmp_path_factory):
+    out = tmp_path_factory.mktemp("nf4q") / "nf4_dq"
+    run_pagoda("quantize", SRC, out, "nf4", "--double-quant")
+    return str(out)
+
+
+def quant_state(f, name):
+    return json.loads(bytes(f.get_tensor(name + ".quant_state.bitsandbytes__nf4").tolist())
+                      .decode())
 
 
 def test_codes_and_absmax_equal_bitsandbytes(folder):
@@ -48,9 +70,9 @@ def test_codes_and_absmax_equal_bitsandbytes(folder):
             torch.testing.assert_close(ours.get_tensor(name + ".absmax"), state.absmax.float(),
                                        rtol=0, atol=0)
             torch.testing.assert_close(ours.get_tensor(name + ".quant_map"), state.code.float())
-            qs = json.loads(bytes(ours.get_tensor(name + ".quant_state.bitsandbytes__nf4")
-                                  .tolist()).decode())
+            qs = quant_state(ours, name)
             assert qs["blocksize"] == 64 and qs["shape"] == list(w.shape)
+            assert "nested_offset" not in qs and name + ".nested_absmax" not in ours.keys()
 
 
 def test_greedy_agrees_with_bitsandbytes_decode(folder):
@@ -61,6 +83,71 @@ def test_greedy_agrees_with_bitsandbytes_decode(folder):
     assert ours.split()[:2] == theirs.split()[:2]
 
 
+def test_double_quant_equals_bitsandbytes(folder_dq):
+    from safetensors import safe_open
+    qc = json.load(open(f"{folder_dq}/config.json"))["quantization_config"]
+    assert qc["bnb_4bit_use_double_quant"] is True and qc["bnb_4bit_quant_type"] == "nf4"
+    offsets_apart = []
+    with safe_open(f"{SRC}/model.safetensors", "pt") as src, \
+            safe_open(f"{folder_dq}/model.safetensors", "pt") as ours:
+        names = [k[: -len(".nested_absmax")] for k in ours.keys() if k.endswith(".nested_absmax")]
+        assert len(names) == 30 * 7
+        for name in names:
+            w = src.get_tensor(name)
+            codes, state = bnbf.quantize_4bit(w, blocksize=64, quant_type="nf4",
+                                              compress_statistics=True)
+            same = (ours.get_tensor(name).flatten() == codes.flatten()).float().mean().item()
+            assert same > 0.9999, (name, same)
+            qs = quant_state(ours, name)
+            assert qs == {"quant_type": "nf4", "blocksize": 64, "dtype": str(w.dtype)[6:],
+                          "shape": list(w.shape), "nested_blocksize": 256,
+                          "nested_dtype": "float32", "nested_offset": qs["nested_offset"]}
+            # The JSON's number is the f32 offset exactly (as a double).
+            offset = np.float32(qs["nested_offset"])
+            assert float(offset) == qs["nested_offset"]
+            if offset != np.float32(state.offset.item()):
+                offsets_apart.append(name)
+                continue
+            absmax = ours.get_tensor(name + ".absmax")
+            assert absmax.dtype == torch.uint8 and absmax.shape == state.absmax.shape
+            assert torch.equal(absmax, state.absmax), name
+            assert torch.equal(ours.get_tensor(name + ".nested_absmax"), state.state2.absmax)
+            assert torch.equal(ours.get_tensor(name + ".nested_quant_map"), state.state2.code)
+            assert torch.equal(ours.get_tensor(name + ".quant_map"), state.code)
+    print(f"{len(names)} matrices, nested_offset apart from bitsandbytes' in "
+          f"{len(offsets_apart)}: {offsets_apart}")
+    assert not offsets_apart
+
+
+def test_double_quant_logits_agree_with_transformers(folder_dq):
+    from test_bnb_nf4 import KLD_BOUND, LOGIT_BOUND, dequantized_model, kld
+    model = dequantized_model(folder_dq)
+    for seed in (5, 6):
+        tokens = np.random.default_rng(seed).integers(0, 49152, 24).tolist()
+        with torch.no_grad():
+            ref = model(torch.tensor([tokens])).logits[0].numpy()
+        ours = all_logits(folder_dq, tokens)
+        err = np.abs(ours - ref).max() / (ref.max() - ref.min())
+        k = kld(ref, ours)
+        print(f"nf4 --double-quant: {err:.3g} of the range, KLD {k:.3g}")
+        assert err < LOGIT_BOUND and k < KLD_BOUND
+
+
+def test_double_quant_is_smaller(folder, folder_dq):
+    plain = os.path.getsize(f"{folder}/model.safetensors")
+    dq = os.path.getsize(f"{folder_dq}/model.safetensors")
+    print(f"model.safetensors: {plain} bytes, {dq} with --double-quant")
+    # 0.373 bits less a weight of the 106M quantized weights: about 4.9 MB.
+    assert plain - dq > 4.5e6
+
+
 def test_refusals(tmp_path):
     proc = run_pagoda("quantize", SRC, tmp_path / "o", "nf4", "--samples", 4, check=False)
     assert proc.returncode != 0 and "--samples" in proc.stderr, proc.stderr
+    proc = run_pagoda("quantize", SRC, tmp_path / "o", "fp8", "--double-quant", check=False)
+    assert proc.returncode != 0, proc.stderr
+    assert "--double-quant applies to nf4, not to fp8" in proc.stderr, proc.stderr
+    stories = os.path.join(SHARED, "models", "stories260K.gguf")
+    proc = run_pagoda("quantize", stories, tmp_path / "o.gguf", "Q8_0", "--double-quant",
+                      check=False)
+    assert proc.returncode != 0 and "--double-quant" in proc.stderr, proc.stderr
