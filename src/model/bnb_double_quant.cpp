@@ -83,8 +83,7 @@ BnbNestedAbsmax bnb_double_quantize(const std::vector<float>& absmax, ThreadPool
   const int64_t n = static_cast<int64_t>(absmax.size());
   BnbNestedAbsmax q;
   // torch's mean: the f32 sum divided by the count in f32. The sum is taken in double,
-  // which is exact whenever an f32 sum in any order is (bf16 and f16 weights' absmax
-  // values, of few significant bits) and then equals torch's to the bit.
+  // which equals torch's f32 sum to the bit wherever that one is exact.
   double sum = 0;
   for (float a : absmax) sum += a;
   q.offset = n > 0 ? static_cast<float>(sum) / static_cast<float>(n) : 0.0f;
