@@ -15,12 +15,11 @@
 // (7 / 1000 of the block max near the top). The offset is torch's mean, the f32 sum over
 // the f32 count. Pagoda sums in double (its rounding far below an f32 ulp); torch sums in
 // f32 in an order of its own (its vector width may depend on the CPU), exact only while
-// every partial sum fits f32's 24 bits, as
-// bf16 weights' absmax values (8 significant bits) usually do. Otherwise its mean may
-// end an ulp or two away, and a byte whose value sat on a step may go the other way
-// (measured: SmolLM2-135M's f16 weights, 49 of 210 offsets 1-2 ulp apart and 24 of 1.66M
-// bytes; 100 random f32 576 x 576 matrices, 30 offsets and 7 of 518400 bytes; random bf16
-// matrices, none).
+// every partial sum fits f32's 24 bits, as bf16 weights' absmax values (8 significant
+// bits) usually do. Otherwise its mean may end an ulp or two away, and a byte whose value
+// sat on a step may go the other way (measured: SmolLM2-135M's f16 weights, 49 of 210
+// offsets 1-2 ulp apart and 24 of 1.66M bytes; 100 random f32 576 x 576 matrices, 30
+// offsets and 7 of 518400 bytes; random bf16 matrices, none).
 #pragma once
 
 #include <array>
