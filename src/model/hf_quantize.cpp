@@ -188,12 +188,18 @@ struct Nf4Tensors {
   BnbNestedAbsmax nested;       // double quantization: absmax as codes (else empty)
 };
 
-// Block b of the flattened weights w (n of them) into q's absmax and codes.
+// Block b of the flattened weights w (n of them) into q's absmax and codes; a block
+// holding an infinite or NaN weight gets a NaN absmax (which nf4_weight refuses).
 void nf4_block(const float* w, int64_t b, int64_t n, Nf4Tensors* q) {
   const int64_t e0 = b * kNf4Block, e1 = std::min(n, e0 + kNf4Block);
   float amax = 0;
-  for (int64_t e = e0; e < e1; ++e) amax = std::fmax(amax, std::fabs(w[e]));
-  q->absmax[b] = amax;
+  bool finite = true;
+  for (int64_t e = e0; e < e1; ++e) {
+    amax = std::fmax(amax, std::fabs(w[e]));  // (fmax passes NaN over)
+    finite = finite && std::isfinite(w[e]);
+  }
+  q->absmax[b] = finite ? amax : std::nanf("");
+  if (!finite) return;
   const float inv = amax > 0 ? 1.0f / amax : 0.0f;
   for (int64_t e = e0; e < e1; ++e) {
     const float x = w[e] * inv;
@@ -700,7 +706,7 @@ Result<HfQuantizeReport> quantize_hf_folder(
   PAGODA_RETURN_IF_ERROR(check_out_dir(out));
   const Status st =
       write_folder(in, out, config, scheme, o, shards, specs, jobs, pool, progress, &rep);
-  if (!st.ok()) {
+  if (!st.is_ok()) {
     // The folder was empty or new: what is in it now is this run's, and incomplete.
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) fs::remove_all(e, ec);
     return st;

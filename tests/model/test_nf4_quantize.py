@@ -202,6 +202,21 @@ def test_refusals(tmp_path):
     proc = run_pagoda("quantize", SRC, tmp_path / "o", "fp8", "--double-quant", check=False)
     assert proc.returncode != 0, proc.stderr
     assert "--double-quant applies to nf4, not to fp8" in proc.stderr, proc.stderr
+    # A NaN weight has no NF4 code: refused by name, not written as -1 x absmax.
+    from safetensors.torch import save_file
+    nan = tmp_path / "nan"
+    nan.mkdir()
+    w = torch.randn(4, 64, dtype=torch.float16)
+    w[1, 5] = float("nan")
+    save_file({"model.layers.0.self_attn.q_proj.weight": w}, nan / "model.safetensors",
+              metadata={"format": "pt"})
+    (nan / "config.json").write_text(json.dumps({"torch_dtype": "float16"}))
+    for flags in ([], ["--double-quant"]):
+        proc = run_pagoda("quantize", nan, tmp_path / "nan_out", "nf4", *flags, check=False)
+        assert proc.returncode != 0, proc.stderr
+        assert ("'model.layers.0.self_attn.q_proj.weight' holds an infinite or NaN weight"
+                in proc.stderr), proc.stderr
+        assert not any((tmp_path / "nan_out").iterdir())  # the partial output is removed
     stories = os.path.join(SHARED, "models", "stories260K.gguf")
     proc = run_pagoda("quantize", stories, tmp_path / "o.gguf", "Q8_0", "--double-quant",
                       check=False)
