@@ -138,20 +138,42 @@ Result<std::vector<std::string>> string_list(const json& j, const char* key,
   return out;
 }
 
+}  // namespace
+
+struct CtPattern {
+  std::regex re;
+};
+
+namespace {
+
+// The config's targets or ignore list, each "re:" pattern compiled (an unreadable one is
+// refused by name, here rather than at the first module it would be tried on).
+Result<std::vector<CtTarget>> read_targets(const json& j, const char* key,
+                                           const std::string& where) {
+  PAGODA_ASSIGN_OR_RETURN(std::vector<std::string> texts, string_list(j, key, where));
+  std::vector<CtTarget> out;
+  for (std::string& t : texts) {
+    CtTarget target{std::move(t), nullptr};
+    if (target.text.rfind("re:", 0) == 0) {
+      try {
+        target.re = std::make_shared<const CtPattern>(CtPattern{std::regex(target.text.substr(3))});
+      } catch (const std::regex_error&) {
+        return unsupported(where + " " + key + " entry '" + target.text +
+                           "' is not a pattern Pagoda can read");
+      }
+    }
+    out.push_back(std::move(target));
+  }
+  return out;
+}
+
 // compressed-tensors' match_name: "re:" patterns match from the start of the name
 // (Python's re.match), other strings the whole name; "Linear" also matches by class.
-Result<bool> matches(const std::string& target, const std::string& module, bool linear) {
-  if (target == "Linear") return linear;
-  if (target.rfind("re:", 0) == 0) {
-    try {
-      const std::regex re(target.substr(3));
-      return std::regex_search(module, re, std::regex_constants::match_continuous);
-    } catch (const std::regex_error&) {
-      return unsupported("compressed-tensors target '" + target +
-                         "' is not a pattern Pagoda can read");
-    }
-  }
-  return target == module;
+bool matches(const CtTarget& target, const std::string& module, bool linear) {
+  if (target.re)
+    return std::regex_search(module, target.re->re, std::regex_constants::match_continuous);
+  if (target.text == "Linear") return linear;
+  return target.text == module;
 }
 
 // A class-name target other than Linear (Embedding, an attention module...): Pagoda
@@ -184,7 +206,7 @@ Result<CtConfig> parse_compressed_tensors_config(std::string_view text) {
   const bool no_groups = groups == nullptr || (groups->is_object() && groups->empty());
   if (no_groups && !c.kv_cache_fp8) return corrupt(where + " has no config_groups");
   if (!no_groups && !groups->is_object()) return corrupt(where + " config_groups is not an object");
-  PAGODA_ASSIGN_OR_RETURN(c.ignore, string_list(j, "ignore", where));
+  PAGODA_ASSIGN_OR_RETURN(c.ignore, read_targets(j, "ignore", where));
   for (auto it = groups->begin(); !no_groups && it != groups->end(); ++it) {
     CtScheme s;
     s.name = it.key();
@@ -199,31 +221,28 @@ Result<CtConfig> parse_compressed_tensors_config(std::string_view text) {
     PAGODA_RETURN_IF_ERROR(read_weights(*w, format, &s));
     PAGODA_RETURN_IF_ERROR(check_activations(g, s));
     PAGODA_ASSIGN_OR_RETURN(s.targets,
-                            string_list(g, "targets", where + " group '" + s.name + "'"));
+                            read_targets(g, "targets", where + " group '" + s.name + "'"));
     if (s.targets.empty()) return corrupt(where + " group '" + s.name + "' has no targets");
-    for (const std::string& t : s.targets)
-      if (is_class_name(t))
-        return unsupported(where + " group '" + s.name + "' targets '" + t +
+    for (const CtTarget& t : s.targets)
+      if (is_class_name(t.text))
+        return unsupported(where + " group '" + s.name + "' targets '" + t.text +
                            "': Pagoda places Linear, module names and re: patterns");
     c.schemes.push_back(std::move(s));
   }
-  for (const std::string& t : c.ignore)
-    if (is_class_name(t))
-      return unsupported(where + " ignores '" + t +
+  for (const CtTarget& t : c.ignore)
+    if (is_class_name(t.text))
+      return unsupported(where + " ignores '" + t.text +
                          "': Pagoda places Linear, module names and re: patterns");
   return c;
 }
 
 Result<const CtScheme*> CtConfig::scheme_for(const std::string& module, bool linear) const {
-  for (const std::string& t : ignore) {
-    PAGODA_ASSIGN_OR_RETURN(const bool hit, matches(t, module, linear));
-    if (hit) return static_cast<const CtScheme*>(nullptr);
-  }
+  for (const CtTarget& t : ignore)
+    if (matches(t, module, linear)) return static_cast<const CtScheme*>(nullptr);
   const CtScheme* found = nullptr;
   for (const CtScheme& s : schemes)
-    for (const std::string& t : s.targets) {
-      PAGODA_ASSIGN_OR_RETURN(const bool hit, matches(t, module, linear));
-      if (!hit) continue;
+    for (const CtTarget& t : s.targets) {
+      if (!matches(t, module, linear)) continue;
       if (found != nullptr && found != &s)
         return unsupported("'" + module + "' is in compressed-tensors groups '" + found->name +
                            "' and '" + s.name + "'");

@@ -42,6 +42,15 @@ namespace pagoda {
 
 enum class CtFormat { kInt8, kPackedInt4, kFp8 };
 
+struct CtPattern;  // a compiled "re:" pattern (compressed_tensors.cpp)
+
+// A targets or ignore entry: "Linear", an exact module name, or "re:" and a pattern,
+// compiled once when the config is parsed.
+struct CtTarget {
+  std::string text;                     // as the config writes it
+  std::shared_ptr<const CtPattern> re;  // for "re:" entries
+};
+
 // One config group's weight scheme, as far as Pagoda reads it.
 struct CtScheme {
   std::string name;  // its key in config_groups, for messages
@@ -49,13 +58,13 @@ struct CtScheme {
   std::string strategy;  // "tensor", "channel" or "group"
   int group_size = 0;    // for "group"
   bool symmetric = true;
-  std::vector<std::string> targets;  // "Linear", exact module names or "re:" patterns
+  std::vector<CtTarget> targets;
 };
 
 struct CtConfig {
   std::vector<CtScheme> schemes;
   bool kv_cache_fp8 = false;  // kv_cache_scheme: FP8 with per-layer k_scale / v_scale
-  std::vector<std::string> ignore;
+  std::vector<CtTarget> ignore;
   // The scheme that quantizes `module` (a checkpoint name such as
   // "model.layers.0.mlp.up_proj"; `linear` says whether it is a Linear), or null when
   // the ignore list or no target holds it; an error when two groups both claim it.

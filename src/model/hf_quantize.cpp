@@ -1,6 +1,7 @@
 #include "model/hf_quantize.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "backend/cpu/quant_blocks.h"
 #include "core/dtype.h"
 #include "core/fp8.h"
+#include "model/bnb_double_quant.h"
 #include "model/hf_folder.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
@@ -174,23 +176,30 @@ Result<GptqTensors> gptq_weight(const SafetensorsTensor& t, const uint8_t* data,
   return q;
 }
 
-// bitsandbytes' 4-bit NF4 as transformers' BitsAndBytesConfig saves it (no double
-// quantization): blocks of 64 weights of the flattened matrix, absmax per block in f32,
-// each weight the nearest of NF4's 16 code values times absmax, two codes a byte with the
-// first in the high nibble.
+// bitsandbytes' 4-bit NF4 as transformers' BitsAndBytesConfig saves it: blocks of 64
+// weights of the flattened matrix, absmax per block in f32, each weight the nearest of
+// NF4's 16 code values times absmax, two codes a byte with the first in the high nibble;
+// with double quantization the absmax values in turn as bytes (model/bnb_double_quant.h).
 constexpr int64_t kNf4Block = 64;
 
 struct Nf4Tensors {
   std::vector<uint8_t> packed;  // n / 2 bytes
   std::vector<float> absmax;    // one per started block
+  BnbNestedAbsmax nested;       // double quantization: absmax as codes (else empty)
 };
 
-// Block b of the flattened weights w (n of them) into q's absmax and codes.
+// Block b of the flattened weights w (n of them) into q's absmax and codes; a block
+// holding an infinite or NaN weight gets a NaN absmax (which nf4_weight refuses).
 void nf4_block(const float* w, int64_t b, int64_t n, Nf4Tensors* q) {
   const int64_t e0 = b * kNf4Block, e1 = std::min(n, e0 + kNf4Block);
   float amax = 0;
-  for (int64_t e = e0; e < e1; ++e) amax = std::fmax(amax, std::fabs(w[e]));
-  q->absmax[b] = amax;
+  bool finite = true;
+  for (int64_t e = e0; e < e1; ++e) {
+    amax = std::fmax(amax, std::fabs(w[e]));  // (fmax passes NaN over)
+    finite = finite && std::isfinite(w[e]);
+  }
+  q->absmax[b] = finite ? amax : std::nanf("");
+  if (!finite) return;
   const float inv = amax > 0 ? 1.0f / amax : 0.0f;
   for (int64_t e = e0; e < e1; ++e) {
     const float x = w[e] * inv;
@@ -201,7 +210,8 @@ void nf4_block(const float* w, int64_t b, int64_t n, Nf4Tensors* q) {
   }
 }
 
-Nf4Tensors nf4_weight(const SafetensorsTensor& t, const uint8_t* data, ThreadPool& pool) {
+Result<Nf4Tensors> nf4_weight(const SafetensorsTensor& t, const uint8_t* data, bool double_quant,
+                              ThreadPool& pool) {
   const int64_t rows = t.shape[0], cols = t.shape[1], n = rows * cols;
   std::vector<float> w(static_cast<size_t>(n));
   pool.parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
@@ -215,20 +225,41 @@ Nf4Tensors nf4_weight(const SafetensorsTensor& t, const uint8_t* data, ThreadPoo
   pool.parallel_for(blocks, 256, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) nf4_block(w.data(), b, n, &q);
   });
+  for (size_t b = 0; b < q.absmax.size(); ++b)
+    if (!std::isfinite(q.absmax[b]))
+      return invalid_argument("'" + t.name +
+                              "' holds an infinite or NaN weight (NF4 has no code for it)");
+  if (double_quant) q.nested = bnb_double_quantize(q.absmax, pool);
   return q;
 }
 
 // The quant_state JSON bitsandbytes keeps beside each weight (stored as uint8 bytes).
-std::string nf4_quant_state(const SafetensorsTensor& t) {
+// With double quantization its last field, nested_offset, is known only once the weight
+// is quantized: this text then stops after `"nested_offset":` and nf4_state_end completes
+// it in a fixed width, so that the tensor's size is known before.
+std::string nf4_quant_state(const SafetensorsTensor& t, bool double_quant) {
   ojson qs;
   qs["quant_type"] = "nf4";
   qs["blocksize"] = kNf4Block;
   qs["dtype"] = t.dtype == "F32" ? "float32" : t.dtype == "F16" ? "float16" : "bfloat16";
   qs["shape"] = t.shape;
-  return qs.dump();
+  if (!double_quant) return qs.dump();
+  qs["nested_blocksize"] = kBnbNestedBlock;
+  qs["nested_dtype"] = "float32";  // the absmax values' dtype (bitsandbytes keeps them f32)
+  std::string text = qs.dump();
+  text.pop_back();  // the closing brace
+  return text + ",\"nested_offset\":";
 }
 
-ojson nf4_config(const std::string& compute_dtype) {
+// The offset as 17 significant digits (the double it widens to, exactly) and the closing
+// brace: 23 characters for any finite offset >= 0, which a mean of absmax values is.
+constexpr size_t kNf4StateEnd = 23;
+
+std::string nf4_state_end(float offset) {
+  return str_format("%.16e}", static_cast<double>(offset));
+}
+
+ojson nf4_config(const std::string& compute_dtype, bool double_quant) {
   ojson qc;
   qc["quant_method"] = "bitsandbytes";
   qc["load_in_4bit"] = true;
@@ -236,7 +267,7 @@ ojson nf4_config(const std::string& compute_dtype) {
   qc["_load_in_4bit"] = true;
   qc["_load_in_8bit"] = false;
   qc["bnb_4bit_quant_type"] = "nf4";
-  qc["bnb_4bit_use_double_quant"] = false;
+  qc["bnb_4bit_use_double_quant"] = double_quant;
   qc["bnb_4bit_compute_dtype"] = compute_dtype;
   qc["bnb_4bit_quant_storage"] = "uint8";
   qc["llm_int8_skip_modules"] = {"lm_head"};
@@ -269,10 +300,13 @@ struct Job {
     kNf4Weight,
     kNf4Absmax,
     kNf4Map,
+    kNf4NestedAbsmax,
+    kNf4NestedMap,
     kNf4State
   } kind;
   const std::vector<float>* smooth = nullptr;  // kWeight: column factors; kNorm: divisors
   float value = 0;                             // kKvScale (which has no source tensor)
+  std::string text{};                          // kNf4State: the quant_state JSON (its start)
 };
 
 // compressed-tensors' FP8 KV-cache scheme: one static scale per layer for K and for V.
@@ -442,9 +476,10 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
                     ThreadPool& pool,
                     const std::function<void(size_t, size_t, const std::string&)>& progress,
                     HfQuantizeReport* rep) {
-  ojson qc = scheme == Scheme::kGptq  ? gptq_config(o.gptq)
-             : scheme == Scheme::kNf4 ? nf4_config(config.value("torch_dtype", "bfloat16"))
-                                      : quantization_config(scheme);
+  ojson qc = scheme == Scheme::kGptq ? gptq_config(o.gptq)
+             : scheme == Scheme::kNf4
+                 ? nf4_config(config.value("torch_dtype", "bfloat16"), o.nf4_double_quant)
+                 : quantization_config(scheme);
   if (o.kv_amax != nullptr) qc["kv_cache_scheme"] = kv_cache_scheme();
   PAGODA_RETURN_IF_ERROR(write_config(config, out, qc));
   PAGODA_RETURN_IF_ERROR(copy_side_files(in, out, shards));
@@ -486,20 +521,38 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
           case Job::kGIdx:
             put(gq.g_idx, bytes);
             break;
-          case Job::kNf4Weight:
-            nf = nf4_weight(*j.src, data, pool);
+          case Job::kNf4Weight: {
+            PAGODA_ASSIGN_OR_RETURN(nf, nf4_weight(*j.src, data, o.nf4_double_quant, pool));
             put(nf.packed, bytes);
             break;
+          }
           case Job::kNf4Absmax:
-            put(nf.absmax, bytes);
+            if (o.nf4_double_quant)
+              put(nf.nested.codes, bytes);
+            else
+              put(nf.absmax, bytes);
             break;
           case Job::kNf4Map:
             bytes->resize(sizeof cpu::kNf4Code);
             std::memcpy(bytes->data(), cpu::kNf4Code, bytes->size());
             break;
+          case Job::kNf4NestedAbsmax:
+            put(nf.nested.absmax, bytes);
+            break;
+          case Job::kNf4NestedMap: {
+            const std::array<float, 256>& map = bnb_dynamic_map();
+            put(std::vector<float>(map.begin(), map.end()), bytes);
+            break;
+          }
           case Job::kNf4State: {
-            const std::string js = nf4_quant_state(*j.src);
-            bytes->assign(js.begin(), js.end());
+            bytes->assign(j.text.begin(), j.text.end());
+            if (o.nf4_double_quant) {
+              const std::string end = nf4_state_end(nf.nested.offset);
+              if (end.size() != kNf4StateEnd)
+                return internal_error("nested_offset '" + end + "' of '" + j.src->name +
+                                      "' is not the width its quant_state was sized for");
+              bytes->insert(bytes->end(), end.begin(), end.end());
+            }
             break;
           }
           case Job::kKvScale:
@@ -539,6 +592,8 @@ Result<HfQuantizeReport> quantize_hf_folder(
   if ((scheme == Scheme::kInt8 && o.act_max == nullptr) ||
       (scheme == Scheme::kGptq && o.hessian == nullptr))
     return internal_error(o.scheme + " needs the calibration run's statistics");
+  if (o.nf4_double_quant && scheme != Scheme::kNf4)
+    return invalid_argument("double quantization applies to nf4, not to " + o.scheme);
   if (o.kv_amax != nullptr && (scheme == Scheme::kGptq || scheme == Scheme::kNf4))
     return invalid_argument(
         "KV-cache scales are written as compressed-tensors' kv_cache_scheme, which a " + o.scheme +
@@ -587,15 +642,27 @@ Result<HfQuantizeReport> quantize_hf_folder(
       if (n % 2 != 0)
         return unsupported("'" + t.name +
                            "' holds an odd number of weights (NF4 packs two a byte)");
+      const bool dq = o.nf4_double_quant;
+      const int64_t blocks = (n + kNf4Block - 1) / kNf4Block;
       specs.push_back({t.name, "U8", {n / 2, 1}});
       jobs.push_back({src.shard, &t, Job::kNf4Weight});
-      specs.push_back({t.name + ".absmax", "F32", {(n + kNf4Block - 1) / kNf4Block}});
+      specs.push_back({t.name + ".absmax", dq ? "U8" : "F32", {blocks}});
       jobs.push_back({src.shard, &t, Job::kNf4Absmax});
       specs.push_back({t.name + ".quant_map", "F32", {16}});
       jobs.push_back({src.shard, &t, Job::kNf4Map});
-      const int64_t state = static_cast<int64_t>(nf4_quant_state(t).size());
-      specs.push_back({t.name + ".quant_state.bitsandbytes__nf4", "U8", {state}});
-      jobs.push_back({src.shard, &t, Job::kNf4State});
+      if (dq) {
+        specs.push_back(
+            {t.name + ".nested_absmax", "F32", {(blocks + kBnbNestedBlock - 1) / kBnbNestedBlock}});
+        jobs.push_back({src.shard, &t, Job::kNf4NestedAbsmax});
+        specs.push_back({t.name + ".nested_quant_map", "F32", {256}});
+        jobs.push_back({src.shard, &t, Job::kNf4NestedMap});
+      }
+      Job state{src.shard, &t, Job::kNf4State};
+      state.text = nf4_quant_state(t, dq);
+      const size_t size = state.text.size() + (dq ? kNf4StateEnd : 0);
+      specs.push_back(
+          {t.name + ".quant_state.bitsandbytes__nf4", "U8", {static_cast<int64_t>(size)}});
+      jobs.push_back(std::move(state));
       continue;
     }
     if (scheme == Scheme::kGptq) {
@@ -639,7 +706,7 @@ Result<HfQuantizeReport> quantize_hf_folder(
   PAGODA_RETURN_IF_ERROR(check_out_dir(out));
   const Status st =
       write_folder(in, out, config, scheme, o, shards, specs, jobs, pool, progress, &rep);
-  if (!st.ok()) {
+  if (!st.is_ok()) {
     // The folder was empty or new: what is in it now is this run's, and incomplete.
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) fs::remove_all(e, ec);
     return st;

@@ -17,10 +17,13 @@
 //                run (model/hessian.h). The Hessians all come from the 16-bit model in one
 //                run, not layer by layer after the layers before were quantized
 //                (true_sequential: false in the config).
-//   nf4          bitsandbytes' 4-bit NF4 as transformers saves a BitsAndBytesConfig model
-//                (no double quantization): per block of 64 weights of the flattened
-//                matrix an f32 absmax, each weight the nearest NF4 code value, two codes a
-//                byte (first in the high nibble), with quant_map and the quant_state JSON.
+//   nf4          bitsandbytes' 4-bit NF4 as transformers saves a BitsAndBytesConfig model:
+//                per block of 64 weights of the flattened matrix an f32 absmax, each
+//                weight the nearest NF4 code value, two codes a byte (first in the high
+//                nibble), with quant_map and the quant_state JSON (4.5 bits a weight).
+//                With double quantization (bnb_4bit_use_double_quant) the absmax values
+//                are stored as bytes instead, bitsandbytes' way (model/bnb_double_quant.h):
+//                4.127 bits a weight.
 //
 // With a KV calibration (`--kv-cache-scales`), fp8 and smoothquant folders also carry
 // compressed-tensors' FP8 kv_cache_scheme: model.layers.N.self_attn.k_scale / v_scale, the
@@ -62,7 +65,8 @@ struct HfQuantizeOptions {
   const HessianCollector* hessian = nullptr;     // gptq: the calibration statistic
   // fp8, smoothquant: per-layer FP8 KV-cache scales (amax / 448) as kv_cache_scheme.
   const KvAmaxCollector* kv_amax = nullptr;
-  GptqOptions gptq;  // gptq: bits, group size, sym, act order
+  GptqOptions gptq;               // gptq: bits, group size, sym, act order
+  bool nf4_double_quant = false;  // nf4: bnb_4bit_use_double_quant (an error elsewhere)
 };
 
 // Schemes that need a calibration run before quantize_hf_folder.

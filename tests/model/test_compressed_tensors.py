@@ -160,6 +160,15 @@ def test_greedy_text_is_sensible(folders, scheme):
     (lambda q: q.update(quant_method="hqq"), "hqq"),
     (lambda q: q["config_groups"]["group_0"]["weights"].update(num_bits=3), "3-bit"),
     (lambda q: q.update(ignore=["Embedding"]), "Embedding"),
+    # An unreadable pattern is refused when the config is read, named, whether or not a
+    # module would have reached it.
+    (lambda q: q.update(ignore=["lm_head", "re:model.layers.(3"]),
+     "ignore entry 're:model.layers.(3' is not a pattern"),
+    (lambda q: q["config_groups"]["group_0"].update(targets=["re:.*_proj[", "Linear"]),
+     "targets entry 're:.*_proj[' is not a pattern"),
+    # A pattern reaches the module it names: the ignored layer's packed tensors are refused.
+    (lambda q: q.update(ignore=["lm_head", r"re:.*layers\.3\.self_attn\.o_proj$"]),
+     "model.layers.3.self_attn.o_proj"),
 ])
 def test_unsupported_configs_are_refused_by_name(folders, tmp_path, edit, named):
     folder = tmp_path / "edited"
@@ -170,6 +179,19 @@ def test_unsupported_configs_are_refused_by_name(folders, tmp_path, edit, named)
     r = run_pagoda("info", "-m", folder, check=False)
     assert r.returncode != 0
     assert named in r.stderr, r.stderr
+
+
+def test_pattern_targets_load_as_linear_does(folders, tmp_path):
+    # "re:" targets (compressed-tensors' re.match from the start of the name) place the same
+    # layers as "Linear": the same types, the same logits.
+    folder = tmp_path / "re_targets"
+    shutil.copytree(folders["w4a16"], folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["quantization_config"]["config_groups"]["group_0"]["targets"] = [
+        r"re:model\.layers\.\d+\.self_attn\.", r"re:.*mlp\.(gate|up|down)_proj$"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    tokens = np.random.default_rng(5).integers(0, 49152, 8).tolist()
+    assert np.array_equal(all_logits(str(folder), tokens), all_logits(folders["w4a16"], tokens))
 
 
 @pytest.mark.parametrize("scheme", ["w8a8_int8", "w4a16_asym", "fp8"])

@@ -13,6 +13,7 @@
 
 #include "model/hf_checkpoint.h"
 #include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 
 namespace pagoda {
 namespace {
@@ -134,6 +135,31 @@ TEST(Safetensors, TruncatedFilesFailEverywhere) {
     EXPECT_FALSE(parse(cut).is_ok()) << n;
   }
   EXPECT_TRUE(parse(b).is_ok());
+}
+
+// The writer: a file the reader takes back; and when a tensor's bytes cannot be made, the
+// producer's error and no file left behind.
+TEST(SafetensorsWriter, WritesOrLeavesNothing) {
+  const std::string path = ::testing::TempDir() + "/writer.safetensors";
+  const std::vector<SafetensorsSpec> specs = {{"a", "F32", {2}}, {"b", "U8", {3}}};
+  auto produce = [](size_t i, std::vector<uint8_t>* bytes) -> Status {
+    bytes->assign(i == 0 ? 8 : 3, static_cast<uint8_t>(i + 1));
+    return Status::ok();
+  };
+  ASSERT_TRUE(write_safetensors(path, specs, {{"format", "pt"}}, produce).is_ok());
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  ASSERT_EQ((*f)->tensors().size(), 2u);
+  f = Result<std::unique_ptr<SafetensorsFile>>(internal_error("closed"));
+  const Status st =
+      write_safetensors(path, specs, {}, [](size_t i, std::vector<uint8_t>* bytes) -> Status {
+        if (i == 1) return invalid_argument("tensor b cannot be made");
+        bytes->assign(8, 0);
+        return Status::ok();
+      });
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_EQ(st.message(), "tensor b cannot be made");
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 TEST(Safetensors, Index) {

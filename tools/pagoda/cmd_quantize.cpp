@@ -115,7 +115,8 @@ constexpr const char* kSynopsis =
     "checkpoint in compressed-tensors form: fp8 per-channel E4M3 weights, or smoothquant's "
     "smoothed int8 weights, both with activations quantized per token at run time; or gptq: "
     "the GPTQ format's 4-bit weights, group 128, from a calibrated GPTQ run; or nf4: "
-    "bitsandbytes' 4-bit NF4 layout, blocks of 64, as transformers saves it)";
+    "bitsandbytes' 4-bit NF4 layout, blocks of 64, as transformers saves it; --double-quant "
+    "for its double quantization)";
 
 // The TYPE argument.
 struct Target {
@@ -366,6 +367,8 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
          {"--bits", "--group-size", "--sym", "--act-order", "--static-groups", "--damp"})
       if (args.has(flag))
         return invalid_argument(std::string(flag) + " applies to gptq, not to " + scheme);
+  if (scheme != "nf4" && args.has("--double-quant"))
+    return invalid_argument("--double-quant applies to nf4, not to " + scheme);
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
   ThreadPool pool(static_cast<int>(threads));
   HfQuantizeOptions options;
@@ -383,6 +386,7 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   options.gptq.sym = args.has("--sym");
   options.gptq.act_order = args.has("--act-order");
   options.gptq.static_groups = args.has("--static-groups");
+  options.nf4_double_quant = args.has("--double-quant");
   PAGODA_ASSIGN_OR_RETURN(options.gptq.damp, args.get_double("--damp", 0.01, 0.0, 1.0));
   std::unique_ptr<ChannelMaxCollector> act_max;
   std::unique_ptr<HessianCollector> hessian;
@@ -438,7 +442,7 @@ Result<std::string> quantize(const Args& args) {
                             "checkpoint folder (scripts/hf_from_gguf.py makes one from a GGUF)");
   for (const char* flag :
        {"--calibration", "--samples", "--seq-len", "--alpha", "--bits", "--group-size", "--sym",
-        "--act-order", "--static-groups", "--damp", "--kv-cache-scales"})
+        "--act-order", "--static-groups", "--damp", "--kv-cache-scales", "--double-quant"})
     if (args.has(flag))
       return invalid_argument(std::string(flag) +
                               " applies to the folder schemes, not to GGUF types");
@@ -501,6 +505,11 @@ int cmd_quantize(int argc, char** argv) {
        "gptq: each group's scale and zero from the original weights of columns [k g, (k+1) "
        "g), so act-order output keeps contiguous groups (loads as 4-bit blocks)"},
       {"--damp", "", true, "gptq: dampening, a share of the Hessian's mean diagonal (0.01)"},
+      {"--double-quant", "", false,
+       "nf4: also quantize each block's absmax to 8 bits, bitsandbytes' double quantization "
+       "(bnb_4bit_use_double_quant): 4.127 bits a weight instead of 4.5, the quantized "
+       "layers 8% smaller; costs each absmax a rounding of up to 0.7% of the largest "
+       "|absmax - mean| among its 256 neighbouring blocks (SmolLM2-135M: 0.5% RMS)"},
       {"--kv-cache-scales", "", false,
        "fp8, smoothquant: also calibrate per-layer FP8 KV-cache scales (compressed-tensors "
        "kv_cache_scheme; read by --kv-cache-dtype fp8 on CUDA)"},
