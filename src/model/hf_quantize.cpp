@@ -781,7 +781,7 @@ Result<HfQuantizeReport> quantize_hf_folder(
   PAGODA_RETURN_IF_ERROR(check_out_dir(out));
   const Status st = write_folder(in, out, config, scheme, o, shards, specs, jobs, awq.get(), pool,
                                  progress, &rep);
-  if (!st.ok()) {
+  if (!st.is_ok()) {
     // The folder was empty or new: what is in it now is this run's, and incomplete.
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) fs::remove_all(e, ec);
     return st;

@@ -74,7 +74,7 @@ Status write_safetensors(const std::string& path, const std::vector<SafetensorsS
     if (!f) return io_error("cannot create '" + path + "'");
     st = write_body(f.get(), path, specs, metadata, produce);
   }
-  if (!st.ok()) {
+  if (!st.is_ok()) {
     std::error_code ec;
     std::filesystem::remove(path, ec);
   }
