@@ -623,6 +623,7 @@ std::string awq_note(const std::vector<AwqLayerReport>& reports) {
 }  // namespace
 
 Status hf_quantize_check(const std::string& in_dir, const HfQuantizeOptions& o) {
+  PAGODA_RETURN_IF_ERROR(read_config(in_dir).status());
   if (o.scheme != "awq") return Status::ok();
   PAGODA_ASSIGN_OR_RETURN(const HfShards shards, list_hf_shards(in_dir));
   PAGODA_ASSIGN_OR_RETURN(const auto files, open_shards(in_dir, shards));

@@ -80,9 +80,10 @@ struct HfQuantizeOptions {
 // Schemes that need a calibration run before quantize_hf_folder.
 bool hf_scheme_calibrates(const std::string& scheme);
 
-// What can be checked of the input folder before a calibration run: for awq, that every
-// decoder linear is whole groups of awq_group_size inputs and whole words of outputs
-// (naming the first that is not, and a group size that would do).
+// What can be checked of the input folder before a calibration run: that it is not
+// quantized already; for awq, that every decoder linear is whole groups of
+// awq_group_size inputs and whole words of outputs (naming the first that is not, and a
+// group size that would do).
 Status hf_quantize_check(const std::string& in_dir, const HfQuantizeOptions& options);
 
 // `progress(done, total, name)` after each tensor.

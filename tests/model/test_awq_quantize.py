@@ -203,3 +203,9 @@ def test_refusals(tmp_path, flags, named):
     assert not os.path.exists(tmp_path / "x")
     if named == "--group-size 64":  # the first layer that is not whole groups, by name
         assert "model.layers.0." in r.stderr and "576" in r.stderr, r.stderr
+
+
+def test_quantized_input_is_refused_before_calibrating(rtn, tmp_path):
+    r = run_pagoda("quantize", rtn, tmp_path / "x", "awq", "--group-size", GROUP, check=False)
+    assert r.returncode != 0 and "already quantized" in r.stderr, r.stderr
+    assert "calibration:" not in r.stderr

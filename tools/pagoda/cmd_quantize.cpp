@@ -399,8 +399,6 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
       return invalid_argument("--group-size: awq takes a positive multiple of 32, not " +
                               std::to_string(group));
     options.awq_group_size = group;
-    // Refused now, not after the calibration run.
-    PAGODA_RETURN_IF_ERROR(hf_quantize_check(in, options));
   }
   if (group == 0 || (group > 0 && group % (32 / bits) != 0))
     return invalid_argument("--group-size: -1 (one group per row) or a multiple of " +
@@ -409,6 +407,8 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   options.gptq.sym = args.has("--sym");
   options.gptq.act_order = args.has("--act-order");
   PAGODA_ASSIGN_OR_RETURN(options.gptq.damp, args.get_double("--damp", 0.01, 0.0, 1.0));
+  // What the input can be refused for is refused now, not after the calibration run.
+  PAGODA_RETURN_IF_ERROR(hf_quantize_check(in, options));
   std::unique_ptr<ChannelMaxCollector> act_max;
   std::unique_ptr<HessianCollector> hessian;
   std::unique_ptr<KvAmaxCollector> kv_amax;
