@@ -150,6 +150,19 @@ Result<GptqTensors> gptq_quantize(const std::vector<float>& w, int64_t rows, int
   // Rows are independent given U; a tile of rows shares each row of U while it is cached.
   std::vector<uint8_t> codes(static_cast<size_t>(rows * cols));  // in permuted column order
   std::vector<GroupParams> params(static_cast<size_t>(rows * n_groups));
+  if (o.static_groups)
+    pool.parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+      std::vector<float> x(static_cast<size_t>(g));
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t gr = 0; gr < n_groups; ++gr) {
+          const int64_t c0 = gr * g, n = std::min(g, cols - c0);
+          for (int64_t k = 0; k < n; ++k)
+            x[static_cast<size_t>(k)] = dead[static_cast<size_t>(c0 + k)]
+                                            ? 0.0f
+                                            : w[static_cast<size_t>(r * cols + c0 + k)];
+          params[static_cast<size_t>(r * n_groups + gr)] = find_params(x.data(), n, o.sym, maxq);
+        }
+    });
   constexpr int64_t kTile = 8;
   pool.parallel_for(rows, kTile, [&](int64_t r0, int64_t r1) {
     const int64_t nr = r1 - r0;
@@ -169,7 +182,9 @@ Result<GptqTensors> gptq_quantize(const std::vector<float>& w, int64_t rows, int
         for (int64_t r = 0; r < nr; ++r) {
           float* wr = wt.data() + r * cols;
           GroupParams& p = cur[static_cast<size_t>(r)];
-          if (i % g == 0) {
+          if (o.static_groups) {
+            p = params[static_cast<size_t>((r0 + r) * n_groups + perm[static_cast<size_t>(i)] / g)];
+          } else if (i % g == 0) {
             p = find_params(wr + i, std::min(g, cols - i), o.sym, maxq);
             params[static_cast<size_t>((r0 + r) * n_groups + i / g)] = p;
           }
@@ -199,7 +214,8 @@ Result<GptqTensors> gptq_quantize(const std::vector<float>& w, int64_t rows, int
   std::vector<int64_t> pos(static_cast<size_t>(cols));  // column -> permuted position
   for (int64_t k = 0; k < cols; ++k) {
     pos[static_cast<size_t>(perm[static_cast<size_t>(k)])] = k;
-    t.g_idx[static_cast<size_t>(perm[static_cast<size_t>(k)])] = static_cast<int32_t>(k / g);
+    const int64_t c = perm[static_cast<size_t>(k)];
+    t.g_idx[static_cast<size_t>(c)] = static_cast<int32_t>((o.static_groups ? c : k) / g);
   }
   t.qweight.assign(static_cast<size_t>(cols / pack * rows), 0);
   pool.parallel_for(cols / pack, 16, [&](int64_t w0, int64_t w1) {

@@ -9,6 +9,15 @@
 // `damp` * mean(diag H); columns that saw no input get weight 0. With act_order the columns
 // go in order of descending diag(H) and g_idx maps each column to its group.
 //
+// Groups are by default formed as the columns are reached, each group's scale and zero
+// taken from its weights as GPTQ's error feedback has left them; with act_order the
+// groups then hold scattered columns (g_idx a permutation's image), which no block
+// layout of contiguous columns can hold without requantizing. static_groups (AutoGPTQ's
+// and GPTQModel's option of that name) instead fixes every group's scale and zero up
+// front, from the original weights of input columns [k g, (k + 1) g): the columns are
+// still quantized in act order with error feedback, but g_idx is plain i / g, so the
+// result loads into contiguous 4-bit blocks.
+//
 // Quantizer per row and group: asymmetric, scale = (max(x, 0) - min(x, 0)) / (2^bits - 1)
 // and zero = round(-min / scale); symmetric, scale = 2 max|x| / (2^bits - 1) and zero =
 // 2^(bits - 1). q = clamp(round(w / scale) + zero, 0, 2^bits - 1), w' = scale (q - zero).
@@ -30,9 +39,10 @@ struct GptqOptions {
   int bits = 4;          // 4 or 8
   int group_size = 128;  // input columns per scale; -1 or >= cols: one group per row
   bool sym = false;
-  bool act_order = false;  // desc_act
-  double damp = 0.01;      // percdamp
-  int block = 128;         // columns whose error updates are applied together
+  bool act_order = false;      // desc_act
+  bool static_groups = false;  // group parameters from the original weights, g_idx = i / g
+  double damp = 0.01;          // percdamp
+  int block = 128;             // columns whose error updates are applied together
 };
 
 // The GPTQ format's tensors for one layer of `rows` outputs and `cols` inputs.

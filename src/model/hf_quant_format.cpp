@@ -7,6 +7,7 @@
 #include "model/awq_gptq.h"
 #include "model/bnb_nf4.h"
 #include "model/compressed_tensors.h"
+#include "model/fp8_checkpoint.h"
 #include "model/hf_json.h"
 
 namespace pagoda {
@@ -30,10 +31,11 @@ Result<std::unique_ptr<HfQuantFormat>> open_hf_quant_format(std::string_view jso
   if (method == "compressed-tensors") return open_compressed_tensors_format(json_text);
   if (method == "bitsandbytes") return open_bnb_nf4_format(json_text);
   if (method == "awq" || method == "gptq") return open_awq_gptq_format(json_text);
+  if (method == "fp8") return open_fp8_checkpoint_format(json_text);
   return unsupported(
       "config.json quantization_config quant_method '" + method +
-      "' is not supported (Pagoda loads compressed-tensors, awq, gptq and bitsandbytes NF4 "
-      "checkpoints)");
+      "' is not supported (Pagoda loads compressed-tensors, awq, gptq, fp8 and bitsandbytes "
+      "NF4 checkpoints)");
 }
 
 std::string quant_piece_name(const std::string& module, std::string_view param) {

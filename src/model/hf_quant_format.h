@@ -2,8 +2,9 @@
 // quantization_config.quant_method, as model/hf_checkpoint.cpp sees them: which tensors
 // belong to a quantized layer, and how a layer's tensors become one matrix of a block
 // type the backends multiply. Each format lives in its own file (compressed_tensors.cpp,
-// awq_gptq.cpp) and is chosen by open_hf_quant_format; a method none of them reads is
-// refused there by name.
+// awq_gptq.cpp, bnb_nf4.cpp, fp8_checkpoint.cpp: "compressed-tensors", "awq" and "gptq",
+// "bitsandbytes", "fp8") and is chosen by open_hf_quant_format; a method none of them reads
+// is refused there by name.
 //
 // The checkpoint holds every tensor of a quantized layer without reading it, asks the
 // format to check the layer once all shards are open, and converts the layer when a

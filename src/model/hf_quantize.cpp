@@ -134,7 +134,7 @@ ojson gptq_config(const GptqOptions& o) {
   qc["sym"] = o.sym;
   qc["lm_head"] = false;
   qc["damp_percent"] = o.damp;
-  qc["static_groups"] = false;
+  qc["static_groups"] = o.static_groups;
   qc["true_sequential"] = false;
   qc["checkpoint_format"] = "gptq";
   qc["pack_dtype"] = "int32";

@@ -189,6 +189,7 @@ def test_awq_beats_round_to_nearest(awq, rtn, tmp_path):
     (["--bits", "3"], "--bits"),
     (["--sym"], "--sym"),
     (["--act-order"], "--act-order"),
+    (["--static-groups"], "--static-groups"),
     (["--damp", "0.1"], "--damp"),
     (["--alpha", "0.5"], "--alpha"),
     (["--group-size", "-1"], "--group-size"),

@@ -43,6 +43,11 @@ def sym_act_order(tmp_path_factory):
     return quantize(tmp_path_factory, "gptq-sym-ao", "--sym", "--act-order")
 
 
+@pytest.fixture(scope="module")
+def act_static(tmp_path_factory):
+    return quantize(tmp_path_factory, "gptq-ao-static", "--act-order", "--static-groups")
+
+
 def source():
     return load_file(os.path.join(model_path(SMOL_HF), "model.safetensors"))
 
@@ -202,7 +207,24 @@ def with_weights(weights):
     return m
 
 
-@pytest.mark.parametrize("variant", ["asym", "sym_act_order"])
+def test_static_groups(act_static):
+    """--static-groups with --act-order: columns still go in act order, but every group is
+    the plain 128 contiguous columns (g_idx = i // 128), so Pagoda's loader keeps the
+    layers in 4-bit blocks (Q4_1) rather than requantizing them to Q8_0 as it must for
+    scattered act-order groups."""
+    out = load_file(os.path.join(act_static, "model.safetensors"))
+    qc = json.load(open(os.path.join(act_static, "config.json")))["quantization_config"]
+    assert qc["desc_act"] is True and qc["static_groups"] is True and qc["sym"] is False
+    for b in linear_names(source()):
+        g = out[b + ".g_idx"]
+        assert np.array_equal(g, np.arange(len(g)) // 128), b
+    r = run_pagoda("info", "-m", act_static, "--tensors")
+    types = [line.split()[1] for line in r.stdout.splitlines()
+             if line.split() and line.split()[0].endswith("_proj.weight")]
+    assert len(types) == 7 * 30 and set(types) == {"Q4_1"}, types
+
+
+@pytest.mark.parametrize("variant", ["asym", "sym_act_order", "act_static"])
 def test_gptq_beats_round_to_nearest(request, variant):
     """transformers (float32) running the decoded weights: closer to the 16-bit model than
     the same run with every layer rounded to nearest (4-bit, group 128), on text the
@@ -214,7 +236,7 @@ def test_gptq_beats_round_to_nearest(request, variant):
     ids = eval_ids()
     lr = log_probs(with_weights({}), ids)
     k_gptq = kld(lr, log_probs(with_weights({b: decode(out, b) for b in bases}), ids))
-    sym = variant != "asym"
+    sym = variant == "sym_act_order"
     k_rtn = kld(lr, log_probs(with_weights({b: rtn(src[b + ".weight"], sym) for b in bases}), ids))
     print(f"{variant}: KLD vs 16-bit: gptq {k_gptq:.4f}, round-to-nearest {k_rtn:.4f}")
     # Measured on 256 tokens: asym gptq 0.184, rtn 0.244; sym + act-order gptq 0.209, rtn
@@ -258,6 +280,7 @@ def test_flags_refused_where_they_do_not_apply(tmp_path):
     for scheme, flags, named in [("gptq", ["--alpha", "0.5"], "--alpha"),
                                  ("fp8", ["--sym"], "--sym"),
                                  ("smoothquant", ["--act-order"], "--act-order"),
+                                 ("nf4", ["--static-groups"], "--static-groups"),
                                  ("gptq", ["--group-size", "100"], "--group-size"),
                                  ("gptq", ["--bits", "3"], "--bits")]:
         r = run_pagoda("quantize", src, tmp_path / "x", scheme, *flags, check=False)

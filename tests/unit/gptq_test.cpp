@@ -157,6 +157,29 @@ TEST(Gptq, ActOrderAndSym) {
   for (int32_t z : t->qzeros) EXPECT_EQ(static_cast<uint32_t>(z), 0x77777777u);
 }
 
+// static_groups: g_idx is i / g whatever the order, each group's scale and zero are the
+// round-to-nearest ones of the original weights (so a diagonal Hessian still gives plain
+// round-to-nearest, in act order too), and with correlated inputs the error feedback still
+// wins over round-to-nearest.
+TEST(Gptq, StaticGroups) {
+  ThreadPool pool(2);
+  GptqOptions o;
+  o.act_order = o.static_groups = true;
+  const Layer d = make_layer(16, 320, 64, false, 6);
+  auto t = gptq_quantize(d.w, d.rows, d.cols, d.h, o, pool);
+  ASSERT_TRUE(t) << t.status().message();
+  EXPECT_EQ(decode(*t, d.rows, d.cols), rtn(d.w, d.rows, d.cols, 128));
+  for (int64_t c = 0; c < d.cols; ++c) EXPECT_EQ(t->g_idx[static_cast<size_t>(c)], c / 128);
+
+  const Layer l = make_layer(32, 256, 512, true, 2);
+  auto c = gptq_quantize(l.w, l.rows, l.cols, l.h, o, pool);
+  ASSERT_TRUE(c) << c.status().message();
+  for (int64_t k = 0; k < l.cols; ++k) EXPECT_EQ(c->g_idx[static_cast<size_t>(k)], k / 128);
+  const double e_rtn = output_error(l, rtn(l.w, l.rows, l.cols, 128));
+  const double e = output_error(l, decode(*c, l.rows, l.cols));
+  EXPECT_LT(e, 0.6 * e_rtn) << e << " vs " << e_rtn;
+}
+
 TEST(Gptq, RefusesWhatTheFormatCannotHold) {
   ThreadPool pool(1);
   const Layer l = make_layer(8, 36, 8, false, 4);

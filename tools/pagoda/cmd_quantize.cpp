@@ -373,13 +373,19 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
     // AWQ GEMM is 4-bit asymmetric with groups in input order: no other choice to make.
     if (args.has("--sym"))
       return invalid_argument("--sym: awq stores a zero point per group (asymmetric only)");
-    for (const char* flag : {"--act-order", "--damp"})
+    for (const char* flag : {"--act-order", "--static-groups", "--damp"})
       if (args.has(flag))
         return invalid_argument(std::string(flag) + " applies to gptq, not to awq");
   } else if (scheme != "gptq") {
-    for (const char* flag : {"--bits", "--group-size", "--sym", "--act-order", "--damp"})
+    for (const char* flag :
+         {"--bits", "--group-size", "--sym", "--act-order", "--static-groups", "--damp"})
       if (args.has(flag))
-        return invalid_argument(std::string(flag) + " applies to gptq and awq, not to " + scheme);
+        return invalid_argument(
+            std::string(flag) + " applies to " +
+            (std::string_view(flag) == "--bits" || std::string_view(flag) == "--group-size"
+                 ? "gptq and awq"
+                 : "gptq") +
+            ", not to " + scheme);
   }
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
   ThreadPool pool(static_cast<int>(threads));
@@ -406,6 +412,7 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   options.gptq.group_size = static_cast<int>(group);
   options.gptq.sym = args.has("--sym");
   options.gptq.act_order = args.has("--act-order");
+  options.gptq.static_groups = args.has("--static-groups");
   PAGODA_ASSIGN_OR_RETURN(options.gptq.damp, args.get_double("--damp", 0.01, 0.0, 1.0));
   // What the input can be refused for is refused now, not after the calibration run.
   PAGODA_RETURN_IF_ERROR(hf_quantize_check(in, options));
@@ -466,8 +473,9 @@ Result<std::string> quantize(const Args& args) {
     return invalid_argument(args.positional()[2] +
                             " writes a Hugging Face folder and reads one: IN must be a "
                             "checkpoint folder (scripts/hf_from_gguf.py makes one from a GGUF)");
-  for (const char* flag : {"--calibration", "--samples", "--seq-len", "--alpha", "--bits",
-                           "--group-size", "--sym", "--act-order", "--damp", "--kv-cache-scales"})
+  for (const char* flag :
+       {"--calibration", "--samples", "--seq-len", "--alpha", "--bits", "--group-size", "--sym",
+        "--act-order", "--static-groups", "--damp", "--kv-cache-scales"})
     if (args.has(flag))
       return invalid_argument(std::string(flag) +
                               " applies to the folder schemes, not to GGUF types");
@@ -527,6 +535,9 @@ int cmd_quantize(int argc, char** argv) {
       {"--sym", "", false, "gptq: symmetric (zero point 2^(bits-1)); default asymmetric"},
       {"--act-order", "", false,
        "gptq: quantize columns by descending Hessian diagonal (desc_act, g_idx)"},
+      {"--static-groups", "", false,
+       "gptq: each group's scale and zero from the original weights of columns [k g, (k+1) "
+       "g), so act-order output keeps contiguous groups (loads as 4-bit blocks)"},
       {"--damp", "", true, "gptq: dampening, a share of the Hessian's mean diagonal (0.01)"},
       {"--kv-cache-scales", "", false,
        "fp8, smoothquant: also calibrate per-layer FP8 KV-cache scales (compressed-tensors "

@@ -1,12 +1,12 @@
-// Matrix-vector products for the 32-element quantized types (Q8_0, Q4_0, Q4_1) and the
-// K types in their 32-element device layout (Q4_K, Q5_K, Q6_K: kquant_layout.h) on 8-bit
-// activations, as llama.cpp's CPU and CUDA paths and Pagoda's CPU backend compute them:
-// each 32-element block of x is quantized (d = amax / 127 rounded to fp16, q = x * 127 /
-// amax rounded to even, plus the block's sum for Q4_1's offset; in decode steps the norm
-// or SiLU in front writes them, see Q8Act), then one lane takes one weight block per
-// step and multiplies 4 bytes at a time (dp4a). Weights are read
-// as 16-byte loads; the integer dot products keep the arithmetic well under the
-// memory time even at 4 bits per weight.
+// Matrix-vector products for the 32-element quantized types (Q8_0, Q4_0, Q4_1, and the
+// table types IQ4_NL and NF4 in Q4_0's layout: table4.cuh) and the K types in their 32-element
+// device layout (Q4_K, Q5_K, Q6_K: kquant_layout.h) on 8-bit activations, as llama.cpp's CPU and
+// CUDA paths and Pagoda's CPU backend compute them: each 32-element block of x is quantized (d =
+// amax / 127 rounded to fp16, q = x * 127 / amax rounded to even, plus the block's sum for Q4_1's
+// offset; in decode steps the norm or SiLU in front writes them, see Q8Act), then one lane takes
+// one weight block per step and multiplies 4 bytes at a time (dp4a). Weights are read as 16-byte
+// loads; the integer dot products keep the arithmetic well under the memory time even at 4 bits per
+// weight.
 #include <algorithm>
 
 #include "backend/cuda/check.h"
@@ -14,6 +14,7 @@
 #include "backend/cuda/gemv_fusion.cuh"
 #include "backend/cuda/gemv_q8.h"
 #include "backend/cuda/kquant_layout.h"
+#include "backend/cuda/table4.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -115,6 +116,14 @@ __device__ __forceinline__ int block_dot(const WBlock& wb, uint4 x0, uint4 x1) {
     for (int k = 0; k < 4; ++k) sum = __dp4a(ws[k], xs[k], sum);
 #pragma unroll
     for (int k = 0; k < 4; ++k) sum = __dp4a(wh[k], xs[4 + k], sum);
+  } else if constexpr (is_table4(T)) {
+    // As Q4_0's nibbles below, each looked up in T's table first.
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t w = static_cast<uint32_t>(ws[k]);
+      sum = __dp4a(table4_lookup<T>(w & 0x0F0F0F0Fu), xs[k], sum);
+      sum = __dp4a(table4_lookup<T>((w >> 4) & 0x0F0F0F0Fu), xs[4 + k], sum);
+    }
   } else {
     // Byte j of the block holds element j (low nibble) and j + 16 (high nibble).
 #pragma unroll
@@ -298,7 +307,7 @@ __device__ __forceinline__ void accumulate_block(float* acc, const WBlock& wb, c
         continue;
       }
       const int si = block_dot<T>(wb, x0, x1);
-      if constexpr (T == DType::kQ8_0) {
+      if constexpr (T == DType::kQ8_0 || is_table4(T)) {
         acc[t] += wb.d * dx * static_cast<float>(si);
       } else if constexpr (T == DType::kQ4_0) {
         // x . (q - 8) = sum(q x) - 8 sum(x): the activation sum from the CPU's rule.
@@ -322,8 +331,8 @@ __device__ __forceinline__ void accumulate_block(float* acc, const WBlock& wb, c
 // PAGODA_CUDA_Q8_UNROLL=4 restores U = 4 (the 4-bit 32-element types still held to 64).
 template <DType T>
 constexpr int min_blocks(int nt, int r, int u) {
-  return (nt == 1 && (T == DType::kQ4_0 || T == DType::kQ4_1 || u == 2) ? 8 : 4) * kRowsPerBlock /
-         r;
+  return (nt == 1 && (T == DType::kQ4_0 || T == DType::kQ4_1 || is_table4(T) || u == 2) ? 8 : 4) *
+         kRowsPerBlock / r;
 }
 template <DType T, int NT, int R, int SPLIT, Pro PRO, GemvFusion::Kind EPI, int U>
 __global__ void __launch_bounds__(R* kWarp, min_blocks<T>(NT, R, U))

@@ -14,8 +14,8 @@ size_t gemv_q8_scratch_bytes(int64_t cols, int n);
 Q8Act q8_act_view(void* scratch, int64_t cols, int n);
 // out = the 8-bit quantization of f16 rows x ([n][out.cols], row stride x_stride).
 Status quantize_q8(const void* x, int64_t x_stride, int n, const Q8Act& out, cudaStream_t stream);
-// y[t][r] (+)= W[r] . x[t] for Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K weights and
-// activations already
+// y[t][r] (+)= W[r] . x[t] for Q8_0 / Q4_0 / Q4_1 / IQ4_NL / NF4 / Q4_K / Q5_K / Q6_K
+// weights and activations already
 // quantized (x.cols == w.cols), t < n <= 8.
 Status gemv_q8_quantized(const DeviceMatrix& w, const Q8Act& x, int n, float* y, int64_t y_stride,
                          bool accumulate, cudaStream_t stream);
@@ -32,8 +32,8 @@ bool visit_dtype_among(DType type, F&& f) {
 }
 template <typename F>
 bool visit_q8_type(DType type, F&& f) {
-  return visit_dtype_among<DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K,
-                           DType::kQ6_K>(type, std::forward<F>(f));
+  return visit_dtype_among<DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kIQ4_NL, DType::kNF4,
+                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K>(type, std::forward<F>(f));
 }
 inline bool is_q8_block_type(DType t) {
   return visit_q8_type(t, [](auto) {});

@@ -26,8 +26,9 @@ inline size_t act_bytes(ActType t) {
 
 // A weight matrix W[rows][cols] on the device. Float types are row-major as in GGUF.
 // Quantized types are split into aligned arrays so loads are 16-byte wide: `data` holds
-// the quants (Q8_0: int8 [rows][cols]; Q4_0/Q4_1: [rows][cols/2] bytes, each 32-element
-// block's 16 bytes in GGUF nibble order), `scales` the fp16 d per 32-element block
+// the quants (Q8_0: int8 [rows][cols]; Q4_0/Q4_1 and the table types IQ4_NL/NF4:
+// [rows][cols/2] bytes, each 32-element block's 16 bytes in GGUF nibble order), `scales` the fp16 d
+// per 32-element block
 // ([rows][cols/32]) and `mins` Q4_1's fp16 m. Q4_K, Q5_K and Q6_K keep the file's bits
 // in 32-element sub-blocks (backend/cuda/kquant_layout.h): `data` the nibbles as Q4_0,
 // `high` the bits above them, `scales` a scale word per sub-block, `mins` the fp16 d and

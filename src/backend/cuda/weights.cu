@@ -5,6 +5,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kquant_layout.h"
+#include "backend/cuda/table4.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -28,7 +29,7 @@ __global__ void repack_q_kernel(const uint8_t* __restrict__ raw, DType type, int
     const uint8_t* src = raw + b * kQ8_0Bytes;
     d[ob] = static_cast<uint16_t>(src[0] | src[1] << 8);
     for (int i = 0; i < 32; ++i) qs[ob * 32 + i] = src[2 + i];
-  } else if (type == DType::kQ4_0) {
+  } else if (type == DType::kQ4_0 || is_table4(type)) {  // the same 18 bytes
     const uint8_t* src = raw + b * kQ4_0Bytes;
     d[ob] = static_cast<uint16_t>(src[0] | src[1] << 8);
     for (int i = 0; i < 16; ++i) qs[ob * 16 + i] = src[2 + i];
@@ -62,6 +63,7 @@ __device__ __forceinline__ float dequant(const DeviceMatrix& w, int64_t b, int e
   const uint8_t byte = static_cast<const uint8_t*>(w.data)[b * 16 + (e & 15)];
   const int q = e < 16 ? byte & 15 : byte >> 4;
   if (w.type == DType::kQ4_0) return d * static_cast<float>(q - 8);
+  if (is_table4(w.type)) return d * static_cast<float>(table4_value(w.type, q));
   return d * static_cast<float>(q) + half_bits_to_float(w.mins[b]);
 }
 
@@ -97,7 +99,7 @@ __global__ void dequant_f16_kernel(DeviceMatrix w, __half* __restrict__ out) {
 }
 
 bool is_quant(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 ||
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || is_table4(t) ||
          kq::ktype_of(t) != kq::KType::kNone;
 }
 
@@ -124,6 +126,8 @@ size_t device_matrix_bytes(DType t, int64_t rows, int64_t cols) {
     case DType::kQ8_0:
       return align256(n) + align256(n / kQBlock * 2);
     case DType::kQ4_0:
+    case DType::kIQ4_NL:
+    case DType::kNF4:
       return align256(n / 2) + align256(n / kQBlock * 2);
     case DType::kQ4_1:
       return align256(n / 2) + 2 * align256(n / kQBlock * 2);

@@ -1,0 +1,56 @@
+// FP8 checkpoints (config.json quantization_config with quant_method "fp8"), as
+// transformers' FineGrainedFP8Config and vLLM's Fp8Config write and read them (DeepSeek-V3,
+// Qwen3-*-FP8, the per-tensor FP8 checkpoints of AutoFP8). Each quantized Linear `x` holds:
+//
+//   x.weight            F8_E4M3 [rows, cols] (e4m3fn: no infinities, largest finite 448)
+//   block scales        with weight_block_size [bn, bk]: x.weight_scale_inv F32
+//                       [ceil(rows / bn), ceil(cols / bk)], one scale per bn x bk tile (the
+//                       last row and column of tiles may be partial); w = q * s[r / bn][c / bk]
+//                       (despite its name the tensor multiplies)
+//   per-tensor scale    without weight_block_size: one float, x.weight_scale (vLLM's name) or
+//                       x.weight_scale_inv (transformers' name for the same scalar); w = q * s
+//   activation scale    with activation_scheme "static": one float a layer, x.input_scale
+//                       (vLLM) or x.activation_scale (transformers)
+//
+// Each layer loads as BF16 on both backends: every weight is the exact product of its e4m3
+// value and its scale (at most 4 x 24 significant bits, so exact in a double) rounded once
+// to BF16, to nearest with ties to even (bf16's normal range; below 2^-126 the product goes
+// through f32 first). 16 bits a weight against the file's 8 plus the scales.
+//
+// Activations stay 16-bit. A static activation_scheme's input scales are the range the
+// checkpoint's FP8 GEMM clamps and quantizes activations to; Pagoda runs BF16 weights with
+// unquantized activations, which is the product those kernels approximate, so the scales
+// are checked (one finite, positive float a layer) and then not used, and the load says so
+// (a warning). Dynamic checkpoints have no activation tensors (one is refused by name).
+//
+// modules_to_not_convert (transformers) and ignored_layers (vLLM) are honoured with
+// transformers' matching (a pattern matches from the start of the module name up to a
+// module boundary, also as a regex, or as a suffix, which includes vLLM's exact names): such
+// a Linear must be stored 16-bit and loads as it is; lm_head, which neither library
+// quantizes by default, may be 16-bit without being listed. Refused by name: fmt other than
+// e4m3 (e5m2...), scale_fmt ue8m0 (E8M0 byte scales), modules_to_convert (FP8 embeddings),
+// expert_dtype fp4, weights of another dtype, scales that are not F32/F16/BF16 or have the
+// wrong shape, missing or stray tensors, NaN, infinite or negative scales.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "core/status.h"
+#include "model/hf_quant_format.h"
+
+namespace pagoda {
+
+// The format as model/hf_checkpoint.cpp uses it (quant_method "fp8").
+Result<std::unique_ptr<HfQuantFormat>> open_fp8_checkpoint_format(std::string_view json_text);
+
+// x rounded once to BF16 (to nearest, ties to even); for |x| below 2^-126, through f32.
+uint16_t f64_to_bf16(double x);
+
+// One e4m3 row-major weight (rows x cols) times its scales into BF16 `out`: scales is
+// [ceil(rows / bn), ceil(cols / bk)] row-major (a per-tensor scale is bn = rows, bk = cols).
+void fp8_e4m3_blocks_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const float* scales,
+                             int64_t bn, int64_t bk, uint16_t* out);
+
+}  // namespace pagoda
