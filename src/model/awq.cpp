@@ -38,7 +38,7 @@ AwqGroup awq_group_params(const float* w, int64_t n, float clip) {
   g.scale_f16 = f32_to_fp16(std::min(scale, 65504.0f));
   if ((g.scale_f16 & 0x7fff) == 0) g.scale_f16 = 1;  // the smallest f16 above 0
   g.scale = fp16_to_f32(g.scale_f16);
-  g.zero = static_cast<int>(std::clamp(std::nearbyint(-lo / g.scale), 0.0f, 15.0f));
+  g.zero = static_cast<int>(std::clamp(awq_round(-lo / g.scale), 0.0f, 15.0f));
   return g;
 }
 

@@ -44,6 +44,15 @@ inline constexpr int kAwqScaleGrid = 20;  // alpha = i / 20, i < 20
 inline constexpr int kAwqClipGrid = 20;   // c = max|w| (1 - i / 20) ...
 inline constexpr int kAwqClipSteps = 10;  // ... for i < 10 (AutoAWQ's max_shrink 0.5)
 
+// Round half to even, as std::nearbyint in the default rounding mode, in a form the
+// compiler vectorizes (nearbyint is a library call on baseline x86-64): exact for |v| <
+// 2^22; beyond, the result keeps its sign and size, which the codes' clamp to 0..15 makes
+// equal.
+inline float awq_round(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it leaves no fraction bits
+  return (v + kMagic) - kMagic;
+}
+
 // One group's quantization parameters. `clip` (>= 0) clamps the weights to [-clip, clip]
 // first; pass infinity for none.
 struct AwqGroup {
@@ -54,7 +63,7 @@ struct AwqGroup {
 AwqGroup awq_group_params(const float* w, int64_t n, float clip);
 // The code of w in group `g` (w clamped as the group's parameters were found).
 inline int awq_code(float w, float clip, const AwqGroup& g) {
-  const float q = std::nearbyint(std::clamp(w, -clip, clip) / g.scale) + static_cast<float>(g.zero);
+  const float q = awq_round(std::clamp(w, -clip, clip) / g.scale) + static_cast<float>(g.zero);
   return static_cast<int>(std::clamp(q, 0.0f, 15.0f));
 }
 
