@@ -55,7 +55,7 @@ void load_row(const SafetensorsTensor& t, const uint8_t* data, int64_t r, int64_
   }
 }
 
-enum class Scheme { kFp8, kInt8, kGptq, kNf4 };
+enum class Scheme { kFp8, kInt8, kGptq, kNf4, kAwq };
 
 // One scale per output channel, amax / (448 or 127) in f32 (1 for an all-zero row, as
 // nothing then depends on it); each weight E4M3(w / scale), or round(w / scale) clamped
@@ -141,6 +141,19 @@ ojson gptq_config(const GptqOptions& o) {
   qc["checkpoint_format"] = "gptq";
   qc["pack_dtype"] = "int32";
   qc["meta"] = {{"quantizer", {"pagoda"}}};
+  return qc;
+}
+
+// AWQ's quantization_config as AutoAWQ writes it (the keys transformers' AwqConfig and
+// vLLM's AWQConfig read).
+ojson awq_config(int64_t group) {
+  ojson qc;
+  qc["quant_method"] = "awq";
+  qc["zero_point"] = true;
+  qc["group_size"] = group;
+  qc["bits"] = 4;
+  qc["version"] = "gemm";
+  qc["modules_to_not_convert"] = nullptr;
   return qc;
 }
 
@@ -302,7 +315,11 @@ struct Job {
     kNf4Map,
     kNf4NestedAbsmax,
     kNf4NestedMap,
-    kNf4State
+    kNf4State,
+    kAwqQWeight,
+    kAwqQZeros,
+    kAwqScales,
+    kAwqDivided
   } kind;
   const std::vector<float>* smooth = nullptr;  // kWeight: column factors; kNorm: divisors
   float value = 0;                             // kKvScale (which has no source tensor)
@@ -473,19 +490,21 @@ Status compute_smoothing(const std::map<std::string, Source>& by_name,
 Status write_folder(const fs::path& in, const fs::path& out, const ojson& config, Scheme scheme,
                     const HfQuantizeOptions& o, const HfShards& shards,
                     const std::vector<SafetensorsSpec>& specs, const std::vector<Job>& jobs,
-                    ThreadPool& pool,
+                    AwqFolderQuantizer* awq, ThreadPool& pool,
                     const std::function<void(size_t, size_t, const std::string&)>& progress,
                     HfQuantizeReport* rep) {
   ojson qc = scheme == Scheme::kGptq ? gptq_config(o.gptq)
              : scheme == Scheme::kNf4
                  ? nf4_config(config.value("torch_dtype", "bfloat16"), o.nf4_double_quant)
-                 : quantization_config(scheme);
+             : scheme == Scheme::kAwq ? awq_config(o.awq_group_size)
+                                      : quantization_config(scheme);
   if (o.kv_amax != nullptr) qc["kv_cache_scheme"] = kv_cache_scheme();
   PAGODA_RETURN_IF_ERROR(write_config(config, out, qc));
   PAGODA_RETURN_IF_ERROR(copy_side_files(in, out, shards));
   std::vector<float> scales;  // the last weight's, written right after it
   GptqTensors gq;             // likewise
   Nf4Tensors nf;              // likewise
+  AwqTensors aq;              // likewise
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   return write_safetensors(
       (out / "model.safetensors").string(), specs, meta,
@@ -555,13 +574,32 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
             }
             break;
           }
+          case Job::kAwqQWeight: {
+            PAGODA_ASSIGN_OR_RETURN(aq, awq->take_linear(j.src->name));
+            put(aq.qweight, bytes);
+            break;
+          }
+          case Job::kAwqQZeros:
+            put(aq.qzeros, bytes);
+            break;
+          case Job::kAwqScales:
+            put(aq.scales, bytes);
+            break;
+          case Job::kAwqDivided: {
+            PAGODA_ASSIGN_OR_RETURN(const std::vector<float> d, awq->take_divisors(j.src->name));
+            if (d.empty())
+              bytes->assign(data, data + (j.src->end - j.src->begin));
+            else
+              smoothed_norm(*j.src, data, d, bytes);
+            break;
+          }
           case Job::kKvScale:
             bytes->resize(4);
             std::memcpy(bytes->data(), &j.value, 4);
             break;
         }
         if (j.src != nullptr && j.kind != Job::kWeight && j.kind != Job::kQWeight &&
-            j.kind != Job::kNf4Weight)
+            j.kind != Job::kNf4Weight && j.kind != Job::kAwqQWeight && j.kind != Job::kAwqQZeros)
           j.shard->release(*j.src);
         rep->bytes_out += bytes->size();
         if (progress) progress(i + 1, jobs.size(), specs[i].name);
@@ -572,29 +610,98 @@ Status write_folder(const fs::path& in, const fs::path& out, const ojson& config
 }  // namespace
 
 const std::vector<std::string>& hf_quant_schemes() {
-  static const std::vector<std::string> s = {"fp8", "smoothquant", "gptq", "nf4"};
+  static const std::vector<std::string> s = {"fp8", "smoothquant", "gptq", "awq", "nf4"};
   return s;
 }
 
 bool hf_scheme_calibrates(const std::string& scheme) {
-  return scheme == "smoothquant" || scheme == "gptq";
+  return scheme == "smoothquant" || scheme == "gptq" || scheme == "awq";
+}
+
+namespace {
+
+// The decoder linears' names and shapes across the shards.
+Result<std::vector<std::pair<std::string, std::vector<int64_t>>>> decoder_linears(
+    const std::vector<std::unique_ptr<SafetensorsFile>>& files) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const auto& f : files)
+    for (const SafetensorsTensor& t : f->tensors())
+      if (is_decoder_linear(t)) out.emplace_back(t.name, t.shape);
+  return out;
+}
+
+Result<std::vector<std::unique_ptr<SafetensorsFile>>> open_shards(const fs::path& in,
+                                                                  const HfShards& shards) {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  for (const std::string& name : shards.names) {
+    PAGODA_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open((in / name).string()));
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
+Status check_awq(const std::vector<std::unique_ptr<SafetensorsFile>>& files, int64_t group) {
+  if (group <= 0 || group % 32 != 0)
+    return invalid_argument(str_format(
+        "awq group size %lld: a positive multiple of 32 (whole 32-weight blocks, which Pagoda "
+        "loads exactly)",
+        static_cast<long long>(group)));
+  PAGODA_ASSIGN_OR_RETURN(const auto linears, decoder_linears(files));
+  return awq_check_shapes(linears, group);
+}
+
+// A line on what the AWQ searches chose.
+std::string awq_note(const std::vector<AwqLayerReport>& reports) {
+  std::map<std::string, std::pair<double, int>> alpha;
+  double err = 0, rtn = 0;
+  for (const AwqLayerReport& r : reports)
+    for (size_t i = 0; i < r.groups.size(); ++i) {
+      alpha[r.groups[i]].first += r.alpha[i];
+      ++alpha[r.groups[i]].second;
+      err += r.error[i] / std::max(r.error_rtn[i], 1e-30);
+      rtn += 1;
+    }
+  std::string s = "awq: mean alpha";
+  for (const char* g : {"qkv", "o", "gate_up", "down"})
+    if (const auto it = alpha.find(g); it != alpha.end())
+      s += str_format(" %s %.2f", g, it->second.first / it->second.second);
+  if (rtn > 0)
+    s += str_format(
+        "; scaled output error %.2fx round-to-nearest's (mean over products, "
+        "before clipping)",
+        err / rtn);
+  return s;
+}
+
+}  // namespace
+
+Status hf_quantize_check(const std::string& in_dir, const HfQuantizeOptions& o) {
+  PAGODA_RETURN_IF_ERROR(read_config(in_dir).status());
+  if (o.scheme != "awq") return Status::ok();
+  PAGODA_ASSIGN_OR_RETURN(const HfShards shards, list_hf_shards(in_dir));
+  PAGODA_ASSIGN_OR_RETURN(const auto files, open_shards(in_dir, shards));
+  return check_awq(files, o.awq_group_size);
 }
 
 Result<HfQuantizeReport> quantize_hf_folder(
     const std::string& in_dir, const std::string& out_dir, const HfQuantizeOptions& o,
     ThreadPool& pool, const std::function<void(size_t, size_t, const std::string&)>& progress) {
-  if (o.scheme != "fp8" && o.scheme != "smoothquant" && o.scheme != "gptq" && o.scheme != "nf4")
+  const std::vector<std::string>& known = hf_quant_schemes();
+  if (std::find(known.begin(), known.end(), o.scheme) == known.end())
     return invalid_argument("unknown Hugging Face scheme '" + o.scheme + "'");
   const Scheme scheme = o.scheme == "fp8"    ? Scheme::kFp8
                         : o.scheme == "gptq" ? Scheme::kGptq
                         : o.scheme == "nf4"  ? Scheme::kNf4
+                        : o.scheme == "awq"  ? Scheme::kAwq
                                              : Scheme::kInt8;
   if ((scheme == Scheme::kInt8 && o.act_max == nullptr) ||
-      (scheme == Scheme::kGptq && o.hessian == nullptr))
+      (scheme == Scheme::kGptq && o.hessian == nullptr) ||
+      (scheme == Scheme::kAwq && (o.hessian == nullptr || o.act_max == nullptr)))
     return internal_error(o.scheme + " needs the calibration run's statistics");
   if (o.nf4_double_quant && scheme != Scheme::kNf4)
     return invalid_argument("double quantization applies to nf4, not to " + o.scheme);
-  if (o.kv_amax != nullptr && (scheme == Scheme::kGptq || scheme == Scheme::kNf4))
+  if (o.kv_amax != nullptr &&
+      (scheme == Scheme::kGptq || scheme == Scheme::kNf4 || scheme == Scheme::kAwq))
     return invalid_argument(
         "KV-cache scales are written as compressed-tensors' kv_cache_scheme, which a " + o.scheme +
         " folder has no place for (fp8 and smoothquant have)");
@@ -604,11 +711,11 @@ Result<HfQuantizeReport> quantize_hf_folder(
     return invalid_argument("the output folder is the input folder");
   PAGODA_ASSIGN_OR_RETURN(const ojson config, read_config(in));
   PAGODA_ASSIGN_OR_RETURN(const HfShards shards, list_hf_shards(in));
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  PAGODA_ASSIGN_OR_RETURN(const std::vector<std::unique_ptr<SafetensorsFile>> files,
+                          open_shards(in, shards));
   std::vector<Source> order;
   std::map<std::string, Source> by_name;
-  for (const std::string& name : shards.names) {
-    PAGODA_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open((in / name).string()));
+  for (const auto& f : files)
     for (const SafetensorsTensor& t : f->tensors()) {
       if (is_decoder_linear(t) && !is_float(t))
         return unsupported("tensor '" + t.name + "' is " + t.dtype + "; " + o.scheme +
@@ -616,10 +723,29 @@ Result<HfQuantizeReport> quantize_hf_folder(
       order.push_back({f.get(), &t});
       by_name[t.name] = order.back();
     }
-    files.push_back(std::move(f));
+  std::unique_ptr<AwqFolderQuantizer> awq;
+  if (scheme == Scheme::kAwq) {
+    PAGODA_RETURN_IF_ERROR(check_awq(files, o.awq_group_size));
+    auto load = [&by_name, &pool](const std::string& name) -> Result<AwqMatrix> {
+      const auto it = by_name.find(name);
+      if (it == by_name.end() || !is_decoder_linear(*it->second.t))
+        return unsupported("awq needs '" + name + "' (a Llama-family decoder layer)");
+      const SafetensorsTensor& t = *it->second.t;
+      const uint8_t* data = it->second.shard->tensor_data(t);
+      AwqMatrix m;
+      m.rows = t.shape[0];
+      m.cols = t.shape[1];
+      m.w.resize(static_cast<size_t>(m.rows * m.cols));
+      pool.parallel_for(m.rows, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) load_row(t, data, r, m.cols, m.w.data() + r * m.cols);
+      });
+      return m;
+    };
+    awq =
+        std::make_unique<AwqFolderQuantizer>(load, *o.hessian, *o.act_max, o.awq_group_size, pool);
   }
   std::map<std::string, std::vector<float>> smooth;
-  if (o.act_max)
+  if (o.act_max && scheme == Scheme::kInt8)
     PAGODA_RETURN_IF_ERROR(compute_smoothing(by_name, *o.act_max, o.alpha, pool, &smooth));
   std::vector<SafetensorsSpec> specs;
   std::vector<Job> jobs;
@@ -631,7 +757,14 @@ Result<HfQuantizeReport> quantize_hf_folder(
     const std::vector<float>* factors = sm == smooth.end() ? nullptr : &sm->second;
     if (!is_decoder_linear(t)) {
       specs.push_back({t.name, t.dtype, t.shape});
-      jobs.push_back({src.shard, &t, factors ? Job::kNorm : Job::kCopy, factors});
+      if (awq && AwqFolderQuantizer::may_divide(t.name)) {
+        if (!is_float(t) || t.shape.size() != 1)
+          return unsupported("awq folds its scales into '" + t.name +
+                             "', which is not a 1-D F32, F16 or BF16 tensor");
+        jobs.push_back({src.shard, &t, Job::kAwqDivided});
+      } else {
+        jobs.push_back({src.shard, &t, factors ? Job::kNorm : Job::kCopy, factors});
+      }
       ++rep.n_copied;
       continue;
     }
@@ -663,6 +796,16 @@ Result<HfQuantizeReport> quantize_hf_folder(
       specs.push_back(
           {t.name + ".quant_state.bitsandbytes__nf4", "U8", {static_cast<int64_t>(size)}});
       jobs.push_back(std::move(state));
+      continue;
+    }
+    if (scheme == Scheme::kAwq) {
+      const int64_t rows = t.shape[0], cols = t.shape[1], g = o.awq_group_size;
+      specs.push_back({base + ".qweight", "I32", {cols, rows / 8}});
+      jobs.push_back({src.shard, &t, Job::kAwqQWeight});
+      specs.push_back({base + ".qzeros", "I32", {cols / g, rows / 8}});
+      jobs.push_back({src.shard, &t, Job::kAwqQZeros});
+      specs.push_back({base + ".scales", "F16", {cols / g, rows}});
+      jobs.push_back({src.shard, &t, Job::kAwqScales});
       continue;
     }
     if (scheme == Scheme::kGptq) {
@@ -704,13 +847,14 @@ Result<HfQuantizeReport> quantize_hf_folder(
     }
   }
   PAGODA_RETURN_IF_ERROR(check_out_dir(out));
-  const Status st =
-      write_folder(in, out, config, scheme, o, shards, specs, jobs, pool, progress, &rep);
+  const Status st = write_folder(in, out, config, scheme, o, shards, specs, jobs, awq.get(), pool,
+                                 progress, &rep);
   if (!st.is_ok()) {
     // The folder was empty or new: what is in it now is this run's, and incomplete.
     for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) fs::remove_all(e, ec);
     return st;
   }
+  if (awq) rep.note = awq_note(awq->reports());
   return rep;
 }
 

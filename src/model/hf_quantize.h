@@ -17,6 +17,14 @@
 //                run (model/hessian.h). The Hessians all come from the 16-bit model in one
 //                run, not layer by layer after the layers before were quantized
 //                (true_sequential: false in the config).
+//   awq          the AWQ GEMM format ("awq", version "gemm") that AutoAWQ, transformers and
+//                vLLM read: 4-bit weights with an f16 scale and a zero point per group of
+//                `group_size` input columns (128 unless asked; every layer's input size must
+//                be whole groups), after AWQ (model/awq.h, model/hf_awq.h): per-column
+//                scales searched against the output error the calibration Hessian
+//                measures, folded into the norms and the products before, and a clip
+//                search per row and group. Statistics from one calibration run: mean |x|
+//                (model/channel_max.h) and H = sum x x^T (model/hessian.h).
 //   nf4          bitsandbytes' 4-bit NF4 as transformers saves a BitsAndBytesConfig model:
 //                per block of 64 weights of the flattened matrix an f32 absmax, each
 //                weight the nearest NF4 code value, two codes a byte (first in the high
@@ -45,6 +53,7 @@
 #include "model/channel_max.h"
 #include "model/gptq.h"
 #include "model/hessian.h"
+#include "model/hf_awq.h"
 #include "model/kv_amax.h"
 
 namespace pagoda {
@@ -56,21 +65,30 @@ struct HfQuantizeReport {
   int n_quantized = 0;
   int n_copied = 0;
   uint64_t bytes_in = 0, bytes_out = 0;
+  std::string note;  // a scheme's summary of its searches (awq), or empty
 };
 
 struct HfQuantizeOptions {
-  std::string scheme;                            // one of hf_quant_schemes()
-  float alpha = 0.5f;                            // smoothquant: migration strength
-  const ChannelMaxCollector* act_max = nullptr;  // smoothquant: the calibration statistic
-  const HessianCollector* hessian = nullptr;     // gptq: the calibration statistic
+  std::string scheme;  // one of hf_quant_schemes()
+  float alpha = 0.5f;  // smoothquant: migration strength
+  // smoothquant (max |x|), awq (mean |x|): the calibration statistic
+  const ChannelMaxCollector* act_max = nullptr;
+  const HessianCollector* hessian = nullptr;  // gptq, awq: the calibration statistic
   // fp8, smoothquant: per-layer FP8 KV-cache scales (amax / 448) as kv_cache_scheme.
   const KvAmaxCollector* kv_amax = nullptr;
   GptqOptions gptq;               // gptq: bits, group size, sym, act order
   bool nf4_double_quant = false;  // nf4: bnb_4bit_use_double_quant (an error elsewhere)
+  int64_t awq_group_size = 128;   // awq: input columns per scale and zero point
 };
 
 // Schemes that need a calibration run before quantize_hf_folder.
 bool hf_scheme_calibrates(const std::string& scheme);
+
+// What can be checked of the input folder before a calibration run: that it is not
+// quantized already; for awq, that every decoder linear is whole groups of
+// awq_group_size inputs and whole words of outputs (naming the first that is not, and a
+// group size that would do).
+Status hf_quantize_check(const std::string& in_dir, const HfQuantizeOptions& options);
 
 // `progress(done, total, name)` after each tensor.
 Result<HfQuantizeReport> quantize_hf_folder(

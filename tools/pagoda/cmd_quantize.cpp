@@ -111,12 +111,13 @@ constexpr const char* kSynopsis =
     "IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q5_0 Q5_1 Q4_0 Q4_1 Q3_K Q4_K Q5_K (every "
     "matrix in it), llama.cpp's mixes Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M "
     "Q6_K, or CPU / CUDA: each matrix in the type that backend stores it as, so it loads "
-    "without converting); IN_FOLDER OUT_FOLDER fp8|smoothquant|gptq|nf4   (a Hugging Face "
+    "without converting); IN_FOLDER OUT_FOLDER fp8|smoothquant|gptq|awq|nf4   (a Hugging Face "
     "checkpoint in compressed-tensors form: fp8 per-channel E4M3 weights, or smoothquant's "
     "smoothed int8 weights, both with activations quantized per token at run time; or gptq: "
-    "the GPTQ format's 4-bit weights, group 128, from a calibrated GPTQ run; or nf4: "
-    "bitsandbytes' 4-bit NF4 layout, blocks of 64, as transformers saves it; --double-quant "
-    "for its double quantization)";
+    "the GPTQ format's 4-bit weights, group 128, from a calibrated GPTQ run; or awq: the AWQ "
+    "GEMM format's 4-bit weights with zero points, group 128, after a calibrated "
+    "activation-aware scale and clip search; or nf4: bitsandbytes' 4-bit NF4 layout, blocks "
+    "of 64, as transformers saves it; --double-quant for its double quantization)";
 
 // The TYPE argument.
 struct Target {
@@ -295,14 +296,15 @@ bool is_hf_scheme(std::string s) {
   return false;
 }
 
-// The calibration run of smoothquant and gptq: the text in chunks through the CPU model,
-// each chunk from an empty cache with BOS first (as pagoda imatrix), each product's input
-// shown to the observer `make(n_layers)` returns (smoothquant: the largest |x| of each
-// column; gptq: sum x x^T).
+// The calibration run of smoothquant, gptq and awq: the text in chunks through the CPU
+// model, each chunk from an empty cache with BOS first (as pagoda imatrix), each product's
+// input shown to the observer `make(n_layers)` returns (smoothquant: the largest |x| of each
+// column; gptq: sum x x^T) and to `also` (awq: the mean |x| beside gptq's sum x x^T).
 template <typename Observer, typename Make>
 Result<std::unique_ptr<Observer>> calibrate(const Args& args, const std::string& in,
                                             ThreadPool& pool, const Make& make,
-                                            std::unique_ptr<KvAmaxCollector>* kv = nullptr) {
+                                            std::unique_ptr<KvAmaxCollector>* kv = nullptr,
+                                            std::unique_ptr<ChannelMaxCollector>* also = nullptr) {
   const std::string path =
       args.get_or("--calibration", "../shared/testdata/text/tinyshakespeare.txt");
   PAGODA_ASSIGN_OR_RETURN(const int64_t samples, args.get_int("--samples", 128, 1, 1 << 20));
@@ -312,12 +314,16 @@ Result<std::unique_ptr<Observer>> calibrate(const Args& args, const std::string&
   std::unique_ptr<Observer> collector = make(loaded.model->config().n_layers);
   // --kv-cache-scales: the same pass also records each layer's largest key and value.
   if (kv != nullptr) *kv = std::make_unique<KvAmaxCollector>(loaded.model->config().n_layers);
-  ObserverFan fan({collector.get(), kv != nullptr ? kv->get() : nullptr});
+  if (also != nullptr)
+    *also = std::make_unique<ChannelMaxCollector>(loaded.model->config().n_layers);
+  ObserverFan fan({collector.get(), kv != nullptr ? kv->get() : nullptr,
+                   also != nullptr ? also->get() : nullptr});
   PerplexityOptions po;
   po.n_ctx = po.n_batch = static_cast<int>(seq_len);
   po.n_chunks = static_cast<int>(samples);
   RunnerOptions o = perplexity_runner_options(po);
-  o.observer = kv != nullptr ? static_cast<ActivationObserver*>(&fan) : collector.get();
+  o.observer =
+      kv != nullptr || also != nullptr ? static_cast<ActivationObserver*>(&fan) : collector.get();
   auto runner = make_cpu_runner(*loaded.model, pool, o);
   const Tokenizer& tok = *loaded.tokenizer;
   const std::vector<int32_t> tokens = tok.encode(text, true, false);
@@ -347,11 +353,12 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
     if (args.has(flag))
       return invalid_argument(std::string(flag) + " applies to GGUF outputs, not to " + scheme);
   if (!is_hf_scheme(scheme))
-    return invalid_argument("a Hugging Face folder quantizes to fp8, smoothquant, gptq or nf4; '" +
-                            scheme + "' is not a scheme Pagoda writes into a folder");
+    return invalid_argument(
+        "a Hugging Face folder quantizes to fp8, smoothquant, gptq, awq or nf4; '" + scheme +
+        "' is not a scheme Pagoda writes into a folder");
   for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const bool kv_scales = args.has("--kv-cache-scales");
-  if (kv_scales && (scheme == "gptq" || scheme == "nf4"))
+  if (kv_scales && (scheme == "gptq" || scheme == "nf4" || scheme == "awq"))
     return invalid_argument(
         "--kv-cache-scales writes compressed-tensors' kv_cache_scheme, which a " + scheme +
         " folder has no place for (fp8 and smoothquant have)");
@@ -362,11 +369,24 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
                                 " quantizes without calibration");
   if (scheme != "smoothquant" && args.has("--alpha"))
     return invalid_argument("--alpha applies to smoothquant, not to " + scheme);
-  if (scheme != "gptq")
+  if (scheme == "awq") {
+    // AWQ GEMM is 4-bit asymmetric with groups in input order: no other choice to make.
+    if (args.has("--sym"))
+      return invalid_argument("--sym: awq stores a zero point per group (asymmetric only)");
+    for (const char* flag : {"--act-order", "--static-groups", "--damp"})
+      if (args.has(flag))
+        return invalid_argument(std::string(flag) + " applies to gptq, not to awq");
+  } else if (scheme != "gptq") {
     for (const char* flag :
          {"--bits", "--group-size", "--sym", "--act-order", "--static-groups", "--damp"})
       if (args.has(flag))
-        return invalid_argument(std::string(flag) + " applies to gptq, not to " + scheme);
+        return invalid_argument(
+            std::string(flag) + " applies to " +
+            (std::string_view(flag) == "--bits" || std::string_view(flag) == "--group-size"
+                 ? "gptq and awq"
+                 : "gptq") +
+            ", not to " + scheme);
+  }
   if (scheme != "nf4" && args.has("--double-quant"))
     return invalid_argument("--double-quant applies to nf4, not to " + scheme);
   PAGODA_ASSIGN_OR_RETURN(const int64_t threads, args.get_int("--threads", 0, 0, 1024));
@@ -375,10 +395,19 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   options.scheme = scheme;
   PAGODA_ASSIGN_OR_RETURN(const double alpha, args.get_double("--alpha", 0.5, 0.0, 1.0));
   options.alpha = static_cast<float>(alpha);
-  PAGODA_ASSIGN_OR_RETURN(const int64_t bits, args.get_int("--bits", 4, 4, 8));
+  PAGODA_ASSIGN_OR_RETURN(const int64_t bits, args.get_int("--bits", 4, 1, 64));
+  if (scheme == "awq" && bits != 4)
+    return invalid_argument("--bits: awq writes 4 bits (the AWQ GEMM format), not " +
+                            std::to_string(bits));
   if (bits != 4 && bits != 8) return invalid_argument("--bits: gptq writes 4 or 8 bits");
   options.gptq.bits = static_cast<int>(bits);
   PAGODA_ASSIGN_OR_RETURN(const int64_t group, args.get_int("--group-size", 128, -1, 1 << 20));
+  if (scheme == "awq") {
+    if (group <= 0 || group % 32 != 0)
+      return invalid_argument("--group-size: awq takes a positive multiple of 32, not " +
+                              std::to_string(group));
+    options.awq_group_size = group;
+  }
   if (group == 0 || (group > 0 && group % (32 / bits) != 0))
     return invalid_argument("--group-size: -1 (one group per row) or a multiple of " +
                             std::to_string(32 / bits));
@@ -388,6 +417,8 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   options.gptq.static_groups = args.has("--static-groups");
   options.nf4_double_quant = args.has("--double-quant");
   PAGODA_ASSIGN_OR_RETURN(options.gptq.damp, args.get_double("--damp", 0.01, 0.0, 1.0));
+  // What the input can be refused for is refused now, not after the calibration run.
+  PAGODA_RETURN_IF_ERROR(hf_quantize_check(in, options));
   std::unique_ptr<ChannelMaxCollector> act_max;
   std::unique_ptr<HessianCollector> hessian;
   std::unique_ptr<KvAmaxCollector> kv_amax;
@@ -397,12 +428,15 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
                      args, in, pool, [](int n) { return std::make_unique<ChannelMaxCollector>(n); },
                      kv_scales ? &kv_amax : nullptr));
     options.act_max = act_max.get();
-  } else if (scheme == "gptq") {
-    PAGODA_ASSIGN_OR_RETURN(hessian, calibrate<HessianCollector>(args, in, pool, [&](int n) {
-                              return std::make_unique<HessianCollector>(n, pool);
-                            }));
+  } else if (scheme == "gptq" || scheme == "awq") {
+    PAGODA_ASSIGN_OR_RETURN(
+        hessian,
+        calibrate<HessianCollector>(
+            args, in, pool, [&](int n) { return std::make_unique<HessianCollector>(n, pool); },
+            nullptr, scheme == "awq" ? &act_max : nullptr));
     PAGODA_RETURN_IF_ERROR(hessian->status());
     options.hessian = hessian.get();
+    options.act_max = act_max.get();
   } else if (kv_scales) {
     PAGODA_ASSIGN_OR_RETURN(kv_amax, calibrate<KvAmaxCollector>(args, in, pool, [](int n) {
                               return std::make_unique<KvAmaxCollector>(n);
@@ -425,9 +459,11 @@ Result<std::string> quantize_folder(const Args& args, const std::string& in, con
   PAGODA_ASSIGN_OR_RETURN(const HfQuantizeReport r,
                           quantize_hf_folder(in, out, options, pool, progress));
   return str_format(
-      "pagoda quantize: wrote %s (%s: %d linear layers quantized, %d tensors copied; "
-      "%.1f MB -> %.1f MB)\n",
-      out.c_str(), scheme.c_str(), r.n_quantized, r.n_copied, r.bytes_in / 1e6, r.bytes_out / 1e6);
+             "pagoda quantize: wrote %s (%s: %d linear layers quantized, %d tensors copied; "
+             "%.1f MB -> %.1f MB)\n",
+             out.c_str(), scheme.c_str(), r.n_quantized, r.n_copied, r.bytes_in / 1e6,
+             r.bytes_out / 1e6) +
+         (r.note.empty() ? "" : "pagoda quantize: " + r.note + "\n");
 }
 
 // Reads the input and the flags, writes the output; returns a line for stderr.
@@ -490,14 +526,15 @@ int cmd_quantize(int argc, char** argv) {
        "importance matrix (pagoda imatrix, or llama-imatrix's GGUF): weigh each weight's "
        "rounding error by its input's mean square (4-, 5-bit and K types)"},
       {"--calibration", "", true,
-       "smoothquant, gptq, --kv-cache-scales: calibration text (default "
+       "smoothquant, gptq, awq, --kv-cache-scales: calibration text (default "
        "../shared/testdata/text/tinyshakespeare.txt)"},
-      {"--samples", "", true, "smoothquant, gptq: calibration chunks (default 128)"},
-      {"--seq-len", "", true, "smoothquant, gptq: tokens a calibration chunk (default 512)"},
+      {"--samples", "", true, "smoothquant, gptq, awq: calibration chunks (default 128)"},
+      {"--seq-len", "", true, "smoothquant, gptq, awq: tokens a calibration chunk (default 512)"},
       {"--alpha", "", true, "smoothquant: migration strength, 0 to 1 (default 0.5)"},
-      {"--bits", "", true, "gptq: 4 or 8 (default 4)"},
+      {"--bits", "", true, "gptq: 4 or 8 (default 4); awq: 4 only"},
       {"--group-size", "", true,
-       "gptq: input columns per scale and zero (default 128; -1: one per row)"},
+       "gptq, awq: input columns per scale and zero (default 128; gptq -1: one per row; awq: "
+       "a multiple of 32 dividing every layer's inputs)"},
       {"--sym", "", false, "gptq: symmetric (zero point 2^(bits-1)); default asymmetric"},
       {"--act-order", "", false,
        "gptq: quantize columns by descending Hessian diagonal (desc_act, g_idx)"},
