@@ -13,7 +13,8 @@ and Q4_0's, with the issue's targets:
 Made in a temp dir from the 16-bit folder and the F16 GGUF:
   llama.cpp Q8_0, Q4_0, Q4_K_M   llama-cpp-python's llama_model_quantize, no importance matrix
   Pagoda fp8, smoothquant, gptq, `pagoda quantize FOLDER OUT SCHEME` (gptq: asym, group 128;
-  awq                            also --sym --act-order; awq: group 64, as 576 columns need);
+  awq, nf4                       also --sym --act-order, and --act-order --static-groups;
+                                 awq: group 64, as 576 columns need; nf4 --double-quant);
                                  calibration --samples S --seq-len 512
   external tools                 scripts/hf_awq_gptq.py (awq_g64: AutoAWQ's packer over
                                  round-to-nearest, no activation-aware search; gptq4_asym:
@@ -49,7 +50,8 @@ LLAMA_FTYPES = {"Q8_0": 7, "Q4_0": 2, "Q4_K_M": 15}  # llama.h
 LINEAR = re.compile(r"^(model\.layers\.\d+\.\w+\.(?:q|k|v|o|gate|up|down)_proj)\.")
 # name -> (target reference, factor): KLD <= factor x that reference's KLD.
 TARGETS = {"fp8": ("Q8_0", 3.0), "smoothquant": ("Q8_0", 3.0),
-           "gptq": ("Q4_0", 0.75), "gptq_sym_act": ("Q4_0", 0.75), "awq": ("Q4_0", 0.75),
+           "gptq": ("Q4_0", 0.75), "gptq_sym_act": ("Q4_0", 0.75),
+           "gptq_act_static": ("Q4_0", 0.75), "awq": ("Q4_0", 0.75), "nf4_pagoda_dq": ("Q4_0", 1.0),
            "awq_g64": ("Q4_0", 0.75), "gptq4_asym": ("Q4_0", 0.75),
            "nf4": ("Q4_0", 1.0), "nf4_dq": ("Q4_0", 1.0)}
 
@@ -83,6 +85,9 @@ def make_all(d, a, calib):
     for name, scheme, extra in (("fp8", "fp8", []), ("smoothquant", "smoothquant", cal),
                                 ("gptq", "gptq", cal),
                                 ("gptq_sym_act", "gptq", cal + ["--sym", "--act-order"]),
+                                ("gptq_act_static", "gptq",
+                                 cal + ["--act-order", "--static-groups"]),
+                                ("nf4_pagoda_dq", "nf4", ["--double-quant"]),
                                 ("awq", "awq", cal + ["--group-size", "64"])):
         def p(name=name, scheme=scheme, extra=extra):
             path = os.path.join(d, name)
