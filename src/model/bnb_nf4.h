@@ -16,7 +16,7 @@
 // w = absmax[block] * quant_map[code]. Each layer converts at load to Pagoda's internal
 // NF4 block (core/dtype.h; backend/cpu/quant_blocks.h): per 32 weights d = absmax / 127
 // as f16 and the codes kept as nibbles into round(127 * quant_map), which the CPU
-// multiplies in IQ4_NL's kernels, as the CUDA backend does (backend/cuda/table4.cuh). The two
+// multiplies in IQ4_NL's kernels and the CUDA loader turns into Q8_0 exactly. The two
 // roundings (table: at most 0.37% of absmax; d: 2^-11 relative) are the whole difference
 // from bitsandbytes' dequantize_4bit; 4.5 bits a weight against the file's 4 + 32 /
 // blocksize (4.5 at blocksize 64, 4.127 with double quantization).

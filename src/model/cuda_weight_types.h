@@ -8,13 +8,15 @@
 // the LM head and some attn_v / ffn_down, and even its Q4_0 and Q8_0 files keep the LM
 // head in Q6_K. Q4_K, Q5_K and Q6_K are multiplied in the file's own bits, in a device
 // layout of 32-element sub-blocks (backend/cuda/kquant_layout.h: 4.63, 5.63 and 6.63 bits
-// a weight against the file's 4.5, 5.5 and 6.56). The table types IQ4_NL and the
-// internal NF4 of bitsandbytes folders keep their own 4.5 bits too (Q4_0's layout, a
-// table lookup in the kernels: backend/cuda/table4.cuh). The other block types (Q5_0,
-// Q5_1, Q2_K, Q3_K, Q8_1, Q8_K, IQ4_XS, MXFP4) become Q8_0 (8.5 bits; Q5_0, Q8_1 and MXFP4
-// exactly, IQ4_XS with its per-32 step rounded to f16, the rest requantized:
-// backend/cpu/convert_blocks.h) rather than being refused. Header-only: the CUDA plugin
-// and pagoda_lib both use it.
+// a weight against the file's 4.5, 5.5 and 6.56). The other block types (Q5_0, Q5_1,
+// Q2_K, Q3_K, Q8_1, Q8_K, IQ4_NL, IQ4_XS, MXFP4 and the internal NF4 of bitsandbytes
+// folders) become Q8_0 (8.5 bits; Q5_0, Q8_1, IQ4_NL, NF4 and MXFP4 exactly, IQ4_XS with its per-32
+// step rounded to f16, the rest requantized: backend/cpu/convert_blocks.h) rather than being
+// refused. The kernels also take IQ4_NL and NF4 in their own 4.5 bits (Q4_0's layout, a
+// table lookup: backend/cuda/table4.cuh), which the CUDA op tests check against the CPU
+// reference; the loader keeps converting them to Q8_0 until those tests and a model run
+// have passed on a GPU (issue 31 part 4). Header-only: the CUDA plugin and pagoda_lib
+// both use it.
 #pragma once
 
 #include <optional>
@@ -28,8 +30,7 @@ namespace pagoda {
 
 inline bool cuda_multiplies(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 ||
-         t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kIQ4_NL || t == DType::kNF4 ||
-         kq::ktype_of(t) != kq::KType::kNone;
+         t == DType::kQ4_0 || t == DType::kQ4_1 || kq::ktype_of(t) != kq::KType::kNone;
 }
 
 inline bool is_block_type(DType t) {

@@ -236,7 +236,7 @@ PLUGIN = os.path.join(ROOT, "build", "libpagoda_cuda.so")
 
 @pytest.mark.skipif(not os.path.exists(PLUGIN), reason="built without CUDA")
 def test_cuda_greedy_text_starts_the_same(folders, tmp_path):
-    # The CUDA loader keeps NF4's blocks; its kernels look up the int8 table (table4.cuh).
+    # The CUDA loader stores NF4 as Q8_0 with the same values (convert_blocks.h).
     from transformers import AutoTokenizer
     prompt = "The capital of France is"
     inp = tmp_path / "in.jsonl"

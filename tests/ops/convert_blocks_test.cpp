@@ -224,17 +224,16 @@ TEST(ConvertBlocks, ClearErrors) {
 
 TEST(CudaWeightTypes, StorageAndStacks) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kNF4})
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
     EXPECT_EQ(cuda_storage_type(t), t) << dtype_name(t);
   for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K,
-                  DType::kQ8_K, DType::kIQ4_XS, DType::kMXFP4})
+                  DType::kQ8_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4})
     EXPECT_EQ(cuda_storage_type(t), DType::kQ8_0) << dtype_name(t);
   EXPECT_EQ(cuda_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
   // A Q4_K_M layer: Q4_K q and k beside a Q6_K v meet at Q8_0; all Q4_K stay Q4_K.
   EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}), DType::kQ8_0);
   EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K}), DType::kQ4_K);
   EXPECT_EQ(cuda_stack_type({DType::kQ4_0, DType::kQ8_0}), DType::kQ8_0);
-  EXPECT_EQ(cuda_stack_type({DType::kIQ4_NL, DType::kQ4_0}), DType::kQ8_0);
   EXPECT_EQ(cuda_stack_type({DType::kF16, DType::kF16}), DType::kF16);
   EXPECT_FALSE(cuda_stack_type({DType::kF16, DType::kF32}).has_value());
   EXPECT_FALSE(cuda_stack_type({DType::kF16, DType::kQ8_0}).has_value());
