@@ -139,9 +139,11 @@ Result<std::map<std::string, AwqTensors>> awq_quantize_layer(
     col_scale[g.input] = std::move(s->scales);
   }
   // Then applied: columns times the input's factors, rows divided by the next product's.
-  for (auto& [name, m] : weights) {
-    const auto cs = col_scale.find(input_of(name));
-    const auto rd = row_div.find(name);
+  for (auto& entry : weights) {
+    // A named reference, not a structured binding: C++17 lambdas may not capture bindings.
+    AwqMatrix& m = entry.second;
+    const auto cs = col_scale.find(input_of(entry.first));
+    const auto rd = row_div.find(entry.first);
     pool.parallel_for(m.rows, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         float* w = m.w.data() + r * m.cols;
