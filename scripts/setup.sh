@@ -13,7 +13,7 @@ RUN=1
 
 # --- system packages -------------------------------------------------------------------
 need_pkgs=()
-for p in build-essential cmake libgtest-dev clang libclang-rt-14-dev unzip python3-venv \
+for p in build-essential cmake ccache libgtest-dev clang libclang-rt-14-dev unzip python3-venv \
   nlohmann-json3-dev libboost-dev pkg-config; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
@@ -107,6 +107,8 @@ if [ "$(cat .venv/.llama-cpp-args 2>/dev/null)" != "$LLAMA_ARGS" ] ||
 fi
 
 # --- build ---------------------------------------------------------------------------------
+# ccache keys on paths relative to the checkout, so another clone reuses the objects.
+export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
 

@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 JOBS=$(nproc)
+# ccache (CMakeLists.txt uses it when installed): paths relative to the checkout, so a
+# fresh clone elsewhere reuses what an earlier build of the same sources compiled.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
 echo "== build =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -36,29 +39,27 @@ echo "== Python tests (build/pagoda against references) =="
 
 [ "$QUICK" = 1 ] && exit 0
 
-echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer =="
-# CPU code only: the sanitizers are host-compiler flags (nvcc rejects them), and the CUDA
-# code is checked by compute-sanitizer on the GPU machine (scripts/gpu_check.sh).
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_SANITIZE=address,undefined \
-  -DPAGODA_CUDA=OFF >/dev/null
-cmake --build build-asan -j"$JOBS" --target pagoda_tests
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/pagoda_tests --gtest_brief=1
+echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (clang) =="
+# One sanitized tree serves the unit tests and the fuzzers: clang (libFuzzer needs it),
+# CPU code only (the sanitizers are host-compiler flags that nvcc rejects; the CUDA code
+# is checked by compute-sanitizer on the GPU machine, scripts/gpu_check.sh). GCC's
+# warnings are checked by the main build above.
+CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_FUZZ=ON \
+  -DPAGODA_CUDA=OFF -DPAGODA_SANITIZE=address,undefined -DPAGODA_TESTS=ON >/dev/null
+cmake --build build-san -j"$JOBS"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-san/pagoda_tests --gtest_brief=1
 
 echo "== GGUF fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS:=60} s) =="
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_FUZZ=ON -DPAGODA_CUDA=OFF \
-  -DPAGODA_SANITIZE=address,undefined -DPAGODA_TESTS=OFF >/dev/null
-cmake --build build-fuzz -j"$JOBS" --target fuzz_gguf
 CORPUS=$(mktemp -d)
 trap 'rm -rf "$CORPUS"' EXIT
 # Seeds: a tiny well-formed model and a vocabulary-only file.
 build/pagoda mkmodel --vocab ../shared/models/stories260K.gguf --dim 8 --layers 1 --heads 2 \
   --ffn 16 -o "$CORPUS/tiny.gguf"
 head -c 65536 ../shared/testdata/tokenizer/ggml-vocab-llama-spm.gguf > "$CORPUS/vocab-head.gguf"
-build-fuzz/fuzz_gguf -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
+build-san/fuzz_gguf -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
   -print_final_stats=1 "$CORPUS" 2>&1 | tail -n 12
 
 echo "== safetensors fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
-cmake --build build-fuzz -j"$JOBS" --target fuzz_safetensors
 SCORPUS=$(mktemp -d)
 trap 'rm -rf "$CORPUS" "$SCORPUS"' EXIT
 # Seeds written by the safetensors package: F16, F32 and I64 tensors with metadata,
@@ -75,18 +76,16 @@ open(f"{d}/index.json", "w").write(json.dumps(
     {"metadata": {"total_size": 96}, "weight_map": {"a": "model-00001-of-00002.safetensors",
                                                     "b": "model-00002-of-00002.safetensors"}}))
 PY
-build-fuzz/fuzz_safetensors -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 \
+build-san/fuzz_safetensors -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 \
   -rss_limit_mb=2048 -print_final_stats=1 "$SCORPUS" 2>&1 | tail -n 12
 
 echo "== chat-template fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
-cmake --build build-fuzz -j"$JOBS" --target fuzz_chat_template
 TCORPUS=$(mktemp -d)
 trap 'rm -rf "$CORPUS" "$SCORPUS" "$TCORPUS"' EXIT
 cp ../shared/testdata/chat-templates/*.jinja "$TCORPUS/"
-build-fuzz/fuzz_chat_template -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=20000 \
+build-san/fuzz_chat_template -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=20000 \
   -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$TCORPUS" 2>&1 | tail -n 12
 echo "== HTTP request fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
-cmake --build build-fuzz -j"$JOBS" --target fuzz_http_request
 HCORPUS=$(mktemp -d)
 trap 'rm -rf "$CORPUS" "$SCORPUS" "$TCORPUS" "$HCORPUS"' EXIT
 # Seeds: the first byte sets the piece size, the rest is what a client sends.
@@ -95,11 +94,10 @@ printf '\x03POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r
 printf '\x01POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: v\r\n\r\n' \
   > "$HCORPUS/chunked"
 printf '\x05GET /health?x HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.1\r\n\r\n' > "$HCORPUS/pipelined"
-build-fuzz/fuzz_http_request -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=16384 -rss_limit_mb=2048 \
+build-san/fuzz_http_request -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=16384 -rss_limit_mb=2048 \
   -timeout=10 -print_final_stats=1 "$HCORPUS" 2>&1 | tail -n 12
 
 echo "== OpenAI request fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS} s) =="
-cmake --build build-fuzz -j"$JOBS" --target fuzz_openai_request
 RCORPUS=$(mktemp -d)
 trap 'rm -rf "$CORPUS" "$SCORPUS" "$TCORPUS" "$HCORPUS" "$RCORPUS"' EXIT
 # Seeds: a chat request (with tools), completions with text and token ids, and one with
@@ -130,6 +128,6 @@ cat > "$RCORPUS/completion_stop.json" <<'JSON'
  "logprobs": 3, "presence_penalty": 0.5, "frequency_penalty": -0.5,
  "include_stop_str_in_output": true}
 JSON
-build-fuzz/fuzz_openai_request -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 \
+build-san/fuzz_openai_request -max_total_time="$PAGODA_FUZZ_SECONDS" -max_len=65536 \
   -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 "$RCORPUS" 2>&1 | tail -n 12
 echo "all tests passed"

@@ -3,6 +3,8 @@
 // stops early, flags the text, and what it returns is a prefix of the full encoding.
 #include <gtest/gtest.h>
 
+#include "cpu_time.h"
+
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -156,25 +158,8 @@ TEST(TokenizerBoundedSpm, CutsOnlyWhereSymbolsAlign) {
   EXPECT_EQ(spm_next_cut("", 0), 0u);
 }
 
-// CPU time of this thread, so that the limits below hold on a busy machine too.
-double thread_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// The sanitizers slow tokenizing down about five times.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr double kSlowdown = 5;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr double kSlowdown = 5;
-#else
-constexpr double kSlowdown = 1;
-#endif
-#else
-constexpr double kSlowdown = 1;
-#endif
+using test::kSlowdown;
+using test::thread_seconds;
 
 // 10 MB over a limit of 2048: stopped after a few thousand tokens, in a fraction of the
 // time the whole text takes (0.03-0.25 s here; all of it: 1.7 s and more).
