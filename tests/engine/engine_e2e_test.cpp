@@ -3,6 +3,8 @@
 // gives when it runs alone through the plain single-sequence path.
 #include <gtest/gtest.h>
 
+#include "../unit/shared_dir.h"
+
 #include <random>
 
 #include "engine/sampler.h"
@@ -14,7 +16,7 @@
 namespace pagoda {
 namespace {
 
-const std::string kModel = std::string(PAGODA_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kModel = test::shared_dir() + "/models/stories260K.gguf";
 
 std::vector<int32_t> alone(const Model& m, ThreadPool& pool, const std::vector<int32_t>& prompt,
                            int max_tokens) {

@@ -3,6 +3,8 @@
 // file's own metadata: layers x KV heads x head size x 2 (K and V) x bytes per element.
 #include <gtest/gtest.h>
 
+#include "../unit/shared_dir.h"
+
 #include <algorithm>
 
 #include "engine/kv_budget.h"
@@ -11,7 +13,7 @@
 namespace pagoda {
 namespace {
 
-const std::string kModel = std::string(PAGODA_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kModel = test::shared_dir() + "/models/stories260K.gguf";
 
 TEST(KvBudget, AnFp8PoolHoldsTwiceTheTokensOfAnFp16One) {
   auto f = open_tensor_source(kModel);

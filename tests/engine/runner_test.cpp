@@ -4,6 +4,8 @@
 // into the engine through the same interface.
 #include <gtest/gtest.h>
 
+#include "../unit/shared_dir.h"
+
 #include "engine/runner_session.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -13,7 +15,7 @@
 namespace pagoda {
 namespace {
 
-const std::string kModel = std::string(PAGODA_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kModel = test::shared_dir() + "/models/stories260K.gguf";
 
 std::unique_ptr<Model> load_model() {
   auto file = GgufFile::open(kModel);

@@ -3,6 +3,8 @@
 // without being encoded whole.
 #include <gtest/gtest.h>
 
+#include "../unit/shared_dir.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -28,7 +30,7 @@ struct Fixture {
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture x;
-    auto file = GgufFile::open(std::string(PAGODA_SHARED_DIR) + "/models/stories260K.gguf");
+    auto file = GgufFile::open(test::shared_dir() + "/models/stories260K.gguf");
     if (!file.is_ok()) throw std::runtime_error(file.status().message());
     auto tok = Tokenizer::from_gguf(**file);
     if (!tok.is_ok()) throw std::runtime_error(tok.status().message());

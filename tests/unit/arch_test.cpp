@@ -2,6 +2,8 @@
 // reader, and a backend's refusal of a recipe feature it does not run.
 #include <gtest/gtest.h>
 
+#include "shared_dir.h"
+
 #include <string>
 
 #include "ledger/sources.h"
@@ -12,7 +14,7 @@
 namespace pagoda {
 namespace {
 
-const std::string kStories = std::string(PAGODA_SHARED_DIR) + "/models/stories260K.gguf";
+const std::string kStories = test::shared_dir() + "/models/stories260K.gguf";
 
 TEST(Recipe, EachFieldIsItsOwnFeature) {
   const ModelRecipe plain;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "shared_dir.h"
+
 #include "cpu_time.h"
 
 #include <algorithm>
@@ -284,7 +286,7 @@ TEST(ChatTemplate, ContentFormatComesFromTheTemplatesLoops) {
   for (const char* t : kString) EXPECT_EQ(format(t), ChatContentFormat::kString) << t;
 
   // The real templates: those that loop over a message's content parts.
-  const std::string dir = std::string(PAGODA_SHARED_DIR) + "/testdata/chat-templates";
+  const std::string dir = test::shared_dir() + "/testdata/chat-templates";
   std::vector<std::string> parts;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::ifstream f(entry.path());
@@ -361,7 +363,7 @@ TEST(ChatTemplateLimits, AllocationBudgetStopsRunawayTemplates) {
 // long conversation (about 1 MB of prompt, a few thousand messages) with the default
 // budget exactly as without one.
 TEST(ChatTemplateLimits, RealTemplatesRenderLongConversationsWithinBudget) {
-  const std::string dir = std::string(PAGODA_SHARED_DIR) + "/testdata/chat-templates";
+  const std::string dir = test::shared_dir() + "/testdata/chat-templates";
   Json messages = Json::array();
   messages.push_back({{"role", "system"}, {"content", "You are a helpful assistant."}});
   for (int i = 0; i < 2000; ++i)

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "shared_dir.h"
+
 #include <memory>
 #include <random>
 #include <string>
@@ -18,8 +20,7 @@ namespace pagoda {
 namespace {
 
 std::unique_ptr<Tokenizer> load(const std::string& name) {
-  auto f = GgufFile::open(std::string(PAGODA_SHARED_DIR) + "/testdata/tokenizer/ggml-vocab-" +
-                          name + ".gguf");
+  auto f = GgufFile::open(test::shared_dir() + "/testdata/tokenizer/ggml-vocab-" + name + ".gguf");
   EXPECT_TRUE(f.is_ok()) << f.status().message();
   auto t = Tokenizer::from_gguf(**f);
   EXPECT_TRUE(t.is_ok()) << t.status().message();

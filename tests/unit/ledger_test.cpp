@@ -4,6 +4,8 @@
 // model cards are a second, independent check.
 #include <gtest/gtest.h>
 
+#include "shared_dir.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -581,7 +583,7 @@ TEST(LedgerConfigJson, FoldersUseTheCheckpointSize) {
 // ---- GGUF ----------------------------------------------------------------------------------
 
 TEST(LedgerGguf, WeightsAreTheFilesTensorBytes) {
-  const std::string path = std::string(PAGODA_SHARED_DIR) + "/models/stories260K.gguf";
+  const std::string path = test::shared_dir() + "/models/stories260K.gguf";
   auto f = GgufFile::open(path);
   ASSERT_TRUE(f.is_ok()) << f.status().message();
   auto src = source_from_gguf(**f);

@@ -3,6 +3,8 @@
 // stops early, flags the text, and what it returns is a prefix of the full encoding.
 #include <gtest/gtest.h>
 
+#include "shared_dir.h"
+
 #include "cpu_time.h"
 
 #include <cstdio>
@@ -29,8 +31,8 @@ const char* const kVocabs[] = {"llama-bpe", "qwen2",          "gpt-2",      "lla
                                "phi-3",     "deepseek-coder", "stories260K"};
 
 std::string vocab_path(const std::string& name) {
-  if (name == "stories260K") return std::string(PAGODA_SHARED_DIR) + "/models/stories260K.gguf";
-  return std::string(PAGODA_SHARED_DIR) + "/testdata/tokenizer/ggml-vocab-" + name + ".gguf";
+  if (name == "stories260K") return test::shared_dir() + "/models/stories260K.gguf";
+  return test::shared_dir() + "/testdata/tokenizer/ggml-vocab-" + name + ".gguf";
 }
 
 std::string read_file(const std::string& path) {
@@ -60,7 +62,7 @@ const Loaded& load(const std::string& name) {
 }
 
 std::string shakespeare() {
-  return read_file(std::string(PAGODA_SHARED_DIR) + "/testdata/text/tinyshakespeare.txt");
+  return read_file(test::shared_dir() + "/testdata/text/tinyshakespeare.txt");
 }
 
 // Checks encode_bounded against encode() at the limits around the text's token count.

@@ -2,6 +2,8 @@
 // round trips, special tokens, decoding, hostile metadata and encoding speed.
 #include <gtest/gtest.h>
 
+#include "shared_dir.h"
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -26,7 +28,7 @@ const char* const kVocabs[] = {"llama-bpe", "qwen2", "gpt-2",
                                "llama-spm", "phi-3", "deepseek-coder"};
 
 std::string vocab_path(const std::string& name) {
-  return std::string(PAGODA_SHARED_DIR) + "/testdata/tokenizer/ggml-vocab-" + name + ".gguf";
+  return test::shared_dir() + "/testdata/tokenizer/ggml-vocab-" + name + ".gguf";
 }
 
 std::string read_file(const std::string& path) {
@@ -271,8 +273,7 @@ TEST(Tokenizer, ArbitraryBytesAndIdsNeverCrash) {
 
 // 100 KB of English through the Llama 3 tokenizer.
 TEST(Tokenizer, EncodesHundredKilobytesQuickly) {
-  std::string text =
-      read_file(std::string(PAGODA_SHARED_DIR) + "/testdata/text/tinyshakespeare.txt");
+  std::string text = read_file(test::shared_dir() + "/testdata/text/tinyshakespeare.txt");
   ASSERT_GE(text.size(), 100000u);
   text.resize(100000);
   for (const char* name : {"llama-bpe", "qwen2", "llama-spm"}) {
