@@ -14,6 +14,14 @@
 //   madd<kType>(acc, w, xt)  acc[kRegs] += the step's weights times token xt's activation
 //   zero(), add(a, b), store(y, s, rows), prefetch(p, bytes, end)
 //   for_each_tile<G>(args, rg0, rg1, tg0, tg1, micro)  micro<T>(g, act, y, rows, end)
+//   fp8_scales(s, out)       FP8: the block's 16 row scales times 256, in kRegs registers
+//   fp8_column(qb, sc)       FP8: one column's 16 e4m3 bytes widened (an e4m3fn byte b is
+//                            the f16 ((b & 0x7F) << 7) | ((b & 0x80) << 8) times 2^8) and
+//                            times sc: the f32 product e4m3(b) * d, the reference's weight
+//
+// FP8 runs the float loops column by column over F32's activations; each column's
+// weights are scaled by their block's row scales before the FMAs, so every product is
+// the one the F32 matrix of the dequantized weights would form.
 #ifndef PAGODA_GEMM_NS
 #error "define PAGODA_GEMM_NS (the ISA namespace) before including gemm_float_impl.h"
 #endif
@@ -54,6 +62,50 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* a
     }
     Ops::store(y + t * y_stride, s, rows);
   }
+}
+
+template <typename Ops, int G, int T>
+inline void fp8_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows, const uint8_t* pf_end) {
+  using V = typename Ops::V;
+  constexpr int R = Ops::kRegs;
+  constexpr int U = Ops::steps_in_flight(T);
+  static_assert(kQK % U == 0);
+  const float* x = reinterpret_cast<const float*>(act);
+  V acc[U][T][R];
+  for (int u = 0; u < U; ++u)
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) acc[u][t][r] = Ops::zero();
+  for (int64_t b = 0; b < w.nb; ++b) {
+    const uint8_t* q = w.quants(g, b);
+    if constexpr (T <= Ops::kPrefetchTokens) Ops::prefetch(q + kPrefetchBytes, 512, pf_end);
+    V sc[R];
+    Ops::fp8_scales(w.scales(g, b), sc);
+    for (int e = 0; e < kQK; e += U)
+      unroll<U>([&](auto u) {
+        const auto wv = Ops::fp8_column(q + 16 * (e + u), sc);
+        const float* xb = x + chunked_index(kQK * b + e + u, 0, G);
+        for (int t = 0; t < T; ++t)
+          Ops::template madd<DType::kF32>(acc[u][t], wv, xb + kFloatChunk * t);
+      });
+  }
+  for (int t = 0; t < T; ++t) {
+    V s[R];
+    for (int r = 0; r < R; ++r) {
+      s[r] = acc[0][t][r];
+      for (int u = 1; u < U; ++u) s[r] = Ops::add(s[r], acc[u][t][r]);
+    }
+    Ops::store(y + t * y_stride, s, rows);
+  }
+}
+
+template <typename Ops, int G>
+void fp8_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  Ops::template for_each_tile<G>(
+      a, rg0, rg1, tg0, tg1,
+      [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
+        fp8_micro<Ops, G, T>(*a.w, g, act, y, a.y_stride, rows, end);
+      });
 }
 
 template <typename Ops, DType kType, int G>
