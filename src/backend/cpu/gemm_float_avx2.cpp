@@ -68,15 +68,19 @@ struct FloatOps {
     out[0] = _mm256_mul_ps(_mm256_load_ps(reinterpret_cast<const float*>(s)), k256);
     out[1] = _mm256_mul_ps(_mm256_load_ps(reinterpret_cast<const float*>(s) + 8), k256);
   }
+  template <bool kScaled>
   static Weights<DType::kF32> fp8_column(const uint8_t* qb, const V (&sc)[2]) {
     // Sign-extended, b << 7 has the sign in bits 14 and 15: the mask keeps bit 15.
     const __m256i h = _mm256_and_si256(
         _mm256_slli_epi16(
             _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(qb))), 7),
         _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
-    return {{_mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), sc[0]),
-             _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), sc[1])}};
+    const V lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    const V hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    if constexpr (kScaled) return {{_mm256_mul_ps(lo, sc[0]), _mm256_mul_ps(hi, sc[1])}};
+    return {{lo, hi}};
   }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V zero() { return _mm256_setzero_ps(); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static void store(float* y, const V (&s)[2], int rows) {

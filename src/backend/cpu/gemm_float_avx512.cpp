@@ -104,14 +104,18 @@ struct FloatOps {
     out[0] =
         _mm512_mul_ps(_mm512_load_ps(reinterpret_cast<const float*>(s)), _mm512_set1_ps(256.0f));
   }
+  template <bool kScaled>
   static V fp8_column(const uint8_t* qb, const V (&sc)[1]) {
     // Sign-extended, b << 7 has the sign in bits 14 and 15: the mask keeps bit 15.
     const __m256i h = _mm256_and_si256(
         _mm256_slli_epi16(
             _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(qb))), 7),
         _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
-    return _mm512_mul_ps(_mm512_cvtph_ps(h), sc[0]);
+    const V w = _mm512_cvtph_ps(h);
+    if constexpr (kScaled) return _mm512_mul_ps(w, sc[0]);
+    return w;
   }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V zero() { return _mm512_setzero_ps(); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static void store(float* y, const V (&s)[1], int rows) { store_rows(y, s[0], rows); }
