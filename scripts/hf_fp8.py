@@ -36,6 +36,7 @@ LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 SCHEMES = {
     "block128": dict(block=(128, 128)),
     "block64": dict(block=(64, 64)),
+    "block48": dict(block=(48, 48)),
     "tensor": dict(hf_names=True),
     "tensor_static": dict(static=True),
     "block_skip": dict(block=(128, 128),

@@ -5,6 +5,7 @@
 // the GGUF reader and writer refuse them.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,10 @@ enum class DType : uint32_t {
   // Internal: bitsandbytes NF4 as IQ4_NL's block (f16 d, 16 bytes of Q4_0-order nibbles)
   // indexing the NF4 code book scaled to int8 (backend/cpu/quant_blocks.h, kNf4Values).
   kNF4 = 1000,
+  // Internal: FP8 E4M3 (e4m3fn) weights as a checkpoint stores them, 32 bytes under one
+  // f32 scale (backend/cpu/quant_blocks.h BlockFP8): value = d * e4m3(q), exact for FP8
+  // checkpoints whose scales cover whole 32-column runs (model/fp8_checkpoint.h).
+  kFP8 = 1001,
 };
 inline constexpr uint32_t kFirstInternalDType = 1000;
 inline constexpr bool is_internal_dtype(DType t) {
@@ -120,6 +125,23 @@ inline uint16_t f32_to_bf16(float f) {
   const uint32_t x = bits_from_f32(f);
   if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 64);  // quiet nan
   return static_cast<uint16_t>((x + (0x7fff + ((x >> 16) & 1))) >> 16);
+}
+
+// x rounded once to BF16 (to nearest, ties to even); for |x| below 2^-126, through f32.
+// (An FP8 weight times its f32 scale is exact in a double, so this rounds it once.)
+inline uint16_t f64_to_bf16(double x) {
+  if (std::isnan(x)) return f32_to_bf16(static_cast<float>(x));
+  uint64_t bits;
+  std::memcpy(&bits, &x, 8);
+  const int exp = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+  // Outside bf16's normal range (subnormal results, overflow) f32's own rounding decides.
+  if (exp < -126 || exp > 127) return f32_to_bf16(static_cast<float>(x));
+  // Keep 7 of the 52 stored mantissa bits, to nearest with ties to even; a carry moves
+  // into the exponent as it should. The result has 8 significant bits, which f32 holds.
+  const uint64_t r = (bits + ((uint64_t{1} << 44) - 1) + ((bits >> 45) & 1)) >> 45 << 45;
+  double d;
+  std::memcpy(&d, &r, 8);
+  return static_cast<uint16_t>(bits_from_f32(static_cast<float>(d)) >> 16);
 }
 
 }  // namespace pagoda

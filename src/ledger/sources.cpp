@@ -266,6 +266,7 @@ std::optional<DType> type_from_name(const std::string& name) {
     if (info != nullptr && type_name(static_cast<DType>(id)) == name) return static_cast<DType>(id);
   }
   if (name == type_name(DType::kNF4)) return DType::kNF4;  // internal: a bitsandbytes folder's
+  if (name == type_name(DType::kFP8)) return DType::kFP8;  // internal: an FP8 checkpoint's
   return std::nullopt;
 }
 

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/quant_blocks.h"
 #include "core/fp8.h"
+#include "model/fp8_checkpoint.h"
 #include "model/hf_json.h"
 
 namespace pagoda {
@@ -313,6 +314,16 @@ void ct_fp8_e4m3_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const CtS
       o[r * cols + c] = f32_to_bf16(e4m3_to_f32(w[r * cols + c]) * sc.at(r, c));
 }
 
+void ct_fp8_e4m3_to_fp8(const uint8_t* w, int64_t rows, int64_t cols, const CtScales& sc,
+                        uint8_t* out) {
+  auto* b = reinterpret_cast<cpu::BlockFP8*>(out);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += 32, ++b) {
+      b->d = sc.at(r, c);
+      std::memcpy(b->qs, w + r * cols + c, 32);
+    }
+}
+
 }  // namespace pagoda
 
 namespace pagoda {
@@ -410,6 +421,12 @@ Result<std::unique_ptr<CtLayer>> make_ct_layer(const std::string& module, const 
                                        static_cast<long long>(cols)));
     l.cols = cols;
   }
+  if (scheme.format == CtFormat::kFp8) {
+    PAGODA_RETURN_IF_ERROR(check_e4m3_finite(what, l.weight.data(), l.rows * l.cols));
+    // The checkpoint's bytes and scales where every 32-column run lies under one scale;
+    // otherwise the products rounded to BF16 as before.
+    if (l.cols % 32 == 0 && group_of(l) % 32 == 0) l.type = DType::kFP8;
+  }
   if (l.type != DType::kBF16 && l.cols % 32 != 0)
     return unsupported(what + str_format(" rows of %lld weights are not whole 32-element blocks",
                                          static_cast<long long>(l.cols)));
@@ -451,7 +468,10 @@ std::vector<uint8_t> CtLayer::convert() const {
       break;
     }
     case CtFormat::kFp8:
-      ct_fp8_e4m3_to_bf16(w, l.rows, l.cols, sc, out.data());
+      if (l.type == DType::kFP8)
+        ct_fp8_e4m3_to_fp8(w, l.rows, l.cols, sc, out.data());
+      else
+        ct_fp8_e4m3_to_bf16(w, l.rows, l.cols, sc, out.data());
       break;
   }
   return out;

@@ -13,9 +13,12 @@
 //                   of a multiple of 32 or per row, optional `weight_zero_point` (z + 8,
 //                   eight output rows to an int32 word): Q4_0 (d = s, the stored nibble as
 //                   it is) without zero points, Q4_1 (d = s, m = -s (z + 8)) with them.
-//   float-quantized FP8 E4M3 `weight`, `weight_scale` per tensor or per row: BF16, the
-//                   product fp8 x scale rounded once (as the package's own decompress in a
-//                   bf16 model rounds it).
+//   float-quantized FP8 E4M3 `weight`, `weight_scale` per tensor or per row: the internal
+//                   FP8 block (the e4m3 bytes and f32 scales as stored, 9 bits a weight on
+//                   the CPU; model/fp8_checkpoint.h), where cols and the scale group are
+//                   multiples of 32; otherwise BF16, the product fp8 x scale rounded once
+//                   (as the package's own decompress in a bf16 model rounds it). e4m3fn NaN
+//                   bytes are refused.
 //
 // Activation schemes are not reproduced: Pagoda quantizes activations its own way for
 // each weight type (Q8_0 rows take int8 activations per 32-block, finer than per token;
@@ -109,6 +112,9 @@ void ct_int8_to_q8_0(const int8_t* w, int64_t rows, int64_t cols, const CtScales
 // zero_points: one stored nibble (z + 8) per (row, group), or null for Q4_0.
 void ct_packed_int4_to_q4(const uint8_t* packed, int64_t rows, int64_t cols, const CtScales& sc,
                           const std::vector<uint8_t>* zero_points, uint8_t* out);
+// FP8 rows as BlockFP8 (cols and the scale group multiples of 32): the bytes and scales.
+void ct_fp8_e4m3_to_fp8(const uint8_t* w, int64_t rows, int64_t cols, const CtScales& sc,
+                        uint8_t* out);
 void ct_fp8_e4m3_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const CtScales& sc,
                          uint8_t* out);
 

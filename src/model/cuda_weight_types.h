@@ -41,6 +41,9 @@ inline bool is_block_type(DType t) {
 // take it, any other block type as Q8_0. Plain types the kernels do not take (F64,
 // integers) come back unchanged, for the loader to refuse.
 inline DType cuda_storage_type(DType t) {
+  // The FP8 of FP8 checkpoints goes to BF16 as the loaders wrote it before the CPU kept
+  // FP8 (each weight rounded once: backend/cpu/convert_blocks.h).
+  if (t == DType::kFP8) return DType::kBF16;
   if (cuda_multiplies(t) || !is_block_type(t)) return t;
   return DType::kQ8_0;
 }

@@ -12,26 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/quant_blocks.h"
 #include "core/fp8.h"
 #include "core/log.h"
 #include "model/hf_json.h"
 
 namespace pagoda {
-
-uint16_t f64_to_bf16(double x) {
-  if (std::isnan(x)) return f32_to_bf16(static_cast<float>(x));
-  uint64_t bits;
-  std::memcpy(&bits, &x, 8);
-  const int exp = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
-  // Outside bf16's normal range (subnormal results, overflow) f32's own rounding decides.
-  if (exp < -126 || exp > 127) return f32_to_bf16(static_cast<float>(x));
-  // Keep 7 of the 52 stored mantissa bits, to nearest with ties to even; a carry moves
-  // into the exponent as it should. The result has 8 significant bits, which f32 holds.
-  const uint64_t r = (bits + ((uint64_t{1} << 44) - 1) + ((bits >> 45) & 1)) >> 45 << 45;
-  double d;
-  std::memcpy(&d, &r, 8);
-  return static_cast<uint16_t>(bits_from_f32(static_cast<float>(d)) >> 16);
-}
 
 void fp8_e4m3_blocks_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const float* scales,
                              int64_t bn, int64_t bk, uint16_t* out) {
@@ -48,7 +34,34 @@ void fp8_e4m3_blocks_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const
   }
 }
 
+void fp8_e4m3_blocks_to_fp8(const uint8_t* w, int64_t rows, int64_t cols, const float* scales,
+                            int64_t bn, int64_t bk, cpu::BlockFP8* out) {
+  const int64_t n_col_blocks = (cols + bk - 1) / bk;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = scales + (r / bn) * n_col_blocks;
+    for (int64_t c = 0; c < cols; c += 32, ++out) {
+      out->d = s[c / bk];
+      std::memcpy(out->qs, w + r * cols + c, 32);
+    }
+  }
+}
+
+Status check_e4m3_finite(const std::string& what, const uint8_t* w, int64_t n) {
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) nan |= (w[i] & 0x7F) == 0x7F;
+  if (!nan) return Status::ok();
+  for (int64_t i = 0; i < n; ++i)
+    if ((w[i] & 0x7F) == 0x7F)
+      return corrupt(what + str_format(" element %lld is an e4m3fn NaN (byte 0x%02X)",
+                                       static_cast<long long>(i), w[i]));
+  return Status::ok();
+}
+
 namespace {
+
+bool fp8_keeps_blocks(int64_t cols, int64_t bk) {
+  return cols % 32 == 0 && bk % 32 == 0;
+}
 
 using nlohmann::json;
 
@@ -167,8 +180,13 @@ class Fp8Layer : public QuantLayer {
  public:
   std::vector<uint8_t> convert() const override {
     std::vector<uint8_t> out(row_bytes(type, cols) * static_cast<size_t>(rows));
-    if (type != DType::kBF16 || !quantized) {  // a Linear stored 16-bit
+    if (!quantized) {  // a Linear stored 16-bit
       std::memcpy(out.data(), weight.data(), out.size());
+      return out;
+    }
+    if (type == DType::kFP8) {
+      fp8_e4m3_blocks_to_fp8(weight.data(), rows, cols, scales.data(), bn, bk,
+                             reinterpret_cast<cpu::BlockFP8*>(out.data()));
       return out;
     }
     fp8_e4m3_blocks_to_bf16(weight.data(), rows, cols, scales.data(), bn, bk,
@@ -350,11 +368,16 @@ Result<std::unique_ptr<QuantLayer>> Fp8Format::make_layer(
     return unsupported("'" + module +
                        "' is in quantization_config modules_to_not_convert / ignored_layers "
                        "(left 16-bit), but its weight is F8_E4M3");
-  l.type = DType::kBF16;
   l.quantized = true;
 
   PAGODA_RETURN_IF_ERROR(read_weight_scale(config_, module, scale, &l));
   PAGODA_RETURN_IF_ERROR(check_activation_scales(config_, module, act));
+  PAGODA_RETURN_IF_ERROR(
+      check_e4m3_finite(quant_piece_name(module, "weight"), weight->data(), l.rows * l.cols));
+  // The checkpoint's bytes and scales where every 32-column run lies under one scale;
+  // otherwise (rows not whole 32-blocks, tiles narrower than 32 or not a multiple) the
+  // exact products rounded once to BF16.
+  l.type = fp8_keeps_blocks(l.cols, l.bk) ? DType::kFP8 : DType::kBF16;
   return std::unique_ptr<QuantLayer>(std::move(layer));
 }
 
@@ -365,8 +388,8 @@ Result<std::unique_ptr<HfQuantFormat>> open_fp8_checkpoint_format(std::string_vi
   if (c.static_activations)
     log_warn(
         "fp8 checkpoint with activation_scheme 'static': its input scales (the FP8 "
-        "activation ranges) are checked but not used; Pagoda multiplies the BF16 weights "
-        "with 16-bit activations");
+        "activation ranges) are checked but not used; Pagoda multiplies the FP8 weights "
+        "with unquantized activations");
   return std::unique_ptr<HfQuantFormat>(std::make_unique<Fp8Format>(std::move(c)));
 }
 

@@ -12,10 +12,16 @@
 //   activation scale    with activation_scheme "static": one float a layer, x.input_scale
 //                       (vLLM) or x.activation_scale (transformers)
 //
-// Each layer loads as BF16 on both backends: every weight is the exact product of its e4m3
-// value and its scale (at most 4 x 24 significant bits, so exact in a double) rounded once
-// to BF16, to nearest with ties to even (bf16's normal range; below 2^-126 the product goes
-// through f32 first). 16 bits a weight against the file's 8 plus the scales.
+// Each layer loads as the internal block type FP8 (DType::kFP8, backend/cpu/quant_blocks.h
+// BlockFP8): the checkpoint's e4m3 bytes as they are, 32 a block under the f32 scale of
+// the tile (or tensor) that holds them, so every weight keeps its exact value, 9 bits a
+// weight on the CPU. That needs each 32-column run under one scale: cols and bk multiples
+// of 32 (per tensor: cols). A layer that misses it loads as today's BF16 instead. The CUDA
+// backend stores FP8 as BF16 (model/cuda_weight_types.h): every weight the exact product of
+// its e4m3 value and its scale (at most 4 x 24 significant bits, so exact in a double)
+// rounded once to BF16, to nearest with ties to even (bf16's normal range; below 2^-126
+// the product goes through f32 first), which is also the fallback's conversion. An e4m3fn
+// NaN byte (0x7F, 0xFF) in a weight is refused at load.
 //
 // Activations stay 16-bit. A static activation_scheme's input scales are the range the
 // checkpoint's FP8 GEMM clamps and quantizes activations to; Pagoda runs BF16 weights with
@@ -35,18 +41,26 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "core/status.h"
 #include "model/hf_quant_format.h"
 
 namespace pagoda {
+namespace cpu {
+struct BlockFP8;
+}
 
 // The format as model/hf_checkpoint.cpp uses it (quant_method "fp8").
 Result<std::unique_ptr<HfQuantFormat>> open_fp8_checkpoint_format(std::string_view json_text);
 
-// x rounded once to BF16 (to nearest, ties to even); for |x| below 2^-126, through f32.
-uint16_t f64_to_bf16(double x);
+// The same weight's bytes and scales as BlockFP8 rows (cols and bk multiples of 32).
+void fp8_e4m3_blocks_to_fp8(const uint8_t* w, int64_t rows, int64_t cols, const float* scales,
+                            int64_t bn, int64_t bk, cpu::BlockFP8* out);
+
+// An error naming the first e4m3fn NaN byte (0x7F or 0xFF) of w[0..n), if any.
+Status check_e4m3_finite(const std::string& what, const uint8_t* w, int64_t n);
 
 // One e4m3 row-major weight (rows x cols) times its scales into BF16 `out`: scales is
 // [ceil(rows / bn), ceil(cols / bk)] row-major (a per-tensor scale is bn = rows, bk = cols).

@@ -40,8 +40,8 @@ SCHEMES = {
     "w4a16": ("Q4_0", 0.15),
     "w4a16_asym": ("Q4_1", 6e-2),
     "w4a16_channel": ("Q4_0", 6e-2),
-    "fp8": ("BF16", 2e-2),
-    "fp8_tensor": ("BF16", 2e-2),
+    "fp8": ("FP8_E4M3", 2e-2),
+    "fp8_tensor": ("FP8_E4M3", 2e-2),
 }
 MATRICES = ["blk.0.attn_q.weight", "blk.3.attn_k.weight", "blk.7.ffn_down.weight",
             "blk.29.ffn_gate.weight", "blk.12.attn_output.weight"]
@@ -113,7 +113,8 @@ def test_weights_equal_the_package_decompress(folders, scheme, tmp_path):
         ref = hf_weight(folders[scheme], name)
         # Scales are bf16 (the model's dtype), which f16 holds exactly: Q8_0 and Q4_0
         # are exact; Q4_1's m = -s (z + 8) rounds to f16 (2^-11 of |m| at most); fp8 x
-        # scale rounds to bf16 (8 significant bits: 2^-8 of the value at most).
+        # scale rounds to bf16 (8 significant bits: 2^-8 of the value at most); FP8_E4M3
+        # keeps the fp8 bytes and scales, so its f32 product is the package's.
         ours = ours.reshape(ref.shape)
         if kind == "Q4_1":
             tol = 2.0**-11 * np.abs(ref).max() * 16 / 15
@@ -200,6 +201,7 @@ def test_plan_counts_the_loaded_bytes(folders, scheme):
     # BF16), so the two agree exactly on the CPU.
     planned, loaded = plan_and_loaded_weight_bytes(folders[scheme])
     assert abs(planned - loaded) <= 0.02 * loaded, (planned, loaded)
-    if scheme != "fp8":  # (fp8 loads as BF16, which the norms also are)
-        want = {"w8a8_int8": " Q8_0 ", "w4a16_asym": " Q4_1 "}[scheme]
-        assert want in run_pagoda("info", "-m", folders[scheme], "--tensors").stdout
+    if scheme == "fp8":  # FP8_E4M3's packed bytes, counted alike
+        assert planned == loaded, (planned, loaded)
+    want = {"w8a8_int8": " Q8_0 ", "w4a16_asym": " Q4_1 ", "fp8": " FP8_E4M3 "}[scheme]
+    assert want in run_pagoda("info", "-m", folders[scheme], "--tensors").stdout

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/quant_blocks.h"
 
 namespace pagoda::optest {
 
@@ -45,7 +46,7 @@ namespace {
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16, DType::kQ4_0,
                                   DType::kQ4_1, DType::kQ5_0,   DType::kQ5_1, DType::kQ8_0,
                                   DType::kQ2_K, DType::kQ3_K,   DType::kQ4_K, DType::kQ5_K,
-                                  DType::kQ6_K, DType::kIQ4_NL, DType::kNF4};
+                                  DType::kQ6_K, DType::kIQ4_NL, DType::kNF4,  DType::kFP8};
 
 // Bounds of a product against the exact one over the dequantized weights. The backends
 // round the activations to what the weights' kernel takes: f32 none (what is left is f32
@@ -54,7 +55,7 @@ constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,    DType::kBF16, DT
 // ~6e-5). The worst measured on the CPU (every level) is a quarter to a third of each
 // bound; one wrong block of the 16 a row of 512 holds costs ~6e-2.
 double product_tol(DType t) {
-  if (t == DType::kF32) return 1e-9;
+  if (t == DType::kF32 || t == DType::kFP8) return 1e-9;  // FP8 takes f32 activations
   if (t == DType::kF16) return 2e-7;
   if (t == DType::kBF16) return 1e-5;
   return dtype_info(t).block_elems > 32 ? 2e-4 : 1e-4;
@@ -240,6 +241,20 @@ std::vector<int> half_fields(DType t) {
 std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int64_t cols) {
   const size_t rb = row_bytes(t, cols);
   std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  if (t == DType::kFP8) {  // random e4m3 bytes but the NaNs (refused at load), f32 scales
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+    for (size_t off = 0; off < w.size(); off += sizeof(cpu::BlockFP8)) {
+      cpu::BlockFP8 b;
+      b.d = scale(rng);
+      for (uint8_t& q : b.qs) {
+        q = static_cast<uint8_t>(byte(rng));
+        if ((q & 0x7F) == 0x7F) q ^= 1;
+      }
+      std::memcpy(&w[off], &b, sizeof(b));
+    }
+    return w;
+  }
   if (half_fields(t).empty()) {
     const auto f = random_floats(rng, static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)

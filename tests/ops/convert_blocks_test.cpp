@@ -15,6 +15,7 @@
 #include "backend/cpu/quant_blocks.h"
 #include "ledger/sources.h"
 #include "model/cuda_weight_types.h"
+#include "model/fp8_checkpoint.h"
 #include "model/weight_types.h"
 
 namespace pagoda::cpu {
@@ -60,6 +61,16 @@ std::vector<uint8_t> random_blocks(DType t, int64_t n, std::mt19937& rng) {
       break;  // an e8m0 byte, set below
     case DType::kQ8_K:
       break;  // an f32 d, set below
+    case DType::kFP8:
+      for (size_t b = 0; b < raw.size() / info.block_bytes; ++b) {  // f32 d; no NaN bytes
+        uint8_t* blk = raw.data() + b * info.block_bytes;
+        const float d = std::ldexp(1.0f + static_cast<float>(rng() % 4096) / 4096.0f,
+                                   -static_cast<int>(rng() % 12));
+        std::memcpy(blk, &d, 4);
+        for (size_t i = 4; i < info.block_bytes; ++i)
+          if ((blk[i] & 0x7F) == 0x7F) blk[i] ^= 1;
+      }
+      break;
     default:
       ADD_FAILURE() << "no scale layout for " << dtype_name(t);
   }
@@ -222,6 +233,28 @@ TEST(ConvertBlocks, ClearErrors) {
   EXPECT_NE(inf.message().find("not finite"), std::string::npos) << inf.message();
 }
 
+// FP8 -> BF16 (the CUDA loader's conversion) gives the bits the FP8 checkpoint loader
+// wrote before DType::kFP8 (fp8_e4m3_blocks_to_bf16, checked by hand in
+// fp8_checkpoint_test), block scales one per 32 columns.
+TEST(ConvertBlocks, Fp8ToBf16IsTheCheckpointLoadersBf16) {
+  std::mt19937 rng(31);
+  const int64_t rows = 3, cols = 96;
+  const std::vector<uint8_t> raw = random_blocks(DType::kFP8, rows * cols, rng);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols));
+  std::vector<float> scales(static_cast<size_t>(rows * cols / 32));
+  for (size_t b = 0; b < scales.size(); ++b) {
+    std::memcpy(&scales[b], raw.data() + 36 * b, 4);
+    std::memcpy(bytes.data() + 32 * b, raw.data() + 36 * b + 4, 32);
+  }
+  std::vector<uint16_t> want(static_cast<size_t>(rows * cols)), got(want.size());
+  fp8_e4m3_blocks_to_bf16(bytes.data(), rows, cols, scales.data(), 1, 32, want.data());
+  for (int64_t r = 0; r < rows; ++r)
+    ASSERT_TRUE(convert_row(DType::kFP8, raw.data() + r * row_bytes(DType::kFP8, cols),
+                            DType::kBF16, got.data() + r * cols, cols)
+                    .is_ok());
+  EXPECT_EQ(got, want);
+}
+
 TEST(CudaWeightTypes, StorageAndStacks) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
@@ -229,6 +262,11 @@ TEST(CudaWeightTypes, StorageAndStacks) {
   for (DType t : {DType::kQ5_0, DType::kQ5_1, DType::kQ8_1, DType::kQ2_K, DType::kQ3_K,
                   DType::kQ8_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4})
     EXPECT_EQ(cuda_storage_type(t), DType::kQ8_0) << dtype_name(t);
+  // FP8 checkpoints keep their BF16 on CUDA, as before the CPU kept FP8; with the
+  // checkpoint's 16-bit layers (lm_head) and stacks of FP8 alike.
+  EXPECT_EQ(cuda_storage_type(DType::kFP8), DType::kBF16);
+  EXPECT_EQ(cuda_stack_type({DType::kFP8, DType::kFP8, DType::kFP8}), DType::kBF16);
+  EXPECT_EQ(cuda_stack_type({DType::kFP8, DType::kBF16}), DType::kBF16);
   EXPECT_EQ(cuda_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
   // A Q4_K_M layer: Q4_K q and k beside a Q6_K v meet at Q8_0; all Q4_K stay Q4_K.
   EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}), DType::kQ8_0);
@@ -248,7 +286,7 @@ TEST(CpuWeightTypes, EveryBlockTypeEndsInOneTheKernelsTake) {
   for (DType t :
        {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
         DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-        DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4})
+        DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4, DType::kFP8})
     EXPECT_EQ(cpu_storage_type(t), t) << dtype_name(t);
   for (DType t : {DType::kQ8_1, DType::kQ8_K})
     EXPECT_EQ(cpu_storage_type(t), DType::kQ8_0) << dtype_name(t);
@@ -349,7 +387,7 @@ TEST(CpuLedger, PackedBytesAreTheMatricesBytes) {
   for (DType t :
        {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
         DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-        DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4}) {
+        DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4, DType::kFP8}) {
     for (int64_t cols : {256, 576 * 4, 4096}) {
       const int64_t rows = 48;
       // The plain types' values do not matter here: zeros.

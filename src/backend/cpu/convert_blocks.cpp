@@ -9,6 +9,7 @@
 #include "backend/cpu/packed_weights.h"
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_ref.h"
+#include "core/fp8.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -138,6 +139,14 @@ Status table_to_q8_0(DType from, const void* src, BlockQ8_0* dst, int64_t n) {
   return Status::ok();
 }
 
+// Each weight the exact product (4 x 24 significant bits fit a double) rounded once:
+// the BF16 the FP8 checkpoint loaders wrote before DType::kFP8 existed.
+void fp8_to_bf16(const BlockFP8* b, uint16_t* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i)
+    for (int j = 0; j < kQK; ++j)
+      y[i * kQK + j] = f64_to_bf16(static_cast<double>(e4m3_to_f32(b[i].qs[j])) * b[i].d);
+}
+
 }  // namespace
 
 Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) {
@@ -168,6 +177,10 @@ Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) 
   }
   if (is_table4(from) && to == DType::kQ8_0)
     return table_to_q8_0(from, src, static_cast<BlockQ8_0*>(dst), n);
+  if (from == DType::kFP8 && to == DType::kBF16) {
+    fp8_to_bf16(static_cast<const BlockFP8*>(src), static_cast<uint16_t*>(dst), n / kQK);
+    return Status::ok();
+  }
   if (from == DType::kQ4_K && to == DType::kQ4_1)
     return q4_k_to_q4_1(static_cast<const BlockQ4_K*>(src), static_cast<BlockQ4_1*>(dst), n / kQKK);
   thread_local std::vector<float> row;  // rows convert in a loop: no allocation per row

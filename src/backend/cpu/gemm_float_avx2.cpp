@@ -1,8 +1,8 @@
-// AVX2 kernels for float weights: per column a row group's 16 weights are two registers
-// (F16 widened once, BF16 column pairs split by a shift and a mask) reused for every
-// token of the group, with each token's activation broadcast once for both. Activations
-// use the scalar converter's chunked f32 layout (for BF16 weights rounded to bf16, which
-// makes the products exact). The loops are gemm_float_impl.h's.
+// AVX2 kernels for float weights (and FP8, widened through f16 and scaled per column): per column a
+// row group's 16 weights are two registers (F16 widened once, BF16 column pairs split by a shift
+// and a mask) reused for every token of the group, with each token's activation broadcast once for
+// both. Activations use the scalar converter's chunked f32 layout (for BF16 weights rounded to
+// bf16, which makes the products exact). The loops are gemm_float_impl.h's.
 #include <iterator>
 
 #include "backend/cpu/simd_avx2.h"
@@ -63,6 +63,24 @@ struct FloatOps {
       acc[1] = _mm256_fmadd_ps(w.r[1], xv, acc[1]);
     }
   }
+  static void fp8_scales(const uint8_t* s, V (&out)[2]) {
+    const V k256 = _mm256_set1_ps(256.0f);
+    out[0] = _mm256_mul_ps(_mm256_load_ps(reinterpret_cast<const float*>(s)), k256);
+    out[1] = _mm256_mul_ps(_mm256_load_ps(reinterpret_cast<const float*>(s) + 8), k256);
+  }
+  template <bool kScaled>
+  static Weights<DType::kF32> fp8_column(const uint8_t* qb, const V (&sc)[2]) {
+    // Sign-extended, b << 7 has the sign in bits 14 and 15: the mask keeps bit 15.
+    const __m256i h = _mm256_and_si256(
+        _mm256_slli_epi16(
+            _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(qb))), 7),
+        _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
+    const V lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    const V hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    if constexpr (kScaled) return {{_mm256_mul_ps(lo, sc[0]), _mm256_mul_ps(hi, sc[1])}};
+    return {{lo, hi}};
+  }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V zero() { return _mm256_setzero_ps(); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static void store(float* y, const V (&s)[2], int rows) {
@@ -95,9 +113,11 @@ template <DType kType, FloatRound kRound, int G>
 constexpr GemmEntry entry() {
   return {kType, {G, f32_bytes<G>, convert<kRound, G>, float_tile<FloatOps, kType, G>}};
 }
-constexpr GemmEntry kTable[] = {entry<DType::kF32, FloatRound::kNone, kG>(),
-                                entry<DType::kF16, FloatRound::kF16, kG>(),
-                                entry<DType::kBF16, FloatRound::kBF16, kGBf16>()};
+constexpr GemmEntry kTable[] = {
+    entry<DType::kF32, FloatRound::kNone, kG>(),
+    entry<DType::kF16, FloatRound::kF16, kG>(),
+    entry<DType::kBF16, FloatRound::kBF16, kGBf16>(),
+    {DType::kFP8, {kG, f32_bytes<kG>, convert<FloatRound::kNone, kG>, fp8_tile<FloatOps, kG>}}};
 
 }  // namespace
 }  // namespace avx2

@@ -1,6 +1,6 @@
-// AVX-512 kernels for float weights (F32, F16, BF16). One register holds one column of
-// 16 rows (F16 widened once by vcvtph2ps and reused for every token of the group); each
-// token's activation is a broadcast folded into the FMA. BF16 uses vdpbf16ps on column
+// AVX-512 kernels for float weights (F32, F16, BF16, and FP8 widened through f16). One register
+// holds one column of 16 rows (F16 widened once by vcvtph2ps and reused for every token of the
+// group); each token's activation is a broadcast folded into the FMA. BF16 uses vdpbf16ps on column
 // pairs: bf16 x bf16 products are exact in f32, so this matches the widened product. The
 // loops are gemm_float_impl.h's.
 #include <iterator>
@@ -100,6 +100,22 @@ struct FloatOps {
     else
       acc[0] = _mm512_fmadd_ps(w, bcast_f32(xt), acc[0]);
   }
+  static void fp8_scales(const uint8_t* s, V (&out)[1]) {
+    out[0] =
+        _mm512_mul_ps(_mm512_load_ps(reinterpret_cast<const float*>(s)), _mm512_set1_ps(256.0f));
+  }
+  template <bool kScaled>
+  static V fp8_column(const uint8_t* qb, const V (&sc)[1]) {
+    // Sign-extended, b << 7 has the sign in bits 14 and 15: the mask keeps bit 15.
+    const __m256i h = _mm256_and_si256(
+        _mm256_slli_epi16(
+            _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(qb))), 7),
+        _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
+    const V w = _mm512_cvtph_ps(h);
+    if constexpr (kScaled) return _mm512_mul_ps(w, sc[0]);
+    return w;
+  }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V zero() { return _mm512_setzero_ps(); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static void store(float* y, const V (&s)[1], int rows) { store_rows(y, s[0], rows); }
@@ -123,7 +139,8 @@ size_t bf16_bytes(int64_t k) {
 constexpr GemmEntry kTable[] = {
     {DType::kF32, {kG, f32_bytes, convert_f32<false>, float_tile<FloatOps, DType::kF32, kG>}},
     {DType::kF16, {kG, f32_bytes, convert_f32<true>, float_tile<FloatOps, DType::kF16, kG>}},
-    {DType::kBF16, {kG, bf16_bytes, convert_bf16, float_tile<FloatOps, DType::kBF16, kG>}}};
+    {DType::kBF16, {kG, bf16_bytes, convert_bf16, float_tile<FloatOps, DType::kBF16, kG>}},
+    {DType::kFP8, {kG, f32_bytes, convert_f32<false>, fp8_tile<FloatOps, kG>}}};
 
 }  // namespace
 }  // namespace avx512

@@ -217,6 +217,34 @@ void tile_float(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_
             });
 }
 
+// ---- FP8 weights against f32 activations ([k][G], as F32's) ----
+
+// An e4m3fn byte as the f16 bits of its value times 2^-8 (exponent and mantissa fields
+// line up one to one, subnormals included): what the SIMD kernels widen.
+float fp8_over_256(uint8_t b) {
+  return fp16_to_f32(static_cast<uint16_t>(((b & 0x7F) << 7) | ((b & 0x80) << 8)));
+}
+
+void tile_fp8(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  const WeightMatrix::Impl& w = *a.w;
+  for_tiles(
+      a, rg0, rg1, tg0, tg1, [&](int64_t g, const uint8_t* act, int n, float(*acc)[kRowGroup]) {
+        const float* x = reinterpret_cast<const float*>(act);
+        for (int64_t b = 0; b < w.nb; ++b) {
+          const uint8_t* q = w.quants(g, b);
+          const uint8_t* s = w.scales(g, b);
+          float bsum[kG][kRowGroup] = {};
+          for (int e = 0; e < kQK; ++e)
+            for (int t = 0; t < n; ++t)
+              for (int i = 0; i < kRowGroup; ++i)
+                bsum[t][i] += fp8_over_256(q[16 * e + i]) * x[chunked_index(32 * b + e, t, kG)];
+          for (int t = 0; t < n; ++t)
+            for (int i = 0; i < kRowGroup; ++i)
+              acc[t][i] += bsum[t][i] * (ld_f32(s + 4 * i) * 256.0f);
+        }
+      });
+}
+
 size_t q8_bytes(int64_t k) {
   return Q8ActLayout{k / kQK, kG}.bytes();
 }
@@ -251,23 +279,25 @@ template <DType kType, FloatRound kRound>
 constexpr GemmEntry fl() {
   return {kType, {kG, f32_bytes, conv_float<kRound>, tile_float<kType>}};
 }
-constexpr GemmEntry kTable[] = {q32<DType::kQ4_0>(),
-                                q32<DType::kQ4_1>(),
-                                q32<DType::kQ8_0>(),
-                                q32<DType::kQ5_0>(),
-                                q32<DType::kQ5_1>(),
-                                q32<DType::kIQ4_NL>(),
-                                q32<DType::kIQ4_XS>(),
-                                q32<DType::kMXFP4>(),
-                                q32<DType::kNF4>(),
-                                kq<DType::kQ4_K>(),
-                                kq<DType::kQ5_K>(),
-                                kq<DType::kQ6_K>(),
-                                kq<DType::kQ3_K>(),
-                                kq<DType::kQ2_K>(),
-                                fl<DType::kF32, FloatRound::kNone>(),
-                                fl<DType::kF16, FloatRound::kF16>(),
-                                fl<DType::kBF16, FloatRound::kBF16>()};
+constexpr GemmEntry kTable[] = {
+    q32<DType::kQ4_0>(),
+    q32<DType::kQ4_1>(),
+    q32<DType::kQ8_0>(),
+    q32<DType::kQ5_0>(),
+    q32<DType::kQ5_1>(),
+    q32<DType::kIQ4_NL>(),
+    q32<DType::kIQ4_XS>(),
+    q32<DType::kMXFP4>(),
+    q32<DType::kNF4>(),
+    kq<DType::kQ4_K>(),
+    kq<DType::kQ5_K>(),
+    kq<DType::kQ6_K>(),
+    kq<DType::kQ3_K>(),
+    kq<DType::kQ2_K>(),
+    fl<DType::kF32, FloatRound::kNone>(),
+    fl<DType::kF16, FloatRound::kF16>(),
+    fl<DType::kBF16, FloatRound::kBF16>(),
+    {DType::kFP8, {kG, f32_bytes, conv_float<FloatRound::kNone>, tile_fp8}}};
 
 }  // namespace
 

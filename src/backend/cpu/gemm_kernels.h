@@ -17,6 +17,7 @@
 //   F32, F16: [k/16][G][16] f32, column c of token t at ((c/16)*G + t)*16 + c%16 (for F16
 //     weights each value rounded to f16 first); chunks of 16 keep one token's columns
 //     together, so a one-token product reads one cache line per 16 columns, not per column
+//   FP8 (the internal FP8_E4M3): as F32, values unrounded
 //   BF16: avx512 the same over column pairs, [k/32][G][16] u32 of two bf16 (vdpbf16ps
 //     operands); otherwise as F32 with values rounded to bf16
 #pragma once

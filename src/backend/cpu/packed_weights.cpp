@@ -7,6 +7,7 @@
 #include <new>
 
 #include "backend/cpu/quant_blocks.h"
+#include "core/fp8.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -26,6 +27,7 @@ constexpr PackedFormat kQ3_KFormat{256, 8 * 192, 320};
 constexpr PackedFormat kQ2_KFormat{256, 8 * 128, 320};
 constexpr PackedFormat kIQ4_NLFormat{32, 256, 32};
 constexpr PackedFormat kTable4F32Format{32, 256, 64};  // IQ4_XS, MXFP4
+constexpr PackedFormat kFP8Format{32, 512, 64};
 
 // Offsets inside a K-quant scale block.
 constexpr int kKd = 0, kKdmin = 32, kKsc = 64, kKmin = 192, kQ6sc = 32, kQ2scm = 64;
@@ -232,6 +234,14 @@ void pack_q2_k(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8
   put_f16(s + kKdmin, i, blk.dmin);
 }
 
+// FP8: byte 16e + i is column e of row i (one column of the group per 16 bytes, the
+// SIMD kernels' load); the f32 scale as it is.
+void pack_fp8(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q, uint8_t* s) {
+  const auto blk = load_block<BlockFP8>(src, cols, r, b, 32);
+  for (int e = 0; e < 32; ++e) q[16 * e + i] = blk.qs[e];
+  std::memcpy(s + 4 * i, &blk.d, 4);
+}
+
 // The table types: 16 bytes of Q4_0-order nibbles as Q4_0's, and the block's scale (f16
 // IQ4_NL d; f32 for the IQ4_XS sub-block's d * (ls - 32) and MXFP4's 2^(e - 128)).
 void pack_table4(DType type, const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q,
@@ -312,6 +322,9 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
       case DType::kMXFP4:
         pack_table4(type, src, cols, r, b, i, q, s);
         break;
+      case DType::kFP8:
+        pack_fp8(src, cols, r, b, i, q, s);
+        break;
       default:
         break;
     }
@@ -372,6 +385,8 @@ const PackedFormat* packed_format(DType t) {
     case DType::kIQ4_XS:
     case DType::kMXFP4:
       return &kTable4F32Format;
+    case DType::kFP8:
+      return &kFP8Format;
     default:
       return nullptr;
   }
@@ -528,6 +543,12 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
         const int8_t* table = table4_values(w.type);
         for (int e = 0; e < 32; ++e)
           dst[32 * b + e] = d * static_cast<float>(table[packed_nibble(q, i, e)]);
+        break;
+      }
+      case DType::kFP8: {
+        float d;
+        std::memcpy(&d, s + 4 * i, 4);
+        for (int e = 0; e < 32; ++e) dst[32 * b + e] = e4m3_to_f32(q[16 * e + i]) * d;
         break;
       }
       default:

@@ -47,6 +47,9 @@
 //   MXFP4  block 32:     quants as Q4_0 (nibbles index kMxfp4Values); scales f32
 //                        2^(e - 128) [16], exact for every e: 5 bits a weight against
 //                        the file's 4.25
+//   FP8    block 32:     quants 512 B, byte 16e + i = the e4m3 byte of column e, row i
+//                        (a column of the group in 16 bytes); scales f32 d[16] as in
+//                        BlockFP8: 9 bits a weight, as the block
 #pragma once
 
 #include <cstddef>

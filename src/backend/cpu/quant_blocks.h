@@ -122,6 +122,15 @@ struct BlockMXFP4 {
   uint8_t qs[16];
 };
 
+// FP8 E4M3 weights in a checkpoint's own bytes (the internal DType::kFP8): value =
+// d * e4m3fn(qs[i]), d the f32 scale of the checkpoint's tile, row or tensor that holds
+// the 32 columns. 9 bits a weight.
+struct BlockFP8 {
+  float d;
+  uint8_t qs[32];
+};
+static_assert(sizeof(BlockFP8) == 36);
+
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 // bitsandbytes' NF4 code book (its quant_map, the quantiles of N(0, 1) scaled to [-1, 1];

@@ -10,6 +10,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_kquants.h"
 #include "core/dtype.h"
+#include "core/fp8.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -273,6 +274,11 @@ void dequantize_iq4_xs(const BlockIQ4_XS* b, float* y) {
                        d * static_cast<float>(iq4xs_scale(j, *b) - 32), y + 32 * j);
 }
 
+// The plain reference: each weight the f32 product of its e4m3 value and the scale.
+void dequantize_fp8(const BlockFP8* b, float* y) {
+  for (int i = 0; i < 32; ++i) y[i] = e4m3_to_f32(b->qs[i]) * b->d;
+}
+
 void dequantize_mxfp4(const BlockMXFP4* b, float* y) {
   dequantize_table32(b->qs, kMxfp4Values, mxfp4_half_scale(b->e), y);
 }
@@ -517,6 +523,9 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     case DType::kMXFP4:
       for_blocks<BlockMXFP4>(src, nb,
                              [&](auto* b, int64_t i) { dequantize_mxfp4(b, dst + i * be); });
+      break;
+    case DType::kFP8:
+      for_blocks<BlockFP8>(src, nb, [&](auto* b, int64_t i) { dequantize_fp8(b, dst + i * be); });
       break;
     default:
       return unsupported(str_format("dequantize_row: %s is not a float or block type",
