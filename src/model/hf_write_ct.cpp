@@ -2,6 +2,7 @@
 // (model/hf_quantize.h), with the FP8 KV-cache scales when calibrated.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -218,7 +219,8 @@ class CompressedTensorsWriter : public HfSchemeWriter {
         const float scale = amax / kE4M3Max;  // the calibration's amax onto E4M3's largest
         out->push_back({{"model.layers." + std::to_string(l) + ".self_attn." + which, "F32", {1}},
                         [scale](std::vector<uint8_t>* bytes) {
-                          put(std::vector<float>{scale}, bytes);
+                          bytes->resize(sizeof scale);
+                          std::memcpy(bytes->data(), &scale, sizeof scale);
                           return Status::ok();
                         }});
       }
