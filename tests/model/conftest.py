@@ -39,11 +39,17 @@ def _release_references():
 
 @pytest.fixture(scope="session")
 def awq_gptq_folders(tmp_path_factory):
-    """scripts/hf_awq_gptq.py's round-to-nearest AWQ and GPTQ folders of the SmolLM2
-    folder, every variant, written once a session: test_awq_gptq reads them all and
-    test_awq_quantize weighs its searched AWQ folder against awq_g64."""
+    """A function from variant names to scripts/hf_awq_gptq.py's round-to-nearest AWQ and
+    GPTQ folders of the SmolLM2 folder ({variant: path}), each written once a session:
+    test_awq_gptq reads all nine, test_awq_quantize weighs its searched AWQ folder
+    against awq_g64."""
     out = tmp_path_factory.mktemp("awq_gptq")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "hf_awq_gptq.py"),
-                    str(ROOT / "models" / "SmolLM2-135M-Instruct-hf"), str(out)],
-                   check=True, capture_output=True, text=True)
-    return {p.name: str(p) for p in out.iterdir()}
+
+    def folders(*variants):
+        missing = [v for v in variants if not (out / v).is_dir()]
+        if missing:  # one run for all of them: the script's start (torch) costs seconds
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "hf_awq_gptq.py"),
+                            str(ROOT / "models" / "SmolLM2-135M-Instruct-hf"), str(out),
+                            *missing], check=True, capture_output=True, text=True)
+        return {v: str(out / v) for v in variants}
+    return folders

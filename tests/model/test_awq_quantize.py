@@ -37,7 +37,7 @@ def awq(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rtn(awq_gptq_folders):
     # scripts/hf_awq_gptq.py's awq_g64, written once a session (test_awq_gptq reads it too).
-    return awq_gptq_folders["awq_g64"]
+    return awq_gptq_folders("awq_g64")["awq_g64"]
 
 
 def source():
