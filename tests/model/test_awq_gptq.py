@@ -16,22 +16,19 @@ convert_gptq_file uses them). Then:
   - unsupported configs and corrupt tensors are refused by name.
 """
 import ast
-import importlib.util
+import functools
 import json
 import os
 import shutil
-import subprocess
-import sys
 import types
 
 import numpy as np
 import pytest
 import torch
 
-from pagoda_util import (all_logits, greedy_texts, plan_and_loaded_weight_bytes, ROOT,
-                         run_pagoda)
+from pagoda_util import (awq_packing_utils, compare_logits, greedy_texts,
+                         plan_and_loaded_weight_bytes, reference, ROOT, run_pagoda)
 
-SCRIPT = os.path.join(ROOT, "scripts", "hf_awq_gptq.py")
 SRC = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct-hf")
 GPTQ_REF = os.path.join(ROOT, ".venv", "share", "pagoda-ref", "gptqmodel-7.7.0", "gptqmodel",
                         "utils")
@@ -60,23 +57,12 @@ HF = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_output":
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    out = tmp_path_factory.mktemp("awq_gptq")
-    subprocess.run([sys.executable, SCRIPT, SRC, str(out), *VARIANTS], check=True,
-                   capture_output=True, text=True)
-    return {v: str(out / v) for v in VARIANTS}
+def folders(awq_gptq_folders):
+    # conftest's session fixture writes each folder once (test_awq_quantize uses awq_g64).
+    return awq_gptq_folders(*VARIANTS)
 
 
-def awq_packing_utils():
-    """AutoAWQ's awq/utils/packing_utils.py (torch only), loaded by path."""
-    root = importlib.util.find_spec("awq").submodule_search_locations[0]
-    spec = importlib.util.spec_from_file_location(
-        "awq_packing_utils", os.path.join(root, "utils", "packing_utils.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
+@functools.lru_cache(maxsize=None)
 def gptqmodel_unpack():
     """GPTQModel's unpacking functions, taken from its model_dequant.py by name (the
     module's own imports pull in the whole package)."""
@@ -184,33 +170,20 @@ def test_weights_equal_the_reference_dequantization(folders, variant, tmp_path):
         assert (err <= tol).all()
 
 
-def kld(ref, ours):
-    p = torch.log_softmax(torch.from_numpy(ref).double(), -1)
-    q = torch.log_softmax(torch.from_numpy(ours).double(), -1)
-    return float((p.exp() * (p - q)).sum(-1).mean())
-
-
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_logits_agree_with_transformers(folders, variant):
-    model = reference_model(folders[variant])
-    for seed in (5, 6):
-        tokens = np.random.default_rng(seed).integers(0, 49152, 24).tolist()
-        with torch.no_grad():
-            ref = model(torch.tensor([tokens])).logits[0].numpy()
-        ours = all_logits(folders[variant], tokens)
-        err = np.abs(ours - ref).max() / (ref.max() - ref.min())
-        agree = (ours.argmax(1) == ref.argmax(1)).mean()
-        kl = kld(ref, ours)
-        print(f"{variant}: max |pagoda - transformers| {err:.3g} of the range, "
-              f"KLD {kl:.3g}, argmax agrees {agree:.2f}")
-        assert err < VARIANTS[variant][1]
-        assert kl < VARIANTS[variant][2]
-        assert agree >= 0.6  # measured 0.67 at the lowest (4-bit on random ids)
+    ref = reference(reference_model, folders[variant])
+    for f in compare_logits(folders[variant], ref):
+        print(f"{variant}: max |pagoda - transformers| {f['err']:.3g} of the range, "
+              f"KLD {f['kld']:.3g}, argmax agrees {f['agree']:.2f}")
+        assert f["err"] < VARIANTS[variant][1]
+        assert f["kld"] < VARIANTS[variant][2]
+        assert f["agree"] >= 0.6  # measured 0.67 at the lowest (4-bit on random ids)
 
 
 @pytest.mark.parametrize("variant", ["awq_g64", "gptq4_sym", "gptq8_sym", "gptq4_act"])
 def test_greedy_text_is_sensible(folders, variant):
-    out, ref_text = greedy_texts(folders[variant], reference_model(folders[variant]))
+    out, ref_text = greedy_texts(folders[variant], reference(reference_model, folders[variant]))
     print(f"{variant}: pagoda {out!r}, transformers {ref_text!r}")
     assert out.split()[:2] == ref_text.split()[:2]
 

@@ -9,8 +9,6 @@ SmolLM2-135M's 576-wide inputs are not whole groups of 128, so the folder uses 6
 """
 import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -18,12 +16,8 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from pagoda_util import ROOT, SHARED, all_logits, model_path, run_pagoda
-from test_awq_gptq import awq_packing_utils, kld
-
-SMOL_HF = "models/SmolLM2-135M-Instruct-hf"
-SCRIPT = os.path.join(ROOT, "scripts", "hf_awq_gptq.py")
-TEXT = os.path.join(SHARED, "testdata", "text", "tinyshakespeare.txt")
+from pagoda_util import (CALIBRATION_TEXT as TEXT, SMOL_HF, awq_packing_utils, compare_logits,
+                         model_path, quantize_folder, run_pagoda)
 SAMPLES, SEQ, GROUP = 8, 256, 64  # calibration: the first 2048 tokens of tinyshakespeare
 PRODUCTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
@@ -32,21 +26,18 @@ NORMS = ("input_layernorm", "post_attention_layernorm")
 
 @pytest.fixture(scope="module")
 def awq(tmp_path_factory):
-    out = tmp_path_factory.mktemp("awq") / "awq"
     t0 = time.perf_counter()
-    r = run_pagoda("quantize", model_path(SMOL_HF), out, "awq", "--group-size", GROUP,
-                   "--samples", SAMPLES, "--seq-len", SEQ, "--calibration", TEXT)
+    out, stderr = quantize_folder(tmp_path_factory, "awq", "awq", "--group-size", GROUP,
+                                  "--samples", SAMPLES, "--seq-len", SEQ, "--calibration", TEXT)
     print(f"pagoda quantize awq: {time.perf_counter() - t0:.1f} s; "
-          f"{r.stderr.strip().splitlines()[-1]}")
-    return str(out)
+          f"{stderr.strip().splitlines()[-1]}")
+    return out
 
 
 @pytest.fixture(scope="module")
-def rtn(tmp_path_factory):
-    out = tmp_path_factory.mktemp("awq_rtn")
-    subprocess.run([sys.executable, SCRIPT, model_path(SMOL_HF), str(out), "awq_g64"],
-                   check=True, capture_output=True, text=True)
-    return str(out / "awq_g64")
+def rtn(awq_gptq_folders):
+    # scripts/hf_awq_gptq.py's awq_g64, written once a session (test_awq_gptq reads it too).
+    return awq_gptq_folders("awq_g64")["awq_g64"]
 
 
 def source():
@@ -147,21 +138,13 @@ def reference_model(awq):
 
 
 def test_logits_agree_with_transformers(awq):
-    model = reference_model(awq)
-    for seed in (5, 6):
-        tokens = np.random.default_rng(seed).integers(0, 49152, 24).tolist()
-        with torch.no_grad():
-            ref = model(torch.tensor([tokens])).logits[0].numpy()
-        ours = all_logits(awq, tokens)
-        err = np.abs(ours - ref).max() / (ref.max() - ref.min())
-        agree = (ours.argmax(1) == ref.argmax(1)).mean()
-        kl = kld(ref, ours)
-        print(f"awq: max |pagoda - transformers| {err:.3g} of the range, KLD {kl:.3g}, "
-              f"argmax agrees {agree:.2f}")
+    for f in compare_logits(awq, reference_model(awq)):
+        print(f"awq: max |pagoda - transformers| {f['err']:.3g} of the range, "
+              f"KLD {f['kld']:.3g}, argmax agrees {f['agree']:.2f}")
         # test_awq_gptq.py's bounds for AWQ g64 folders (Pagoda's int8 activations).
-        assert err < 0.1
-        assert kl < 0.045
-        assert agree >= 0.6
+        assert f["err"] < 0.1
+        assert f["kld"] < 0.045
+        assert f["agree"] >= 0.6
 
 
 def kld_vs_16bit(folder, held):

@@ -24,8 +24,8 @@ import sys
 import numpy as np
 import pytest
 
-from pagoda_util import (all_logits, greedy_texts, plan_and_loaded_weight_bytes, ROOT,
-                         run_pagoda)
+from pagoda_util import (compare_logits, greedy_texts, plan_and_loaded_weight_bytes,
+                         reference, ROOT, run_pagoda)
 
 import bitsandbytes.functional as bnbf  # noqa: E402  (scripts/setup.sh installs it)
 import torch  # noqa: E402
@@ -120,33 +120,19 @@ def test_weights_equal_bitsandbytes_dequantize(folders, scheme, tmp_path):
           f"max {worst:.4g}, rms {np.sqrt(sq / count):.4g}")
 
 
-def kld(ref, ours):
-    lr = torch.log_softmax(torch.tensor(ref, dtype=torch.float64), -1)
-    lq = torch.log_softmax(torch.tensor(ours, dtype=torch.float64), -1)
-    return (lr.exp() * (lr - lq)).sum(-1).mean().item()
-
-
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_logits_agree_with_transformers(folders, scheme):
-    model = dequantized_model(folders[scheme])
-    for seed in (5, 6):
-        tokens = np.random.default_rng(seed).integers(0, 49152, 24).tolist()
-        with torch.no_grad():
-            ref = model(torch.tensor([tokens])).logits[0].numpy()
-        ours = all_logits(folders[scheme], tokens)
-        err = np.abs(ours - ref).max() / (ref.max() - ref.min())
-        agree = (ours.argmax(1) == ref.argmax(1)).mean()
-        k = kld(ref, ours)
-        print(f"{scheme}: max |pagoda - transformers| = {np.abs(ours - ref).max():.3g}, "
-              f"{err:.3g} of the range, KLD {k:.3g}, argmax agrees {agree:.2f}")
-        assert err < LOGIT_BOUND
-        assert k < KLD_BOUND
-        assert agree >= 0.75
+    for f in compare_logits(folders[scheme], reference(dequantized_model, folders[scheme])):
+        print(f"{scheme}: max |pagoda - transformers| = {f['max_abs']:.3g}, "
+              f"{f['err']:.3g} of the range, KLD {f['kld']:.3g}, argmax agrees {f['agree']:.2f}")
+        assert f["err"] < LOGIT_BOUND
+        assert f["kld"] < KLD_BOUND
+        assert f["agree"] >= 0.75
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_greedy_text_starts_the_same(folders, scheme):
-    out, ref_text = greedy_texts(folders[scheme], dequantized_model(folders[scheme]))
+    out, ref_text = greedy_texts(folders[scheme], reference(dequantized_model, folders[scheme]))
     print(f"{scheme}: pagoda {out!r}, transformers {ref_text!r}")
     # The first tokens are the same (later ones may part where two logits are close).
     assert out.split()[:2] == ref_text.split()[:2]
@@ -212,14 +198,9 @@ def test_skip_modules_load_as_16_bit(folders):
     lines = [ln for ln in out.splitlines() if "layers.4." in ln]
     assert any("o_proj" in ln and " F16 " in ln for ln in lines), out
     assert any("q_proj" in ln and " NF4 " in ln for ln in lines), out
-    model = dequantized_model(folders["nf4_skip"])
-    tokens = np.random.default_rng(7).integers(0, 49152, 24).tolist()
-    with torch.no_grad():
-        ref = model(torch.tensor([tokens])).logits[0].numpy()
-    ours = all_logits(folders["nf4_skip"], tokens)
-    err = np.abs(ours - ref).max() / (ref.max() - ref.min())
-    print(f"nf4_skip: {err:.3g} of the range, KLD {kld(ref, ours):.3g}")
-    assert err < LOGIT_BOUND and kld(ref, ours) < KLD_BOUND
+    [f] = compare_logits(folders["nf4_skip"], dequantized_model(folders["nf4_skip"]), seeds=(7,))
+    print(f"nf4_skip: {f['err']:.3g} of the range, KLD {f['kld']:.3g}")
+    assert f["err"] < LOGIT_BOUND and f["kld"] < KLD_BOUND
 
 
 def test_skip_modules_with_quantized_tensors_are_refused(folders, tmp_path):
@@ -237,7 +218,6 @@ PLUGIN = os.path.join(ROOT, "build", "libpagoda_cuda.so")
 @pytest.mark.skipif(not os.path.exists(PLUGIN), reason="built without CUDA")
 def test_cuda_greedy_text_starts_the_same(folders, tmp_path):
     # The CUDA loader stores NF4 as Q8_0 with the same values (convert_blocks.h).
-    from transformers import AutoTokenizer
     prompt = "The capital of France is"
     inp = tmp_path / "in.jsonl"
     inp.write_text(json.dumps({"id": "a", "prompt": prompt, "max_tokens": 8,
@@ -248,12 +228,7 @@ def test_cuda_greedy_text_starts_the_same(folders, tmp_path):
         assert "cuda" in r.stderr.lower(), r.stderr
         pytest.skip("no usable GPU: " + r.stderr.strip().splitlines()[-1])
     out = json.loads(r.stdout.splitlines()[0])["text"]
-    model = dequantized_model(folders["nf4_dq"])
-    tok = AutoTokenizer.from_pretrained(folders["nf4_dq"])
-    ids = tok(prompt, return_tensors="pt").input_ids
-    with torch.no_grad():
-        ref = model.generate(ids, max_new_tokens=8, do_sample=False)
-    ref_text = tok.decode(ref[0, ids.shape[1]:])
+    ref_text = reference(dequantized_model, folders["nf4_dq"]).greedy_text(prompt, 8)
     print(f"cuda nf4_dq: pagoda {out!r}, transformers {ref_text!r}")
     assert out.split()[:2] == ref_text.split()[:2]
 

@@ -15,6 +15,7 @@ against llama.cpp on the same files:
   `pagoda quantize IN OUT CPU` has nothing to change.
 """
 import ctypes
+import functools
 
 import pytest
 
@@ -58,8 +59,16 @@ def files(tmp_path_factory):
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def gguf_tensors(path):
+    """{name: (type name, dimensions, bytes)} of each tensor, by gguf's own reader; read once
+    a file (the reader parses the whole vocabulary too: seconds a file)."""
+    return {t.name: (t.tensor_type.name, len(t.shape), int(t.n_bytes))
+            for t in gguf.GGUFReader(str(path)).tensors}
+
+
 def matrix_types(path):
-    return {t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors if len(t.shape) >= 2}
+    return {kind for kind, dims, _ in gguf_tensors(str(path)).values() if dims >= 2}
 
 
 def test_the_files_hold_the_types_under_test(files):
@@ -146,7 +155,7 @@ def test_random_llama_logits_agree_with_llama_cpp(files, name):
 
 
 def file_bytes(path):
-    return sum(int(t.n_bytes) for t in gguf.GGUFReader(str(path)).tensors)
+    return sum(n for _, _, n in gguf_tensors(str(path)).values())
 
 
 def test_nothing_is_converted(files):
@@ -168,6 +177,5 @@ def test_nothing_is_converted(files):
     out = files["dir"] / "q3km.cpu.gguf"
     proc = run_pagoda("quantize", files["Q3_K_M"], out, "CPU")
     assert "(0 tensors converted" in proc.stderr, proc.stderr
-    a = {t.name: t for t in gguf.GGUFReader(str(files["Q3_K_M"])).tensors}
-    b = {t.name: t for t in gguf.GGUFReader(str(out)).tensors}
-    assert {n: t.tensor_type for n, t in a.items()} == {n: t.tensor_type for n, t in b.items()}
+    a, b = gguf_tensors(str(files["Q3_K_M"])), gguf_tensors(str(out))
+    assert {n: t[0] for n, t in a.items()} == {n: t[0] for n, t in b.items()}

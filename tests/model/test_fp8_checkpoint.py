@@ -30,8 +30,8 @@ import sys
 import numpy as np
 import pytest
 
-from pagoda_util import (all_logits, greedy_texts, plan_and_loaded_weight_bytes, ROOT,
-                         run_pagoda)
+from pagoda_util import (compare_logits, greedy_texts, plan_and_loaded_weight_bytes,
+                         reference, ROOT, run_pagoda)
 
 import torch  # noqa: E402
 
@@ -117,9 +117,10 @@ def transformers_model(folder):
 
 
 def reference_model(folder, scheme):
+    """The scheme's reference (a Reference: built once for the logit and greedy tests)."""
     if scheme in TRANSFORMERS_READS:
-        return transformers_model(folder)
-    return torch_dequantized_model(folder)
+        return reference(transformers_model, folder)
+    return reference(torch_dequantized_model, folder)
 
 
 def pagoda_weight(folder, gguf, tmp_path):
@@ -183,28 +184,15 @@ def test_partial_blocks_use_their_own_scale(folders, tmp_path):
     assert (corner == ref.astype(np.float32)).all()
 
 
-def kld(ref, ours):
-    lr = torch.log_softmax(torch.tensor(ref, dtype=torch.float64), -1)
-    lq = torch.log_softmax(torch.tensor(ours, dtype=torch.float64), -1)
-    return (lr.exp() * (lr - lq)).sum(-1).mean().item()
-
-
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_logits_agree_with_the_reference(folders, scheme):
-    model = reference_model(folders[scheme], scheme)
-    for seed in (5, 6):
-        tokens = np.random.default_rng(seed).integers(0, 49152, 24).tolist()
-        with torch.no_grad():
-            ref = model(torch.tensor([tokens])).logits[0].numpy()
-        ours = all_logits(folders[scheme], tokens)
-        err = np.abs(ours - ref).max() / (ref.max() - ref.min())
-        agree = (ours.argmax(1) == ref.argmax(1)).mean()
+    for f in compare_logits(folders[scheme], reference_model(folders[scheme], scheme)):
         print(f"{scheme} (reference: "
               f"{'transformers FP8' if scheme in TRANSFORMERS_READS else 'torch dequant'}): "
-              f"max |pagoda - ref| = {np.abs(ours - ref).max():.3g}, {err:.3g} of the range, "
-              f"KLD {kld(ref, ours):.3g}, argmax agrees {agree:.2f}")
-        assert err < (LOGIT_BOUND_BF16 if scheme == "block48" else LOGIT_BOUND)
-        assert agree >= 0.9
+              f"max |pagoda - ref| = {f['max_abs']:.3g}, {f['err']:.3g} of the range, "
+              f"KLD {f['kld']:.3g}, argmax agrees {f['agree']:.2f}")
+        assert f["err"] < (LOGIT_BOUND_BF16 if scheme == "block48" else LOGIT_BOUND)
+        assert f["agree"] >= 0.9
 
 
 @pytest.mark.parametrize("scheme", ["block128", "tensor_static"])

@@ -10,6 +10,7 @@ config): qweight int32 [in/8, out], input column i of a word in bits 4*(i%8); qz
 sdist on these folders by hand, decoded the same weights within f16 rounding; it is not
 installed here, so the test does not use it.)
 """
+import functools
 import json
 import os
 
@@ -18,19 +19,17 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from pagoda_util import SHARED, all_logits, model_path, run_pagoda
+from pagoda_util import (CALIBRATION_TEXT as TEXT, SMOL_HF, all_logits, eval_ids,
+                         kld_of_log_probs as kld, log_probs, model_path, quantize_folder,
+                         run_pagoda)
 
-SMOL_HF = "models/SmolLM2-135M-Instruct-hf"
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SAMPLES, SEQ = 16, 256  # calibration: the first 4096 tokens of tinyshakespeare
-TEXT = os.path.join(SHARED, "testdata", "text", "tinyshakespeare.txt")
 
 
 def quantize(tmp_path_factory, name, *flags):
-    out = tmp_path_factory.mktemp(name) / name
-    run_pagoda("quantize", model_path(SMOL_HF), out, "gptq", "--samples", SAMPLES, "--seq-len",
-               SEQ, *flags)
-    return str(out)
+    return quantize_folder(tmp_path_factory, name, "gptq", "--samples", SAMPLES, "--seq-len",
+                           SEQ, *flags)[0]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +47,16 @@ def act_static(tmp_path_factory):
     return quantize(tmp_path_factory, "gptq-ao-static", "--act-order", "--static-groups")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _forget_cached():
+    yield  # the tensors and log-probs kept below: 0.5 GB
+    source.cache_clear()
+    reference_log_probs.cache_clear()
+
+
+@functools.lru_cache(maxsize=None)
 def source():
+    """The 16-bit folder's tensors (read once; the tests only read them)."""
     return load_file(os.path.join(model_path(SMOL_HF), "model.safetensors"))
 
 
@@ -182,22 +190,6 @@ def test_sym_act_order(sym_act_order):
         assert agree > 0.97, (key, agree)
 
 
-def log_probs(model, ids):
-    with torch.no_grad():
-        return torch.log_softmax(model(ids).logits[0].float(), -1)
-
-
-def kld(lr, lq):
-    return (lr.exp() * (lr - lq)).sum(-1).mean().item()
-
-
-def eval_ids():
-    """256 tokens from the end of the text, far from the calibration chunks at its start."""
-    from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(model_path(SMOL_HF))
-    return tok(open(TEXT).read()[-8000:], return_tensors="pt").input_ids[:, :256]
-
-
 def with_weights(weights):
     from transformers import AutoModelForCausalLM
     m = AutoModelForCausalLM.from_pretrained(model_path(SMOL_HF), dtype=torch.float32)
@@ -224,6 +216,24 @@ def test_static_groups(act_static):
     assert len(types) == 7 * 30 and set(types) == {"Q4_1"}, types
 
 
+# The lengths of eval_ids() the tests measure on: test_gptq_beats_round_to_nearest all 256,
+# test_pagoda_loads_what_it_wrote the first 128.
+EVAL_LENGTHS = (256, 128)
+
+
+@functools.lru_cache(maxsize=None)
+def reference_log_probs(kind):
+    """{n: log-probs on eval_ids()[:, :n]} for n in EVAL_LENGTHS, of transformers (float32)
+    running the 16-bit model ("16-bit") or every layer rounded to nearest ("rtn", "rtn_sym").
+    Each model is built once for the module: the three variants and the loader test
+    measure against the same ones."""
+    src = source()
+    weights = {} if kind == "16-bit" else {
+        b: rtn(src[b + ".weight"], kind == "rtn_sym") for b in linear_names(src)}
+    model = with_weights(weights)
+    return {n: log_probs(model, eval_ids()[:, :n]) for n in EVAL_LENGTHS}
+
+
 @pytest.mark.parametrize("variant", ["asym", "sym_act_order", "act_static"])
 def test_gptq_beats_round_to_nearest(request, variant):
     """transformers (float32) running the decoded weights: closer to the 16-bit model than
@@ -234,10 +244,9 @@ def test_gptq_beats_round_to_nearest(request, variant):
     src = source()
     bases = linear_names(src)
     ids = eval_ids()
-    lr = log_probs(with_weights({}), ids)
+    lr = reference_log_probs("16-bit")[256]
     k_gptq = kld(lr, log_probs(with_weights({b: decode(out, b) for b in bases}), ids))
-    sym = variant == "sym_act_order"
-    k_rtn = kld(lr, log_probs(with_weights({b: rtn(src[b + ".weight"], sym) for b in bases}), ids))
+    k_rtn = kld(lr, reference_log_probs("rtn_sym" if variant == "sym_act_order" else "rtn")[256])
     print(f"{variant}: KLD vs 16-bit: gptq {k_gptq:.4f}, round-to-nearest {k_rtn:.4f}")
     # Measured on 256 tokens: asym gptq 0.184, rtn 0.244; sym + act-order gptq 0.209, rtn
     # (sym) 0.519. 4096 calibration tokens are few for GPTQ (the paper takes 128 x 2048):
@@ -265,11 +274,9 @@ def test_pagoda_loads_what_it_wrote(asym, tmp_path):
         tol = 2.0**-11 * np.abs(ref).max() * 16 / 15
         assert np.abs(ours - ref).max() <= tol, gguf
     ids = eval_ids()[0, :128].tolist()
-    lr = log_probs(with_weights({}), torch.tensor([ids]))
+    lr = reference_log_probs("16-bit")[128]
     lq = torch.log_softmax(torch.from_numpy(all_logits(asym, ids)), -1)
-    src = source()
-    k_rtn = kld(lr, log_probs(with_weights({b: rtn(src[b + ".weight"])
-                                            for b in linear_names(src)}), torch.tensor([ids])))
+    k_rtn = kld(lr, reference_log_probs("rtn")[128])
     k = kld(lr, lq)
     print(f"pagoda running the gptq folder: KLD {k:.4f} (transformers, round-to-nearest: {k_rtn:.4f})")
     assert k < k_rtn, (k, k_rtn)

@@ -35,9 +35,20 @@ PROMPT = "The capital of France is Paris, and the capital of Italy is"
 
 
 def write_folder(gguf, out, *flags):
-    subprocess.run([sys.executable, SCRIPT, gguf, str(out), "--no-tokenizer", *flags],
-                   check=True, capture_output=True, text=True)
-    return str(out)
+    return write_folders([(gguf, out, *flags)])[0]
+
+
+def write_folders(jobs):
+    """SCRIPT on each (gguf, out, *flags) at once (each is one Python process, mostly
+    reading the GGUF: the cores share them); returns the folders."""
+    procs = [subprocess.Popen([sys.executable, SCRIPT, gguf, str(out), "--no-tokenizer",
+                               *map(str, flags)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for gguf, out, *flags in jobs]
+    for p in procs:
+        _, err = p.communicate()
+        assert p.returncode == 0, f"{' '.join(p.args)} failed ({p.returncode}):\n{err}"
+    return [str(out) for _, out, *_ in jobs]
 
 
 logits = all_logits
@@ -58,9 +69,14 @@ def rel_err(a, b):
 
 
 def greedy(model, tokens, steps):
+    """`steps` greedy tokens, each the argmax of the last position's logits (`pagoda logits
+    --top 1`: the largest, the lowest id among equals, as numpy's argmax; only the top-1
+    is printed, not every position's whole vocabulary)."""
     tokens = list(tokens)
     for _ in range(steps):
-        tokens.append(int(np.argmax(logits(model, tokens)[-1])))
+        out = json.loads(run_pagoda("logits", "-m", model, "--tokens", " ".join(map(str, tokens)),
+                                    "--top", 1, "--json").stdout)
+        tokens.append(out["logits"][-1]["ids"][0])
     return tokens[-steps:]
 
 
@@ -70,15 +86,15 @@ def folders(tmp_path_factory):
     scripts/fetch_models.sh)."""
     d = tmp_path_factory.mktemp("hf")
     smol = model_path(SMOL_F16)
-    return {
-        "smol": model_path(SMOL_HF),
-        "smol_sharded": write_folder(smol, d / "smol3", "--shards", "3"),
-        "smol_f32": write_folder(smol, d / "smol32", "--dtype", "f32"),
-        "smol_bf16": write_folder(smol, d / "smolbf", "--dtype", "bf16"),
-        "qwen2": write_folder(model_path(QWEN2), d / "qwen2"),
-        "llama3": write_folder(model_path(LLAMA3), d / "llama3", "--rope-scaling",
-                               json.dumps(LLAMA3_SCALING)),
+    jobs = {
+        "smol_sharded": (smol, d / "smol3", "--shards", "3"),
+        "smol_f32": (smol, d / "smol32", "--dtype", "f32"),
+        "smol_bf16": (smol, d / "smolbf", "--dtype", "bf16"),
+        "qwen2": (model_path(QWEN2), d / "qwen2"),
+        "llama3": (model_path(LLAMA3), d / "llama3", "--rope-scaling",
+                   json.dumps(LLAMA3_SCALING)),
     }
+    return {"smol": model_path(SMOL_HF), **dict(zip(jobs, write_folders(list(jobs.values()))))}
 
 
 def test_reference_folder_is_complete():
