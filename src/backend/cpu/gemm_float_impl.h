@@ -31,6 +31,20 @@
 namespace pagoda::cpu::PAGODA_GEMM_NS {
 namespace {
 
+// Each token's U partial sums added and stored to its output rows.
+template <typename Ops, int U, int T>
+inline void store_sums(const typename Ops::V (&acc)[U][T][Ops::kRegs], float* y, int64_t y_stride,
+                       int rows) {
+  for (int t = 0; t < T; ++t) {
+    typename Ops::V s[Ops::kRegs];
+    for (int r = 0; r < Ops::kRegs; ++r) {
+      s[r] = acc[0][t][r];
+      for (int u = 1; u < U; ++u) s[r] = Ops::add(s[r], acc[u][t][r]);
+    }
+    Ops::store(y + t * y_stride, s, rows);
+  }
+}
+
 template <typename Ops, DType kType, int G, int T>
 inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
                         int64_t y_stride, int rows, const uint8_t* pf_end) {
@@ -56,14 +70,7 @@ inline void float_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* a
     unroll<U>([&](auto u) { step(b + u, u); });
   }
   for (; b < w.nb; ++b) step(b, 0);
-  for (int t = 0; t < T; ++t) {
-    V s[R];
-    for (int r = 0; r < R; ++r) {
-      s[r] = acc[0][t][r];
-      for (int u = 1; u < U; ++u) s[r] = Ops::add(s[r], acc[u][t][r]);
-    }
-    Ops::store(y + t * y_stride, s, rows);
-  }
+  store_sums<Ops, U, T>(acc, y, y_stride, rows);
 }
 
 // Column e (0..31) of a 32-column block in the [k/16][G][16] activations, from the
@@ -118,14 +125,7 @@ inline void fp8_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act
       });
     }
   }
-  for (int t = 0; t < T; ++t) {
-    V s[R];
-    for (int r = 0; r < R; ++r) {
-      s[r] = acc[0][t][r];
-      for (int u = 1; u < U; ++u) s[r] = Ops::add(s[r], acc[u][t][r]);
-    }
-    Ops::store(y + t * y_stride, s, rows);
-  }
+  store_sums<Ops, U, T>(acc, y, y_stride, rows);
 }
 
 template <typename Ops, int G>
