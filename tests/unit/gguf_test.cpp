@@ -113,12 +113,7 @@ TEST(Gguf, ReadsAllThirteenValueTypesIncludingNestedArrays) {
   b.str("u64").put<uint32_t>(10).put<uint64_t>(~0ull);
   b.str("i64").put<uint32_t>(11).put<int64_t>(-5);
   b.str("f64").put<uint32_t>(12).put<double>(-2.5);
-  b.str("arr_u16")
-      .put<uint32_t>(9)
-      .put<uint32_t>(2)
-      .put<uint64_t>(2)
-      .put<uint16_t>(1)
-      .put<uint16_t>(65535);
+  b.str("arr_u16").put<uint32_t>(9).put<uint32_t>(2).put<uint64_t>(2).put<uint16_t>(1).put<uint16_t>(65535);
   // An array of two arrays of i8.
   b.str("nested").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(2);
   b.put<uint32_t>(1).put<uint64_t>(1).put<int8_t>(-1);
@@ -183,9 +178,7 @@ TEST(Gguf, EveryTruncationIsAnErrorNotACrash) {
 }
 
 TEST(Gguf, RejectsBadHeaders) {
-  expect_error(
-      Bytes().put<uint32_t>(0x12345678).put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(0).b,
-      "bad magic");
+  expect_error(Bytes().put<uint32_t>(0x12345678).put<uint32_t>(3).put<uint64_t>(0).put<uint64_t>(0).b, "bad magic");
   expect_error(Bytes().header(1, 0, 0).b, "version 1");
   expect_error(Bytes().header(99, 0, 0).b, "unknown GGUF version 99");
   expect_error(Bytes().header(0x03000000, 0, 0).b, "big-endian");
@@ -195,45 +188,21 @@ TEST(Gguf, RejectsBadHeaders) {
 }
 
 TEST(Gguf, RejectsHostileMetadata) {
-  expect_error(
-      Bytes().header(3, 0, 1).put<uint64_t>(1ull << 62).put<uint64_t>(0).put<uint64_t>(0).b,
-      "metadata key length");
+  expect_error(Bytes().header(3, 0, 1).put<uint64_t>(1ull << 62).put<uint64_t>(0).put<uint64_t>(0).b,
+               "metadata key length");
   expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(13).b, "unknown value type 13");
-  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(8).put<uint64_t>(1ull << 40).b,
-               "string value");
-  expect_error(Bytes()
-                   .header(3, 0, 1)
-                   .str("k")
-                   .put<uint32_t>(9)
-                   .put<uint32_t>(4)
-                   .put<uint64_t>(1ull << 61)
-                   .b,
+  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(8).put<uint64_t>(1ull << 40).b, "string value");
+  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(9).put<uint32_t>(4).put<uint64_t>(1ull << 61).b,
                "cannot fit");
-  expect_error(Bytes()
-                   .header(3, 0, 1)
-                   .str("k")
-                   .put<uint32_t>(9)
-                   .put<uint32_t>(8)
-                   .put<uint64_t>(1ull << 40)
-                   .b,
+  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(1ull << 40).b,
                "cannot fit");
-  expect_error(
-      Bytes().header(3, 0, 1).str("k").put<uint32_t>(9).put<uint32_t>(77).put<uint64_t>(1).b,
-      "unknown array element type");
+  expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(9).put<uint32_t>(77).put<uint64_t>(1).b,
+               "unknown array element type");
   expect_error(Bytes().header(3, 0, 1).str("k").put<uint32_t>(7).put<uint8_t>(2).b, "bool");
-  expect_error(Bytes()
-                   .header(3, 0, 2)
-                   .str("k")
-                   .put<uint32_t>(4)
-                   .put<uint32_t>(1)
-                   .str("k")
-                   .put<uint32_t>(4)
-                   .put<uint32_t>(2)
-                   .b,
+  expect_error(Bytes().header(3, 0, 2).str("k").put<uint32_t>(4).put<uint32_t>(1).str("k").put<uint32_t>(4).put<uint32_t>(2).b,
                "duplicate metadata key");
-  expect_error(
-      Bytes().header(3, 0, 1).str("general.alignment").put<uint32_t>(4).put<uint32_t>(48).b,
-      "power of two");
+  expect_error(Bytes().header(3, 0, 1).str("general.alignment").put<uint32_t>(4).put<uint32_t>(48).b,
+               "power of two");
   // Arrays nested without end.
   Bytes deep;
   deep.header(3, 0, 1).str("k").put<uint32_t>(9);
@@ -267,8 +236,7 @@ TEST(Gguf, RejectsHostileTensorInfos) {
   expect_error(one_tensor(1, {31}, 8, 0, 64), "not a multiple");
   Bytes dup;
   dup.header(3, 2, 0);
-  for (int i = 0; i < 2; ++i)
-    dup.str("t").put<uint32_t>(1).put<uint64_t>(1).put<uint32_t>(0).put<uint64_t>(0);
+  for (int i = 0; i < 2; ++i) dup.str("t").put<uint32_t>(1).put<uint64_t>(1).put<uint32_t>(0).put<uint64_t>(0);
   dup.pad(32).put<uint32_t>(0).pad(32);
   expect_error(dup.b, "duplicate tensor name");
 }
