@@ -44,6 +44,11 @@ enum class DType : uint32_t {
   // f32 scale (backend/cpu/quant_blocks.h BlockFP8): value = d * e4m3(q), exact for FP8
   // checkpoints whose scales cover whole 32-column runs (model/fp8_checkpoint.h).
   kFP8 = 1001,
+  // Internal: 4-bit codes with an integer zero point under one f16 scale per 64 or 128
+  // columns, as AWQ, GPTQ and compressed-tensors W4A16 checkpoints store them
+  // (backend/cpu/quant_blocks.h BlockQ4G): value = d * (q - z), exact for their groups.
+  kQ4_G64 = 1002,
+  kQ4_G128 = 1003,
 };
 inline constexpr uint32_t kFirstInternalDType = 1000;
 inline constexpr bool is_internal_dtype(DType t) {

@@ -261,12 +261,13 @@ namespace {
 
 // type_name backwards.
 std::optional<DType> type_from_name(const std::string& name) {
-  for (uint32_t id = 0; id < 64; ++id) {
-    const DTypeInfo* info = dtype_info(id);
-    if (info != nullptr && type_name(static_cast<DType>(id)) == name) return static_cast<DType>(id);
-  }
-  if (name == type_name(DType::kNF4)) return DType::kNF4;  // internal: a bitsandbytes folder's
-  if (name == type_name(DType::kFP8)) return DType::kFP8;  // internal: an FP8 checkpoint's
+  // GGUF's ids, then the internal types the checkpoint loaders make (NF4, FP8, Q4_G...).
+  for (const uint32_t base : {0u, kFirstInternalDType})
+    for (uint32_t id = base; id < base + 64; ++id) {
+      const DTypeInfo* info = dtype_info(id);
+      if (info != nullptr && type_name(static_cast<DType>(id)) == name)
+        return static_cast<DType>(id);
+    }
   return std::nullopt;
 }
 

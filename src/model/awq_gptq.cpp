@@ -159,19 +159,30 @@ Result<AgConfig> parse_awq_gptq_config(std::string_view text) {
   return c;
 }
 
+namespace {
+
+// Whether every run of n columns lies in one group (cols a multiple of n).
+bool runs_whole(const std::vector<int32_t>& group, int64_t cols, int64_t n) {
+  if (cols % n != 0) return false;
+  for (int64_t c = 0; c < cols; c += n)
+    for (int64_t k = 1; k < n; ++k)
+      if (group[c + k] != group[c]) return false;
+  return true;
+}
+
+}  // namespace
+
 AgPlan ag_plan(int bits, const std::vector<uint8_t>& zero, const std::vector<int32_t>& group,
                int64_t cols) {
-  bool blocks_whole = true;
-  for (int64_t c = 0; c < cols && blocks_whole; c += cpu::kQK)
-    for (int64_t k = 1; k < cpu::kQK; ++k)
-      if (group[c + k] != group[c]) {
-        blocks_whole = false;
-        break;
-      }
+  const bool blocks_whole = runs_whole(group, cols, cpu::kQK);
   const uint8_t mid = static_cast<uint8_t>(1 << (bits - 1));
   const bool all_mid = std::all_of(zero.begin(), zero.end(), [&](uint8_t z) { return z == mid; });
   AgPlan p;
-  if (blocks_whole && bits == 4) {
+  if (bits == 4 && runs_whole(group, cols, 128)) {
+    p.type = DType::kQ4_G128;
+  } else if (bits == 4 && runs_whole(group, cols, 64)) {
+    p.type = DType::kQ4_G64;
+  } else if (blocks_whole && bits == 4) {
     p.type = all_mid ? DType::kQ4_0 : DType::kQ4_1;
   } else {
     p.type = DType::kQ8_0;
@@ -180,7 +191,32 @@ AgPlan ag_plan(int bits, const std::vector<uint8_t>& zero, const std::vector<int
   return p;
 }
 
+namespace {
+
+// Q4_G64/Q4_G128 rows: each run of 32 S columns is one group, its scale and zero point as
+// they are (the scale rounded to f16).
+template <int S>
+void ag_convert_q4g(const AgCodes& k, uint8_t* out) {
+  auto* b = reinterpret_cast<cpu::BlockQ4G<S>*>(out);
+  for (int64_t r = 0; r < k.rows; ++r) {
+    const uint8_t* q = k.q.data() + r * k.cols;
+    for (int64_t c = 0; c < k.cols; c += 32 * S, ++b) {
+      const int64_t g = k.group[c];
+      b->d = f32_to_fp16(k.scale[g * k.rows + r]);
+      b->z = k.zero[g * k.rows + r];
+      b->pad = 0;
+      for (int j = 0; j < S; ++j)
+        for (int l = 0; l < 16; ++l)
+          b->qs[16 * j + l] = static_cast<uint8_t>(q[c + 32 * j + l] | q[c + 32 * j + l + 16] << 4);
+    }
+  }
+}
+
+}  // namespace
+
 void ag_convert(const AgCodes& k, int bits, const AgPlan& plan, uint8_t* out) {
+  if (plan.type == DType::kQ4_G128) return ag_convert_q4g<4>(k, out);
+  if (plan.type == DType::kQ4_G64) return ag_convert_q4g<2>(k, out);
   const size_t block_bytes = plan.type == DType::kQ4_0   ? sizeof(cpu::BlockQ4_0)
                              : plan.type == DType::kQ4_1 ? sizeof(cpu::BlockQ4_1)
                                                          : sizeof(cpu::BlockQ8_0);

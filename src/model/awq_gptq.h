@@ -16,8 +16,10 @@
 //              z - 1 (so z = (stored + 1) mod 2^bits, as the reference dequantizers read
 //              it), "gptq_v2" stores z.
 //
-// Conversion, one 32-column block of a row at a time, into the types the backends run:
-//   - every column of the block in one group, 4-bit: Q4_1 (d = s, m = -s z: exact up to
+// Conversion, per row, into the types the backends run:
+//   - 4-bit, every run of 128 (else 64) columns in one group: Q4_G128 (Q4_G64), the codes,
+//     the scale and the zero point as they are: exact, 4.25 (4.5) bits a weight;
+//   - else, every 32-column block in one group, 4-bit: Q4_1 (d = s, m = -s z: exact up to
 //     the f16 rounding of m), or Q4_0 (d = s, exact) when every zero point of the layer
 //     is 8 (GPTQ sym);
 //   - the same, 8-bit with every zero point 128 (GPTQ sym): Q8_0 with q - 128 as int8 and
@@ -70,7 +72,7 @@ struct AgCodes {
 
 // How a layer converts (from its zero points and groups, before reading its codes).
 struct AgPlan {
-  DType type = DType::kQ4_1;
+  DType type = DType::kQ4_G128;
   bool requantized = false;  // Q8_0 from the dequantized weights
 };
 AgPlan ag_plan(int bits, const std::vector<uint8_t>& zero, const std::vector<int32_t>& group,

@@ -254,11 +254,15 @@ Result<const CtScheme*> CtConfig::scheme_for(const std::string& module, bool lin
   return linear ? found : nullptr;
 }
 
-DType ct_storage_type(const CtScheme& s) {
+DType ct_storage_type(const CtScheme& s, int64_t cols) {
+  const int64_t group = s.strategy == "group" ? s.group_size : cols;
   switch (s.format) {
     case CtFormat::kInt8:
       return DType::kQ8_0;
     case CtFormat::kPackedInt4:
+      // The checkpoint's groups as they are where whole runs of 128 (64) columns share one.
+      if (cols % 128 == 0 && group % 128 == 0) return DType::kQ4_G128;
+      if (cols % 64 == 0 && group % 64 == 0) return DType::kQ4_G64;
       return s.symmetric ? DType::kQ4_0 : DType::kQ4_1;
     case CtFormat::kFp8:
       return DType::kBF16;
@@ -276,33 +280,53 @@ void ct_int8_to_q8_0(const int8_t* w, int64_t rows, int64_t cols, const CtScales
     }
 }
 
-void ct_packed_int4_to_q4(const uint8_t* packed, int64_t rows, int64_t cols, const CtScales& sc,
-                          const std::vector<uint8_t>* zero_points, uint8_t* out) {
-  // Nibble i of a row: byte i / 2 (words are little-endian), low half when i is even.
-  auto nibble = [&](int64_t r, int64_t i) -> uint8_t {
-    const uint8_t byte = packed[r * (cols / 2) + i / 2];
-    return (i & 1) != 0 ? byte >> 4 : byte & 15;
+namespace {
+
+// Nibble i of a row: byte i / 2 (words are little-endian), low half when i is even.
+uint8_t ct_nibble(const uint8_t* packed, int64_t cols, int64_t r, int64_t i) {
+  const uint8_t byte = packed[r * (cols / 2) + i / 2];
+  return (i & 1) != 0 ? byte >> 4 : byte & 15;
+}
+
+}  // namespace
+
+void ct_packed_int4_to_q4(DType type, const uint8_t* packed, int64_t rows, int64_t cols,
+                          const CtScales& sc, const std::vector<uint8_t>* zero_points,
+                          uint8_t* out) {
+  // s (q - z) with q = nibble - 8 and z = zp - 8 (0 when symmetric): s (nibble - zp), zp 8
+  // when symmetric.
+  auto zp_at = [&](int64_t r, int64_t c) -> uint8_t {
+    return zero_points != nullptr ? (*zero_points)[r * sc.n_groups + c / sc.group] : 8;
   };
-  const size_t block_bytes =
-      zero_points != nullptr ? sizeof(cpu::BlockQ4_1) : sizeof(cpu::BlockQ4_0);
+  const int64_t block_cols = dtype_info(type).block_elems;
+  const size_t block_bytes = row_bytes(type, block_cols);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += cpu::kQK, out += block_bytes) {
-      uint8_t qs[16];
-      for (int j = 0; j < 16; ++j)
-        qs[j] = static_cast<uint8_t>(nibble(r, c + j) | nibble(r, c + j + 16) << 4);
+    for (int64_t c = 0; c < cols; c += block_cols, out += block_bytes) {
       const float s = sc.at(r, c);
-      if (zero_points == nullptr) {
+      const uint8_t zp = zp_at(r, c);
+      uint8_t* qs;
+      if (type == DType::kQ4_G64 || type == DType::kQ4_G128) {
+        // BlockQ4G's fields for either S: d, z, a pad byte, then the codes.
+        const uint16_t d = f32_to_fp16(s);
+        std::memcpy(out, &d, 2);
+        out[2] = zp;
+        out[3] = 0;
+        qs = out + 4;
+      } else if (type == DType::kQ4_0) {
         auto* b = reinterpret_cast<cpu::BlockQ4_0*>(out);
         b->d = f32_to_fp16(s);
-        std::memcpy(b->qs, qs, 16);
+        qs = b->qs;
       } else {
-        // s (q - z) with q = nibble - 8 and z = zp - 8: s nibble - s zp.
-        const uint8_t zp = (*zero_points)[r * sc.n_groups + c / sc.group];
         auto* b = reinterpret_cast<cpu::BlockQ4_1*>(out);
         b->d = f32_to_fp16(s);
         b->m = f32_to_fp16(-s * static_cast<float>(zp));
-        std::memcpy(b->qs, qs, 16);
+        qs = b->qs;
       }
+      for (int64_t j = 0; j < block_cols / 32; ++j)
+        for (int l = 0; l < 16; ++l)
+          qs[16 * j + l] =
+              static_cast<uint8_t>(ct_nibble(packed, cols, r, c + 32 * j + l) |
+                                   ct_nibble(packed, cols, r, c + 32 * j + l + 16) << 4);
     }
 }
 
@@ -316,12 +340,9 @@ void ct_fp8_e4m3_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const CtS
 
 void ct_fp8_e4m3_to_fp8(const uint8_t* w, int64_t rows, int64_t cols, const CtScales& sc,
                         uint8_t* out) {
-  auto* b = reinterpret_cast<cpu::BlockFP8*>(out);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += 32, ++b) {
-      b->d = sc.at(r, c);
-      std::memcpy(b->qs, w + r * cols + c, 32);
-    }
+  pack_fp8_blocks(
+      w, rows, cols, [&](int64_t r, int64_t c) { return sc.at(r, c); },
+      reinterpret_cast<cpu::BlockFP8*>(out));
 }
 
 }  // namespace pagoda
@@ -368,7 +389,6 @@ Result<std::unique_ptr<CtLayer>> make_ct_layer(const std::string& module, const 
   CtLayer& l = *layer;
   l.module = module;
   l.scheme = &scheme;
-  l.type = ct_storage_type(scheme);
   const bool packed = scheme.format == CtFormat::kPackedInt4;
   const char* weight_param = packed ? "weight_packed" : "weight";
   std::optional<QuantPiece> shape;
@@ -421,11 +441,12 @@ Result<std::unique_ptr<CtLayer>> make_ct_layer(const std::string& module, const 
                                        static_cast<long long>(cols)));
     l.cols = cols;
   }
+  l.type = ct_storage_type(scheme, l.cols);
   if (scheme.format == CtFormat::kFp8) {
     PAGODA_RETURN_IF_ERROR(check_e4m3_finite(what, l.weight.data(), l.rows * l.cols));
     // The checkpoint's bytes and scales where every 32-column run lies under one scale;
     // otherwise the products rounded to BF16 as before.
-    if (l.cols % 32 == 0 && group_of(l) % 32 == 0) l.type = DType::kFP8;
+    if (fp8_keeps_blocks(l.cols, group_of(l))) l.type = DType::kFP8;
   }
   if (l.type != DType::kBF16 && l.cols % 32 != 0)
     return unsupported(what + str_format(" rows of %lld weights are not whole 32-element blocks",
@@ -454,7 +475,7 @@ std::vector<uint8_t> CtLayer::convert() const {
       break;
     case CtFormat::kPackedInt4: {
       if (!l.zero_point) {
-        ct_packed_int4_to_q4(w, l.rows, l.cols, sc, nullptr, out.data());
+        ct_packed_int4_to_q4(l.type, w, l.rows, l.cols, sc, nullptr, out.data());
         break;
       }
       // Eight rows' zero points to a word, row r in bits 4 (r % 8).
@@ -464,7 +485,7 @@ std::vector<uint8_t> CtLayer::convert() const {
           const int64_t word = quant_int_at(*l.zero_point, (r / 8) * sc.n_groups + g);
           zp[r * sc.n_groups + g] = static_cast<uint8_t>((word >> (4 * (r % 8))) & 15);
         }
-      ct_packed_int4_to_q4(w, l.rows, l.cols, sc, &zp, out.data());
+      ct_packed_int4_to_q4(l.type, w, l.rows, l.cols, sc, &zp, out.data());
       break;
     }
     case CtFormat::kFp8:

@@ -11,8 +11,11 @@
 //   pack-quantized  4-bit values, eight to an int32 (element i of a row in bits 4(i%8) of
 //                   word i/8, stored as q + 8 for q in [-8, 7]), `weight_scale` per group
 //                   of a multiple of 32 or per row, optional `weight_zero_point` (z + 8,
-//                   eight output rows to an int32 word): Q4_0 (d = s, the stored nibble as
-//                   it is) without zero points, Q4_1 (d = s, m = -s (z + 8)) with them.
+//                   eight output rows to an int32 word): where cols and the group are
+//                   multiples of 128 (64), Q4_G128 (Q4_G64): d = s, the stored nibble as
+//                   it is and z + 8 (8 without zero points) as the block's zero point,
+//                   exact in 4.25 (4.5) bits a weight; otherwise Q4_0 (d = s) without zero
+//                   points, Q4_1 (d = s, m = -s (z + 8)) with them.
 //   float-quantized FP8 E4M3 `weight`, `weight_scale` per tensor or per row: the internal
 //                   FP8 block (the e4m3 bytes and f32 scales as stored, 9 bits a weight on
 //                   the CPU; model/fp8_checkpoint.h), where cols and the scale group are
@@ -77,8 +80,8 @@ struct CtConfig {
 // Parses quantization_config (JSON text); unsupported parts refused by name.
 Result<CtConfig> parse_compressed_tensors_config(std::string_view json_text);
 
-// The block type a scheme's matrices are stored as.
-DType ct_storage_type(const CtScheme& s);
+// The block type a scheme's matrices of `cols` input columns are stored as.
+DType ct_storage_type(const CtScheme& s, int64_t cols);
 
 // Per-(row, column group) scales as floats: scale(r, c) = s[r * n_groups + c / group].
 struct CtScales {
@@ -109,9 +112,11 @@ Result<std::unique_ptr<HfQuantFormat>> open_compressed_tensors_format(std::strin
 // The conversions, row by row into `out` (rows x row_bytes(type, cols)); cols is a
 // multiple of 32 and every group a multiple of 32 (checked by the caller).
 void ct_int8_to_q8_0(const int8_t* w, int64_t rows, int64_t cols, const CtScales& sc, uint8_t* out);
-// zero_points: one stored nibble (z + 8) per (row, group), or null for Q4_0.
-void ct_packed_int4_to_q4(const uint8_t* packed, int64_t rows, int64_t cols, const CtScales& sc,
-                          const std::vector<uint8_t>* zero_points, uint8_t* out);
+// Into `type` (Q4_G128, Q4_G64, Q4_0 or Q4_1, as ct_storage_type chose); zero_points: one
+// stored nibble (z + 8) per (row, group), or null when symmetric (Q4_0, or z = 8).
+void ct_packed_int4_to_q4(DType type, const uint8_t* packed, int64_t rows, int64_t cols,
+                          const CtScales& sc, const std::vector<uint8_t>* zero_points,
+                          uint8_t* out);
 // FP8 rows as BlockFP8 (cols and the scale group multiples of 32): the bytes and scales.
 void ct_fp8_e4m3_to_fp8(const uint8_t* w, int64_t rows, int64_t cols, const CtScales& sc,
                         uint8_t* out);

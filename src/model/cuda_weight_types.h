@@ -44,6 +44,10 @@ inline DType cuda_storage_type(DType t) {
   // The FP8 of FP8 checkpoints goes to BF16 as the loaders wrote it before the CPU kept
   // FP8 (each weight rounded once: backend/cpu/convert_blocks.h).
   if (t == DType::kFP8) return DType::kBF16;
+  // The grouped 4-bit blocks of AWQ/GPTQ/W4A16 checkpoints go to Q4_1 as the loaders wrote
+  // them before the CPU kept their groups (m = -d z rounded to f16), until the GPU has a
+  // kernel of its own for them (issue 31 part 4).
+  if (t == DType::kQ4_G64 || t == DType::kQ4_G128) return DType::kQ4_1;
   if (cuda_multiplies(t) || !is_block_type(t)) return t;
   return DType::kQ8_0;
 }

@@ -37,13 +37,9 @@ void fp8_e4m3_blocks_to_bf16(const uint8_t* w, int64_t rows, int64_t cols, const
 void fp8_e4m3_blocks_to_fp8(const uint8_t* w, int64_t rows, int64_t cols, const float* scales,
                             int64_t bn, int64_t bk, cpu::BlockFP8* out) {
   const int64_t n_col_blocks = (cols + bk - 1) / bk;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = scales + (r / bn) * n_col_blocks;
-    for (int64_t c = 0; c < cols; c += 32, ++out) {
-      out->d = s[c / bk];
-      std::memcpy(out->qs, w + r * cols + c, 32);
-    }
-  }
+  pack_fp8_blocks(
+      w, rows, cols, [&](int64_t r, int64_t c) { return scales[(r / bn) * n_col_blocks + c / bk]; },
+      out);
 }
 
 Status check_e4m3_finite(const std::string& what, const uint8_t* w, int64_t n) {
@@ -58,10 +54,6 @@ Status check_e4m3_finite(const std::string& what, const uint8_t* w, int64_t n) {
 }
 
 namespace {
-
-bool fp8_keeps_blocks(int64_t cols, int64_t bk) {
-  return cols % 32 == 0 && bk % 32 == 0;
-}
 
 using nlohmann::json;
 
@@ -388,8 +380,9 @@ Result<std::unique_ptr<HfQuantFormat>> open_fp8_checkpoint_format(std::string_vi
   if (c.static_activations)
     log_warn(
         "fp8 checkpoint with activation_scheme 'static': its input scales (the FP8 "
-        "activation ranges) are checked but not used; Pagoda multiplies the FP8 weights "
-        "with unquantized activations");
+        "activation ranges) are checked but not used; Pagoda multiplies the weights (FP8 "
+        "on the CPU, BF16 on CUDA) with unquantized activations (f32 on the CPU, 16-bit on "
+        "CUDA)");
   return std::unique_ptr<HfQuantFormat>(std::make_unique<Fp8Format>(std::move(c)));
 }
 

@@ -44,18 +44,38 @@
 #include <string>
 #include <string_view>
 
+#include <cstring>
+
+#include "backend/cpu/quant_blocks.h"
 #include "core/status.h"
 #include "model/hf_quant_format.h"
 
 namespace pagoda {
-namespace cpu {
-struct BlockFP8;
-}
 
 // The format as model/hf_checkpoint.cpp uses it (quant_method "fp8").
 Result<std::unique_ptr<HfQuantFormat>> open_fp8_checkpoint_format(std::string_view json_text);
 
-// The same weight's bytes and scales as BlockFP8 rows (cols and bk multiples of 32).
+// Whether an FP8 weight of `cols` columns whose scales each cover runs of `group` columns
+// keeps its bytes as BlockFP8 (every 32-column block under one scale).
+inline bool fp8_keeps_blocks(int64_t cols, int64_t group) {
+  return cols % 32 == 0 && group % 32 == 0;
+}
+
+// e4m3 row-major rows as BlockFP8 rows, each block's 32 bytes as they are under
+// scale_at(row, first column) (fp8_keeps_blocks holds): the FP8 checkpoint and the
+// compressed-tensors loaders' one packing.
+template <typename ScaleAt>
+void pack_fp8_blocks(const uint8_t* w, int64_t rows, int64_t cols, ScaleAt&& scale_at,
+                     cpu::BlockFP8* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += 32, ++out) {
+      out->d = scale_at(r, c);
+      std::memcpy(out->qs, w + r * cols + c, 32);
+    }
+}
+
+// The same weight's bytes and scales as BlockFP8 rows (cols and bk multiples of 32);
+// scales as fp8_e4m3_blocks_to_bf16 takes them.
 void fp8_e4m3_blocks_to_fp8(const uint8_t* w, int64_t rows, int64_t cols, const float* scales,
                             int64_t bn, int64_t bk, cpu::BlockFP8* out);
 

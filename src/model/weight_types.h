@@ -5,8 +5,9 @@
 //
 // The CPU kernels (backend/cpu/packed_weights.cpp) take F32, F16, BF16, Q4_0, Q4_1, Q5_0,
 // Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4 and the internal NF4
-// (bitsandbytes folders; model/bnb_nf4.h) and FP8 (FP8 checkpoints) (the grid i-quants
-// are refused when the GGUF is read). What is left are ggml's activation formats, Q8_1 and Q8_K,
+// (bitsandbytes folders; model/bnb_nf4.h), FP8 (FP8 checkpoints) and Q4_G64/Q4_G128 (AWQ,
+// GPTQ and W4A16 groups; model/awq_gptq.h) (the grid i-quants are refused when the GGUF
+// is read). What is left are ggml's activation formats, Q8_1 and Q8_K,
 // which no llama.cpp quantization writes but a file may still hold: the loader (model/model.cpp)
 // converts them to Q8_0 with cpu::convert_row (Q8_1 exactly, Q8_K requantized) rather than refuse
 // the file, and the plan's note states the difference.

@@ -9,8 +9,8 @@ convert_gptq_file uses them). Then:
   - that reference is within one scale step of the original weights (the packer and the
     reader agree on the bit order);
   - every matrix Pagoda loads (`pagoda info --dequantize`) equals the reference: exactly for
-    Q4_0 and exact Q8_0, up to the f16 rounding of m = -s z for Q4_1, within half a Q8_0
-    step for the requantized layers;
+    Q4_G64/Q4_G128 (the checkpoint's groups as they are) and exact Q8_0, up to the f16
+    rounding of m = -s z for Q4_1, within half a Q8_0 step for the requantized layers;
   - Pagoda's logits agree with transformers (float32) running the reference weights
     (KL divergence printed); greedy text starts the same;
   - unsupported configs and corrupt tensors are refused by name.
@@ -38,12 +38,15 @@ GPTQ_REF = os.path.join(ROOT, ".venv", "share", "pagoda-ref", "gptqmodel-7.7.0",
 # activations (a Q4/Q8 row multiplies int8 activations per 32-block): the gptq4_sym
 # reference weights as a dense F32 folder give KLD 1e-5 against transformers, as the exact
 # Q4_0 of the same weights 0.012; exact Q8_0 rows (gptq8_sym) measure 0.034.
+# Group 128 on SmolLM2's 576-column rows ends in a group of 64: those rows are Q4_G64, the
+# 1536-column ones Q4_G128.
+G = {"Q4_G64", "Q4_G128"}
 VARIANTS = {
-    "awq_g64": ({"Q4_1"}, 0.1, 0.045),
-    "gptq4_sym": ({"Q4_0"}, 0.1, 0.02),
-    "gptq4_asym": ({"Q4_1"}, 0.1, 0.02),
-    "gptq4_asym_v2": ({"Q4_1"}, 0.1, 0.02),
-    "gptq4_channel": ({"Q4_0"}, 0.1, 0.02),
+    "awq_g64": ({"Q4_G64"}, 0.1, 0.045),
+    "gptq4_sym": (G, 0.1, 0.02),
+    "gptq4_asym": (G, 0.1, 0.02),
+    "gptq4_asym_v2": (G, 0.1, 0.02),
+    "gptq4_channel": (G, 0.1, 0.02),
     "gptq8_sym": ({"Q8_0"}, 0.1, 0.05),
     "gptq8_asym": ({"Q8_0"}, 0.12, 0.065),
     "gptq4_act": ({"Q8_0"}, 0.1, 0.02),

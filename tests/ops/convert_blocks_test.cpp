@@ -55,6 +55,8 @@ std::vector<uint8_t> random_blocks(DType t, int64_t n, std::mt19937& rng) {
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
     case DType::kNF4:
+    case DType::kQ4_G64:
+    case DType::kQ4_G128:
       halves = {0};
       break;
     case DType::kMXFP4:
@@ -255,6 +257,28 @@ TEST(ConvertBlocks, Fp8ToBf16IsTheCheckpointLoadersBf16) {
   EXPECT_EQ(got, want);
 }
 
+// Q4_G64/Q4_G128 -> Q4_1 (the CUDA loader's conversion): every weight d (q - z) again, up
+// to the f16 rounding of m = -d z (half an f16 ulp of m, checked as 2^-11 relative).
+TEST(ConvertBlocks, GroupedQ4ToQ4_1KeepsEachWeight) {
+  std::mt19937 rng(37);
+  for (DType from : {DType::kQ4_G64, DType::kQ4_G128}) {
+    const std::vector<uint8_t> raw = random_blocks(from, kN, rng);
+    std::vector<uint8_t> q41(row_bytes(DType::kQ4_1, kN));
+    ASSERT_TRUE(convert_row(from, raw.data(), DType::kQ4_1, q41.data(), kN).is_ok());
+    std::vector<float> want(kN), got(kN);
+    ASSERT_TRUE(dequantize_row(from, raw.data(), want.data(), kN).is_ok());
+    ASSERT_TRUE(dequantize_row(DType::kQ4_1, q41.data(), got.data(), kN).is_ok());
+    const int64_t be = dtype_info(from).block_elems;
+    for (int64_t i = 0; i < kN; ++i) {
+      const uint8_t* blk = raw.data() + (i / be) * dtype_info(from).block_bytes;
+      uint16_t d;
+      std::memcpy(&d, blk, 2);
+      const float m = std::fabs(fp16_to_f32(d)) * static_cast<float>(blk[2]);
+      EXPECT_NEAR(got[i], want[i], m * 0x1p-11f + 1e-7f) << dtype_name(from) << " " << i;
+    }
+  }
+}
+
 TEST(CudaWeightTypes, StorageAndStacks) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
@@ -268,6 +292,9 @@ TEST(CudaWeightTypes, StorageAndStacks) {
   EXPECT_EQ(cuda_stack_type({DType::kFP8, DType::kFP8, DType::kFP8}), DType::kBF16);
   EXPECT_EQ(cuda_stack_type({DType::kFP8, DType::kBF16}), DType::kBF16);
   EXPECT_EQ(cuda_storage_type(DType::kF64), DType::kF64);  // for the loader to refuse
+  // AWQ/GPTQ groups go to Q4_1 on CUDA, as before the CPU kept them.
+  EXPECT_EQ(cuda_storage_type(DType::kQ4_G64), DType::kQ4_1);
+  EXPECT_EQ(cuda_stack_type({DType::kQ4_G128, DType::kQ4_G128, DType::kQ4_G128}), DType::kQ4_1);
   // A Q4_K_M layer: Q4_K q and k beside a Q6_K v meet at Q8_0; all Q4_K stay Q4_K.
   EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}), DType::kQ8_0);
   EXPECT_EQ(cuda_stack_type({DType::kQ4_K, DType::kQ4_K}), DType::kQ4_K);
@@ -283,10 +310,10 @@ TEST(CudaWeightTypes, StorageAndStacks) {
 }
 
 TEST(CpuWeightTypes, EveryBlockTypeEndsInOneTheKernelsTake) {
-  for (DType t :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-        DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-        DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4, DType::kFP8})
+  for (DType t : {DType::kF32,   DType::kF16,  DType::kBF16, DType::kQ4_0,   DType::kQ4_1,
+                  DType::kQ5_0,  DType::kQ5_1, DType::kQ8_0, DType::kQ2_K,   DType::kQ3_K,
+                  DType::kQ4_K,  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS,
+                  DType::kMXFP4, DType::kNF4,  DType::kFP8,  DType::kQ4_G64, DType::kQ4_G128})
     EXPECT_EQ(cpu_storage_type(t), t) << dtype_name(t);
   for (DType t : {DType::kQ8_1, DType::kQ8_K})
     EXPECT_EQ(cpu_storage_type(t), DType::kQ8_0) << dtype_name(t);
@@ -384,10 +411,10 @@ TEST(CudaWeightTypes, LedgerCountsTheConvertedBytes) {
 // the CPU multiplies (rows in whole 16-row groups).
 TEST(CpuLedger, PackedBytesAreTheMatricesBytes) {
   std::mt19937 rng(12);
-  for (DType t :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-        DType::kQ5_1, DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-        DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kNF4, DType::kFP8}) {
+  for (DType t : {DType::kF32,   DType::kF16,  DType::kBF16, DType::kQ4_0,   DType::kQ4_1,
+                  DType::kQ5_0,  DType::kQ5_1, DType::kQ8_0, DType::kQ2_K,   DType::kQ3_K,
+                  DType::kQ4_K,  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS,
+                  DType::kMXFP4, DType::kNF4,  DType::kFP8,  DType::kQ4_G64, DType::kQ4_G128}) {
     for (int64_t cols : {256, 576 * 4, 4096}) {
       const int64_t rows = 48;
       // The plain types' values do not matter here: zeros.

@@ -41,6 +41,8 @@ DType act_type(DType w) {
     case DType::kIQ4_XS:
     case DType::kMXFP4:
     case DType::kNF4:
+    case DType::kQ4_G64:
+    case DType::kQ4_G128:
       return DType::kQ8_0;
     case DType::kQ4_1:
     case DType::kQ5_1:
@@ -65,6 +67,8 @@ bool is_quant(DType t) {
 std::vector<int64_t> cols_for(DType t) {
   if (dtype_info(t).block_elems == 256) return {256, 1536};
   if (t == DType::kFP8) return {32, 96, 160, 576, 1536};  // 96, 160: not whole 64s
+  if (t == DType::kQ4_G64) return {64, 192, 576, 1536};
+  if (t == DType::kQ4_G128) return {128, 384, 640, 1536};
   if (is_quant(t)) return {32, 64, 256, 576, 1536};
   return {7, 32, 64, 256, 576, 1536};  // float types take any width
 }
@@ -78,6 +82,8 @@ std::vector<int> half_fields(DType t) {
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
     case DType::kNF4:
+    case DType::kQ4_G64:
+    case DType::kQ4_G128:
       return {0};
     case DType::kQ4_1:
     case DType::kQ5_1:
@@ -105,13 +111,14 @@ void set_small_e8m0(std::mt19937& rng, DType t, uint8_t* block) {
 // A GGUF tensor: quantized from N(0,1) values, or (random_bits) arbitrary quant bytes
 // with small random scales, which reaches every nibble pattern, 6-bit scale and i8
 // scale (including -128) that a file may hold. Q2_K, Q3_K and the table types (IQ4_NL,
-// IQ4_XS, MXFP4, NF4) have no reference quantizer (files come from llama.cpp): always random
-// bits, which their files' fields can all be.
+// IQ4_XS, MXFP4, NF4) have no reference quantizer (files come from llama.cpp), nor have
+// Q4_G64/Q4_G128 (checkpoint loaders make them): always random bits, which their fields
+// can all be (a Q4_G zero point above 15 included).
 std::vector<uint8_t> make_weights(std::mt19937& rng, DType t, int64_t rows, int64_t cols,
                                   bool random_bits) {
   std::vector<uint8_t> w(row_bytes(t, cols) * rows);
-  const bool quantizer =
-      t != DType::kQ2_K && t != DType::kQ3_K && !is_table4(t) && t != DType::kFP8;
+  const bool quantizer = t != DType::kQ2_K && t != DType::kQ3_K && !is_table4(t) &&
+                         t != DType::kFP8 && q4g_sub_blocks(t) == 0;
   if (!random_bits && quantizer) {
     const auto f = testing::random_floats(rng, static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
@@ -315,9 +322,10 @@ TEST_P(MatmulTest, ActivationConversionIsBitExact) {
             if (act_type(t) == DType::kQ8_K) {
               convert_q8k_scalar(x.data(), xs, n, cols, g, want.data());
             } else {
-              const Q8Aux aux = t == DType::kQ4_0 || t == DType::kQ5_0 ? Q8Aux::kSumTimesMinus8
-                                : t == DType::kQ8_0 || is_table4(t)    ? Q8Aux::kSumTimesMinus128
-                                                                       : Q8Aux::kS;
+              const Q8Aux aux = t == DType::kQ4_0 || t == DType::kQ5_0 || q4g_sub_blocks(t) > 0
+                                    ? Q8Aux::kSumTimesMinus8
+                                : t == DType::kQ8_0 || is_table4(t) ? Q8Aux::kSumTimesMinus128
+                                                                    : Q8Aux::kS;
               convert_q8_scalar(x.data(), xs, n, cols, g, aux, want.data());
             }
           } else if (bf16_pairs) {
@@ -360,7 +368,8 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
                                            DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
                                            DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
                                            DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS,
-                                           DType::kMXFP4, DType::kNF4, DType::kFP8),
+                                           DType::kMXFP4, DType::kNF4, DType::kFP8, DType::kQ4_G64,
+                                           DType::kQ4_G128),
                          type_name);
 
 // Largest quants against the largest activations: integer partial sums at their peak,

@@ -46,8 +46,8 @@ TEST(AwqGptqConfig, ReadsAndRefusesByName) {
             std::string::npos);
 }
 
-// Two rows of 64 codes, groups of 32 (or mixed), dequantized back through the CPU's own
-// row reader: each weight must be s (q - z) of its own group.
+// The codes converted, then dequantized back through the CPU's own row reader: each
+// weight must be s (q - z) of its own group.
 std::vector<float> round_trip(const AgCodes& k, int bits, AgPlan* plan) {
   *plan = ag_plan(bits, k.zero, k.group, k.cols);
   std::vector<uint8_t> out(row_bytes(plan->type, k.cols) * k.rows);
@@ -60,16 +60,22 @@ std::vector<float> round_trip(const AgCodes& k, int bits, AgPlan* plan) {
   return w;
 }
 
-AgCodes codes(int bits, bool mixed, uint8_t zero) {
+// Two rows of `cols` codes in groups of `group` columns (or, mixed, alternating between
+// two groups), zero point `zero` but for one group of row 1, so the blocks' own zero
+// points are read.
+AgCodes codes(int bits, bool mixed, uint8_t zero, int64_t cols = 64, int64_t group = 32) {
   AgCodes k;
   k.rows = 2;
-  k.cols = 64;
-  k.n_groups = 2;
+  k.cols = cols;
+  k.n_groups = mixed ? 2 : cols / group;
   for (int64_t i = 0; i < k.rows * k.cols; ++i)
     k.q.push_back(static_cast<uint8_t>((i * 7 + 3) % (1 << bits)));
-  k.zero = {zero, zero, zero, zero};
-  k.scale = {0.5f, 0.25f, 0.125f, 2.0f};
-  for (int64_t c = 0; c < k.cols; ++c) k.group.push_back(mixed ? c % 2 : c / 32);
+  for (int64_t g = 0; g < k.n_groups * k.rows; ++g) {
+    k.zero.push_back(zero);
+    k.scale.push_back(std::ldexp(1.0f, static_cast<int>(g % 5) - 2));
+  }
+  if (zero != 8 && zero != 128) k.zero.back() = 1;
+  for (int64_t c = 0; c < k.cols; ++c) k.group.push_back(mixed ? c % 2 : c / group);
   return k;
 }
 
@@ -85,15 +91,21 @@ TEST(AwqGptqConvert, ExactTypesAndRequantized) {
     uint8_t zero;
     DType type;
     bool requantized;
+    int64_t cols = 64, group = 32;
   };
   for (const Case& c :
        {Case{4, false, 8, DType::kQ4_0, false}, Case{4, false, 3, DType::kQ4_1, false},
         Case{8, false, 128, DType::kQ8_0, false}, Case{8, false, 100, DType::kQ8_0, true},
-        Case{4, true, 3, DType::kQ8_0, true}}) {
-    const AgCodes k = codes(c.bits, c.mixed, c.zero);
+        Case{4, true, 3, DType::kQ8_0, true}, Case{4, false, 3, DType::kQ4_G64, false, 192, 64},
+        Case{4, false, 8, DType::kQ4_G64, false, 64, 64},
+        Case{4, false, 3, DType::kQ4_G128, false, 256, 128},
+        Case{4, false, 3, DType::kQ4_G128, false, 256, 256},
+        Case{4, false, 3, DType::kQ4_G64, false, 192, 192},
+        Case{4, false, 3, DType::kQ4_1, false, 96, 96}}) {
+    const AgCodes k = codes(c.bits, c.mixed, c.zero, c.cols, c.group);
     AgPlan plan;
     const std::vector<float> w = round_trip(k, c.bits, &plan);
-    EXPECT_EQ(plan.type, c.type) << c.bits << " " << c.mixed;
+    EXPECT_EQ(plan.type, c.type) << c.bits << " " << c.mixed << " " << c.cols << " " << c.group;
     EXPECT_EQ(plan.requantized, c.requantized);
     for (int64_t r = 0; r < k.rows; ++r)
       for (int64_t i = 0; i < k.cols; ++i) {

@@ -147,6 +147,19 @@ void fp8_to_bf16(const BlockFP8* b, uint16_t* y, int64_t nb) {
       y[i * kQK + j] = f64_to_bf16(static_cast<double>(e4m3_to_f32(b[i].qs[j])) * b[i].d);
 }
 
+// Each 32-column sub-block a Q4_1 block: the group's d, m = -d z rounded to f16.
+template <int S>
+void q4g_to_q4_1(const BlockQ4G<S>* b, BlockQ4_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint16_t m = f32_to_fp16(-fp16_to_f32(b[i].d) * static_cast<float>(b[i].z));
+    for (int j = 0; j < S; ++j, ++y) {
+      y->d = b[i].d;
+      y->m = m;
+      std::memcpy(y->qs, b[i].qs + 16 * j, 16);
+    }
+  }
+}
+
 }  // namespace
 
 Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) {
@@ -179,6 +192,14 @@ Status convert_row(DType from, const void* src, DType to, void* dst, int64_t n) 
     return table_to_q8_0(from, src, static_cast<BlockQ8_0*>(dst), n);
   if (from == DType::kFP8 && to == DType::kBF16) {
     fp8_to_bf16(static_cast<const BlockFP8*>(src), static_cast<uint16_t*>(dst), n / kQK);
+    return Status::ok();
+  }
+  if (from == DType::kQ4_G64 && to == DType::kQ4_1) {
+    q4g_to_q4_1(static_cast<const BlockQ4G64*>(src), static_cast<BlockQ4_1*>(dst), n / 64);
+    return Status::ok();
+  }
+  if (from == DType::kQ4_G128 && to == DType::kQ4_1) {
+    q4g_to_q4_1(static_cast<const BlockQ4G128*>(src), static_cast<BlockQ4_1*>(dst), n / 128);
     return Status::ok();
   }
   if (from == DType::kQ4_K && to == DType::kQ4_1)

@@ -13,6 +13,8 @@
 //   Q4_K -> Q4_1: a Q4_K sub-block of 32 is a Q4_1 block with step d * sc and offset
 //     -dmin * m; those are rounded to fp16 (relative error <= 2^-11 each), the 4-bit
 //     quants are kept.
+//   Q4_G64, Q4_G128 (internal) -> Q4_1: each 32-column sub-block with the group's d and
+//     m = -d z rounded to f16 (relative error <= 2^-11 on m; exact when d z fits 11 bits).
 //   FP8 (internal) -> BF16: each weight the exact product e4m3(q) * d rounded once to bf16
 //     (ties to even), what the FP8 checkpoint loaders wrote before the CPU kept FP8.
 // Anything else is dequantized to f32 and quantized again with the reference quantizer

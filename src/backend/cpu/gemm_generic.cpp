@@ -106,6 +106,35 @@ void tile_q32(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t 
       });
 }
 
+// Q4_G64/Q4_G128, S sub-blocks of 32 under one scale d and zero point z: per sub-block the
+// integer dot of the codes q (0..15) with the token's, less z * sum(x) (sum from the
+// activations' -8 * sum aux word, divisible by 8), so d (q - z) x sums exactly in integers
+// before the two scales, as Q4_0's fixed zero of 8 does.
+template <int S>
+void tile_q4g(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  const WeightMatrix::Impl& w = *a.w;
+  const Q8ActLayout lay{w.nb * S, kG};
+  for_tiles(
+      a, rg0, rg1, tg0, tg1, [&](int64_t g, const uint8_t* act, int n, float(*acc)[kRowGroup]) {
+        int8_t wq[kRowGroup][kQK];
+        for (int64_t b = 0; b < w.nb; ++b) {
+          const uint8_t* s = w.scales(g, b);
+          for (int j = 0; j < S; ++j) {
+            const int64_t sb = S * b + j;
+            unpack_q4(w.quants(g, b) + 256 * j, 0, wq);
+            for (int t = 0; t < n; ++t) {
+              const int8_t* xq = reinterpret_cast<const int8_t*>(act + lay.qs(sb, t));
+              const int32_t sum = ld_i32(act + lay.aux(sb, t)) / -8;
+              const float dx = ld_f32(act + lay.d(sb, t));
+              for (int i = 0; i < kRowGroup; ++i)
+                acc[t][i] +=
+                    static_cast<float>(dot32(wq[i], xq) - s[32 + i] * sum) * (ld_h(s, i) * dx);
+            }
+          }
+        }
+      });
+}
+
 // ---- K quants against Q8_K activations ----
 
 template <DType kType>
@@ -289,6 +318,8 @@ constexpr GemmEntry kTable[] = {
     q32<DType::kIQ4_XS>(),
     q32<DType::kMXFP4>(),
     q32<DType::kNF4>(),
+    {DType::kQ4_G64, {kG, q8_bytes, conv_q8<Q8Aux::kSumTimesMinus8>, tile_q4g<2>}},
+    {DType::kQ4_G128, {kG, q8_bytes, conv_q8<Q8Aux::kSumTimesMinus8>, tile_q4g<4>}},
     kq<DType::kQ4_K>(),
     kq<DType::kQ5_K>(),
     kq<DType::kQ6_K>(),

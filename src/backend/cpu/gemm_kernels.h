@@ -5,10 +5,12 @@
 // pointer (t * stride), which lets the token loop be fully unrolled with every load a
 // broadcast folded into the arithmetic instruction:
 //
-//   Q8 (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, MXFP4, NF4), nb blocks of 32:
+//   Q8 (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS, MXFP4, NF4, Q4_G64, Q4_G128), nb
+//   blocks of 32:
 //     qs  [nb][G][32] i8, then d [nb][G] f32 (the f16 scale as f32), then
-//     aux [nb][G] 4 bytes: Q4_0 -8*sum(q) as i32, Q8_0 and the table types -128*sum(q) as i32
-//     (these undo the +8 / +128 offsets of the unsigned weights inside the integer dot product),
+//     aux [nb][G] 4 bytes: Q4_0 and Q4_G -8*sum(q) as i32, Q8_0 and the table types
+//     -128*sum(q) as i32 (these undo the +8 / +128 offsets of the unsigned weights inside
+//     the integer dot product; Q4_G's kernels shift it to -sum(q) for their zero points),
 //     Q4_1 s = d * sum(q) as f32 (from Q8_1's f16)
 //   Q8_K (for Q3_K, Q4_K, Q5_K, Q6_K), ns super-blocks of 256:
 //     qs [ns][G][256] i8, d [ns][G] f32, bsum32 [ns][G][8] i16 (sums of q per 32, for

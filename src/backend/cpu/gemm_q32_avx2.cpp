@@ -1,5 +1,5 @@
-// AVX2 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the 4-bit table types (IQ4_NL,
-// IQ4_XS, MXFP4, NF4) against Q8 activations. Without VNNI the byte dot is
+// AVX2 kernels for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the 4-bit table types (IQ4_NL, IQ4_XS,
+// MXFP4, NF4) and the grouped Q4_G64/Q4_G128 against Q8 activations. Without VNNI the byte dot is
 // vpmaddubsw (u8 x s8 -> saturating s16 pairs) then vpmaddwd by ones. Nibbles (<= 15)
 // times int8 stay far from saturation, so all 8 steps of a block are summed in s16
 // first; Q8_0 weights use the sign trick (|w| x sign(x, w)) and widen every step, and so do
@@ -165,6 +165,68 @@ inline void q32_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8
   for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
 }
 
+// Q4_G64/Q4_G128: S sub-blocks of Q4_1's nibble loop under one scale, the zero point
+// taken off each sub-block's integer dot as z * sum(x) (gemm_generic.cpp tile_q4g). The
+// sum comes from the -8 * sum aux word shifted right by 3; vpmaddwd with z as the low
+// half of each 32-bit lane (the high half 0) gives -z * sum in one step.
+template <int S, int T>
+inline void q4g_micro(const WeightMatrix::Impl& w, int64_t g, int h, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows) {
+  const Q8ActLayout lay{w.nb * S, kG};
+  constexpr int kQuantBytes = 256 * S, kScaleBytes = 64;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* qb = w.quants(g, 0) + 32 * h;
+  const uint8_t* sb = w.scales(g, 0);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < w.nb; ++b) {
+    if constexpr (T <= 2) {
+      if (h == 0)
+        prefetch(w.quants(g, 0) + kPrefetchBytes + b * (kQuantBytes + kScaleBytes),
+                 kQuantBytes + kScaleBytes);
+    }
+    const uint8_t* s = sb + b * kScaleBytes;
+    const __m256 dw = load_f16x8(s + 16 * h);
+    const __m256i z =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + 32 + 8 * h)));
+    for (int j = 0; j < S; ++j) {
+      const int64_t sj = S * b + j;
+      const uint8_t* q = qb + b * kQuantBytes + 256 * j;
+      const uint8_t* xq = act + lay.qs(sj, 0);
+      __m256i a16[T];
+      for (int t = 0; t < T; ++t) a16[t] = _mm256_setzero_si256();
+      unroll<4>([&](auto m) {
+        const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 64 * m));
+        const __m256i lo = _mm256_and_si256(raw, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        for (int t = 0; t < T; ++t) {
+          // s16 sums of 4-bit values stand all four steps (8 x 2 x 15 x 128 < 2^15).
+          a16[t] = _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(lo, bcast32(xq + 32 * t + 4 * m)));
+          a16[t] =
+              _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(hi, bcast32(xq + 32 * t + 16 + 4 * m)));
+        }
+      });
+      for (int t = 0; t < T; ++t) {
+        const __m256i minus_sum = _mm256_srai_epi32(bcast32(act + lay.aux(sj, t)), 3);
+        const __m256i dot =
+            _mm256_add_epi32(_mm256_madd_epi16(a16[t], ones), _mm256_madd_epi16(z, minus_sum));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                 _mm256_mul_ps(dw, bcast_f32(act + lay.d(sj, t))), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
+template <int S>
+void q4g_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
+                    [&]<int T>(int64_t g, int h, const uint8_t* act, float* y, int rows) {
+                      q4g_micro<S, T>(*a.w, g, h, act, y, a.y_stride, rows);
+                    });
+}
+
 template <DType kType>
 void q32_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
   for_each_tile<kG>(a, rg0, rg1, tg0, tg1,
@@ -182,9 +244,17 @@ constexpr GemmEntry entry() {
   return {kType, {kG, q8_bytes, convert_q8<q8_aux_of(kType)>, q32_tile<kType>}};
 }
 constexpr GemmEntry kTable[] = {
-    entry<DType::kQ4_0>(),   entry<DType::kQ4_1>(),  entry<DType::kQ8_0>(),
-    entry<DType::kQ5_0>(),   entry<DType::kQ5_1>(),  entry<DType::kIQ4_NL>(),
-    entry<DType::kIQ4_XS>(), entry<DType::kMXFP4>(), entry<DType::kNF4>()};
+    entry<DType::kQ4_0>(),
+    entry<DType::kQ4_1>(),
+    entry<DType::kQ8_0>(),
+    entry<DType::kQ5_0>(),
+    entry<DType::kQ5_1>(),
+    entry<DType::kIQ4_NL>(),
+    entry<DType::kIQ4_XS>(),
+    entry<DType::kMXFP4>(),
+    entry<DType::kNF4>(),
+    {DType::kQ4_G64, {kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>, q4g_tile<2>}},
+    {DType::kQ4_G128, {kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>, q4g_tile<4>}}};
 
 }  // namespace
 }  // namespace avx2

@@ -1,5 +1,6 @@
-// AVX-512 VNNI kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
-// the 4-bit table types IQ4_NL, IQ4_XS, MXFP4, NF4) against Q8 activations. A register holds one
+// AVX-512 VNNI kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the
+// 4-bit table types IQ4_NL, IQ4_XS, MXFP4, NF4, and Q4_G64/Q4_G128's groups of them)
+// against Q8 activations. A register holds one
 // 4-column step of 16 rows as unsigned bytes; vpdpbusd with the 4 activation bytes of one token
 // broadcast from memory gives 16 row partial sums at once. The step loop is outside the token loop
 // so each unpacked weight register serves all T tokens, and T independent accumulators hide
@@ -309,6 +310,69 @@ inline void q32_gemv(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act,
   store_rows(y, acc, rows);
 }
 
+// Q4_G64/Q4_G128: S sub-blocks of Q4_1's nibble loop under one scale, each sub-block's
+// integer dot starting from -z * sum(x) (gemm_generic.cpp tile_q4g): the sum from the
+// -8 * sum aux word shifted right by 3, times z (the low half of each 32-bit lane, the
+// high half 0) in one vpmaddwd.
+template <int S, int T>
+inline void q4g_micro(const WeightMatrix::Impl& w, int64_t g, const uint8_t* act, float* y,
+                      int64_t y_stride, int rows, const uint8_t* pf_end) {
+  const Q8ActLayout lay{w.nb * S, kG};
+  constexpr int kQuantBytes = 256 * S, kScaleBytes = 64;
+  constexpr int P = T == 1 ? 4 : T == 2 ? 2 : 1;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const uint8_t* qb = w.quants(g, 0);
+  const uint8_t* sb = w.scales(g, 0);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < w.nb; ++b) {
+    if constexpr (T <= 4)
+      prefetch(qb + kPrefetchBytes + b * (kQuantBytes + kScaleBytes), kQuantBytes + kScaleBytes,
+               pf_end);
+    const uint8_t* s = sb + b * kScaleBytes;
+    const __m512 dw = load_f16x16(s);
+    const __m512i z =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32)));
+    for (int j = 0; j < S; ++j) {
+      const int64_t sj = S * b + j;
+      const uint8_t* q = qb + b * kQuantBytes + 256 * j;
+      const uint8_t* xq = act + lay.qs(sj, 0);
+      __m512i ia[P][T];
+      for (int t = 0; t < T; ++t) {
+        ia[0][t] = _mm512_madd_epi16(z, _mm512_srai_epi32(bcast32(act + lay.aux(sj, t)), 3));
+        for (int p = 1; p < P; ++p) ia[p][t] = _mm512_setzero_si512();
+      }
+      unroll<4>([&](auto m) {
+        const __m512i raw = _mm512_load_si512(q + 64 * m);
+        const __m512i lo = _mm512_and_si512(raw, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        for (int t = 0; t < T; ++t) {
+          ia[(2 * m) % P][t] =
+              _mm512_dpbusd_epi32(ia[(2 * m) % P][t], lo, bcast32(xq + 32 * t + 4 * m));
+          ia[(2 * m + 1) % P][t] =
+              _mm512_dpbusd_epi32(ia[(2 * m + 1) % P][t], hi, bcast32(xq + 32 * t + 16 + 4 * m));
+        }
+      });
+      for (int t = 0; t < T; ++t) {
+        __m512i sum = ia[0][t];
+        for (int p = 1; p < P; ++p) sum = _mm512_add_epi32(sum, ia[p][t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                                 _mm512_mul_ps(dw, bcast_f32(act + lay.d(sj, t))), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(y + t * y_stride, acc[t], rows);
+}
+
+template <int S>
+void q4g_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
+  for_each_tile<kG>(
+      a, rg0, rg1, tg0, tg1,
+      [&]<int T>(int64_t g, const uint8_t* act, float* y, int rows, const uint8_t* end) {
+        q4g_micro<S, T>(*a.w, g, act, y, a.y_stride, rows, end);
+      });
+}
+
 template <DType kType>
 void q32_tile(const GemmArgs& a, int64_t rg0, int64_t rg1, int64_t tg0, int64_t tg1) {
   if (a.n_tokens == 1) {
@@ -333,9 +397,17 @@ constexpr GemmEntry entry() {
   return {kType, {kG, q8_bytes, convert_q8<q8_aux_of(kType)>, q32_tile<kType>}};
 }
 constexpr GemmEntry kTable[] = {
-    entry<DType::kQ4_0>(),   entry<DType::kQ4_1>(),  entry<DType::kQ8_0>(),
-    entry<DType::kQ5_0>(),   entry<DType::kQ5_1>(),  entry<DType::kIQ4_NL>(),
-    entry<DType::kIQ4_XS>(), entry<DType::kMXFP4>(), entry<DType::kNF4>()};
+    entry<DType::kQ4_0>(),
+    entry<DType::kQ4_1>(),
+    entry<DType::kQ8_0>(),
+    entry<DType::kQ5_0>(),
+    entry<DType::kQ5_1>(),
+    entry<DType::kIQ4_NL>(),
+    entry<DType::kIQ4_XS>(),
+    entry<DType::kMXFP4>(),
+    entry<DType::kNF4>(),
+    {DType::kQ4_G64, {kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>, q4g_tile<2>}},
+    {DType::kQ4_G128, {kG, q8_bytes, convert_q8<Q8Aux::kSumTimesMinus8>, q4g_tile<4>}}};
 
 }  // namespace
 }  // namespace avx512

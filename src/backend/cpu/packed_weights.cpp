@@ -28,6 +28,8 @@ constexpr PackedFormat kQ2_KFormat{256, 8 * 128, 320};
 constexpr PackedFormat kIQ4_NLFormat{32, 256, 32};
 constexpr PackedFormat kTable4F32Format{32, 256, 64};  // IQ4_XS, MXFP4
 constexpr PackedFormat kFP8Format{32, 512, 64};
+constexpr PackedFormat kQ4G64Format{64, 2 * 256, 64};
+constexpr PackedFormat kQ4G128Format{128, 4 * 256, 64};
 
 // Offsets inside a K-quant scale block.
 constexpr int kKd = 0, kKdmin = 32, kKsc = 64, kKmin = 192, kQ6sc = 32, kQ2scm = 64;
@@ -242,6 +244,17 @@ void pack_fp8(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_
   std::memcpy(s + 4 * i, &blk.d, 4);
 }
 
+// Q4_G64/Q4_G128: each 32-column sub-block's nibbles as Q4_0's; the f16 d, then the zero
+// point as a byte.
+template <int S>
+void pack_q4g(const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q, uint8_t* s) {
+  const auto blk = load_block<BlockQ4G<S>>(src, cols, r, b, 32 * S);
+  for (int j = 0; j < S; ++j)
+    for (int e = 0; e < 16; ++e) q[256 * j + 64 * (e >> 2) + 4 * i + (e & 3)] = blk.qs[16 * j + e];
+  put_f16(s, i, blk.d);
+  s[32 + i] = blk.z;
+}
+
 // The table types: 16 bytes of Q4_0-order nibbles as Q4_0's, and the block's scale (f16
 // IQ4_NL d; f32 for the IQ4_XS sub-block's d * (ls - 32) and MXFP4's 2^(e - 128)).
 void pack_table4(DType type, const void* src, int64_t cols, int64_t r, int64_t b, int i, uint8_t* q,
@@ -325,6 +338,12 @@ void pack_block(DType type, const void* src, int64_t rows, int64_t cols, int64_t
       case DType::kFP8:
         pack_fp8(src, cols, r, b, i, q, s);
         break;
+      case DType::kQ4_G64:
+        pack_q4g<2>(src, cols, r, b, i, q, s);
+        break;
+      case DType::kQ4_G128:
+        pack_q4g<4>(src, cols, r, b, i, q, s);
+        break;
       default:
         break;
     }
@@ -387,6 +406,10 @@ const PackedFormat* packed_format(DType t) {
       return &kTable4F32Format;
     case DType::kFP8:
       return &kFP8Format;
+    case DType::kQ4_G64:
+      return &kQ4G64Format;
+    case DType::kQ4_G128:
+      return &kQ4G128Format;
     default:
       return nullptr;
   }
@@ -549,6 +572,15 @@ void unpack_row(const WeightMatrix::Impl& w, int64_t r, float* dst) {
         float d;
         std::memcpy(&d, s + 4 * i, 4);
         for (int e = 0; e < 32; ++e) dst[32 * b + e] = e4m3_to_f32(q[16 * e + i]) * d;
+        break;
+      }
+      case DType::kQ4_G64:
+      case DType::kQ4_G128: {
+        const int n = q4g_sub_blocks(w.type);
+        const float d = fp16_to_f32(get_f16(s, i));
+        for (int e = 0; e < 32 * n; ++e)
+          dst[32 * n * b + e] =
+              d * static_cast<float>(packed_nibble(q + 256 * (e / 32), i, e % 32) - s[32 + i]);
         break;
       }
       default:

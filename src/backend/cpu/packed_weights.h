@@ -47,6 +47,10 @@
 //   MXFP4  block 32:     quants as Q4_0 (nibbles index kMxfp4Values); scales f32
 //                        2^(e - 128) [16], exact for every e: 5 bits a weight against
 //                        the file's 4.25
+//   Q4_G64, Q4_G128 block 32 S (S = 2, 4 sub-blocks of 32): quants S x 256 B, each as
+//                        Q4_0's; scales 64 B: f16 d[16], u8 z[16], 16 B padding (so
+//                        every block ends 64-byte aligned, as the ledger counts):
+//                        4.5 and 4.25 bits a weight, as the block
 //   FP8    block 32:     quants 512 B, byte 16e + i = the e4m3 byte of column e, row i
 //                        (a column of the group in 16 bytes); scales f32 d[16] as in
 //                        BlockFP8: 9 bits a weight, as the block
@@ -120,6 +124,12 @@ constexpr const int8_t* table4_values(DType t) {
 }
 constexpr bool table4_f32_scales(DType t) {
   return t == DType::kIQ4_XS || t == DType::kMXFP4;
+}
+
+// The number S of 32-column sub-blocks under one scale of a Q4_G type (quant_blocks.h
+// BlockQ4G), 0 for any other type.
+constexpr int q4g_sub_blocks(DType t) {
+  return t == DType::kQ4_G64 ? 2 : t == DType::kQ4_G128 ? 4 : 0;
 }
 
 // Bit of element e (0..31) of row i in a 64-byte bit line (byte 4i + e%4, bit e/4): the

@@ -131,6 +131,22 @@ struct BlockFP8 {
 };
 static_assert(sizeof(BlockFP8) == 36);
 
+// 4-bit codes with an integer zero point, S sub-blocks of 32 under one f16 scale (the
+// internal Q4_G64, S = 2, and Q4_G128, S = 4): value = d * (q - z), z in [0, 15]. Sub-block
+// j's codes are qs[16j..16j+15] in Q4_0's nibble order. The group of an AWQ or GPTQ
+// checkpoint exactly, in 4.5 and 4.25 bits a weight (a g64 and a g128 file hold 4.31 and
+// 4.16).
+template <int S>
+struct BlockQ4G {
+  uint16_t d;
+  uint8_t z;
+  uint8_t pad;
+  uint8_t qs[16 * S];
+};
+using BlockQ4G64 = BlockQ4G<2>;
+using BlockQ4G128 = BlockQ4G<4>;
+static_assert(sizeof(BlockQ4G64) == 36 && sizeof(BlockQ4G128) == 68);
+
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 // bitsandbytes' NF4 code book (its quant_map, the quantiles of N(0, 1) scaled to [-1, 1];

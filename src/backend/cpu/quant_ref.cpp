@@ -279,6 +279,16 @@ void dequantize_fp8(const BlockFP8* b, float* y) {
   for (int i = 0; i < 32; ++i) y[i] = e4m3_to_f32(b->qs[i]) * b->d;
 }
 
+template <int S>
+void dequantize_q4g(const BlockQ4G<S>* b, float* y) {
+  const float d = h2f(b->d);
+  for (int j = 0; j < S; ++j)
+    for (int l = 0; l < 16; ++l) {
+      y[32 * j + l] = d * static_cast<float>((b->qs[16 * j + l] & 0xF) - b->z);
+      y[32 * j + l + 16] = d * static_cast<float>((b->qs[16 * j + l] >> 4) - b->z);
+    }
+}
+
 void dequantize_mxfp4(const BlockMXFP4* b, float* y) {
   dequantize_table32(b->qs, kMxfp4Values, mxfp4_half_scale(b->e), y);
 }
@@ -526,6 +536,13 @@ Status dequantize_row(DType type, const void* src, float* dst, int64_t n) {
       break;
     case DType::kFP8:
       for_blocks<BlockFP8>(src, nb, [&](auto* b, int64_t i) { dequantize_fp8(b, dst + i * be); });
+      break;
+    case DType::kQ4_G64:
+      for_blocks<BlockQ4G64>(src, nb, [&](auto* b, int64_t i) { dequantize_q4g(b, dst + i * be); });
+      break;
+    case DType::kQ4_G128:
+      for_blocks<BlockQ4G128>(src, nb,
+                              [&](auto* b, int64_t i) { dequantize_q4g(b, dst + i * be); });
       break;
     default:
       return unsupported(str_format("dequantize_row: %s is not a float or block type",
