@@ -46,7 +46,9 @@ echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (clang) 
 # warnings are checked by the main build above.
 CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_FUZZ=ON \
   -DPAGODA_CUDA=OFF -DPAGODA_SANITIZE=address,undefined -DPAGODA_TESTS=ON >/dev/null
-cmake --build build-san -j"$JOBS"
+# Only what runs below: the tests and the fuzzers (not a sanitized pagoda and benchmarks).
+cmake --build build-san -j"$JOBS" --target pagoda_tests fuzz_gguf fuzz_safetensors \
+  fuzz_chat_template fuzz_http_request fuzz_openai_request
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-san/pagoda_tests --gtest_brief=1
 
 echo "== GGUF fuzzer (libFuzzer, ${PAGODA_FUZZ_SECONDS:=60} s) =="
