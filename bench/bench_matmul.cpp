@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -151,10 +152,16 @@ int main(int argc, char** argv) {
   std::map<std::string, double> model_time;
   for (const std::string& tname : types) {
     DType t;
-    // NF4 is internal (bitsandbytes folders): parse_dtype does not name it.
-    const bool nf4 = tname == "nf4" || tname == "NF4";
-    if (nf4) t = DType::kNF4;
-    if ((!nf4 && !pagoda::parse_dtype(tname, &t)) || !pagoda::cpu::is_supported_weight_type(t)) {
+    // NF4 and the Q4_G types are internal (checkpoint folders): parse_dtype does not name
+    // them.
+    bool internal = false;
+    for (DType it : {DType::kNF4, DType::kQ4_G64, DType::kQ4_G128}) {
+      std::string name(pagoda::dtype_name(it));
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (tname == name || tname == pagoda::dtype_name(it)) t = it, internal = true;
+    }
+    if ((!internal && !pagoda::parse_dtype(tname, &t)) ||
+        !pagoda::cpu::is_supported_weight_type(t)) {
       std::fprintf(stderr, "unsupported type %s\n", tname.c_str());
       return 1;
     }
@@ -171,6 +178,15 @@ int main(int argc, char** argv) {
       if (t == DType::kMXFP4) {
         for (size_t i = 0; i < wq.size(); ++i)
           wq[i] = i % 17 == 0 ? 120 : static_cast<uint8_t>(rng());
+      } else if (t == DType::kQ4_G64 || t == DType::kQ4_G128) {
+        // Random codes under a small scale and a zero point in [0, 15].
+        const size_t bb = pagoda::dtype_info(t).block_bytes;
+        for (size_t i = 0; i < wq.size(); ++i) wq[i] = static_cast<uint8_t>(rng());
+        for (size_t b = 0; b < wq.size(); b += bb) {
+          const uint16_t d = pagoda::f32_to_fp16(0.01f);
+          std::memcpy(&wq[b], &d, 2);
+          wq[b + 2] &= 15;
+        }
       } else {
         for (int64_t r = 0; r < sh.rows; ++r)
           if (!pagoda::cpu::quantize_row(qt, wf.data() + r * sh.cols,
