@@ -48,6 +48,11 @@ done
   --vocab $SHARED/testdata/tokenizer/ggml-vocab-qwen2.gguf --dim 128 --layers 3 --heads 4 \
   --kv-heads 2 --ffn 320 --ctx 4096 --rope-theta 1000000 --std 0.08 --embd-std 0.5 \
   --type F16 --seed 7 -o models/qwen2-random.gguf
+# Qwen3: per-head q/k norms, and a head size (64) that is not width / heads (128 / 4).
+[ -f models/qwen3-random.gguf ] || $PAGODA mkmodel --arch qwen3 \
+  --vocab $SHARED/testdata/tokenizer/ggml-vocab-qwen2.gguf --dim 128 --layers 3 --heads 4 \
+  --kv-heads 2 --head-dim 64 --ffn 320 --ctx 4096 --rope-theta 1000000 --std 0.08 \
+  --embd-std 0.5 --type F16 --seed 13 -o models/qwen3-random.gguf
 [ -f models/llama3-rope-random.gguf ] || $PAGODA mkmodel --arch llama \
   --vocab $SHARED/testdata/tokenizer/ggml-vocab-llama-bpe.gguf --dim 128 --layers 3 --heads 4 \
   --kv-heads 1 --ffn 320 --ctx 131072 --rope-theta 500000 --rope-scaling llama3 --rope-factor 8 \

@@ -42,9 +42,12 @@ LAYER = {"attn_norm.weight": "input_layernorm.weight",
          "attn_output.weight": "self_attn.o_proj.weight",
          "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
          "attn_v.bias": "self_attn.v_proj.bias",
+         "attn_q_norm.weight": "self_attn.q_norm.weight",
+         "attn_k_norm.weight": "self_attn.k_norm.weight",
          "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
          "ffn_down.weight": "mlp.down_proj.weight"}
-ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2")}
+ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+        "qwen3": ("Qwen3ForCausalLM", "qwen3")}
 
 
 def field(r, key, default=None):
@@ -171,6 +174,8 @@ def main():
         config.update({"attention_bias": False, "mlp_bias": False})
     else:
         config.update({"use_sliding_window": False, "sliding_window": None})
+    if arch == "qwen3":
+        config["attention_bias"] = False
     if a.rope_scaling:
         config["rope_scaling"] = json.loads(a.rope_scaling)
 

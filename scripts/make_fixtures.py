@@ -63,6 +63,7 @@ MODELS = {
     "SmolLM2-Q8_0": (os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q8_0.gguf"), None, 1024),
     "SmolLM2-F16": (os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.F16.gguf"), None, 1024),
     "qwen2-random": (os.path.join(ROOT, "models", "qwen2-random.gguf"), None, 1024),
+    "qwen3-random": (os.path.join(ROOT, "models", "qwen3-random.gguf"), None, 1024),
     "llama3-rope-random": (os.path.join(ROOT, "models", "llama3-rope-random.gguf"), None, 1024),
 }
 

@@ -70,6 +70,7 @@ ModelShape shape_from_config(const ModelConfig& c) {
   s.rope_dims = c.rope_dims;
   s.tied_embeddings = c.recipe.tied_output;
   s.qkv_bias = c.recipe.qkv_bias;
+  s.qk_norm = c.recipe.qk_norm;
   return s;
 }
 

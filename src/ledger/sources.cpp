@@ -182,6 +182,17 @@ Result<ModelSource> source_from_folder(const std::filesystem::path& dir) {
 
 }  // namespace
 
+namespace {
+
+// A note when the CUDA backend would refuse the recipe the CPU runs (a plan that reads
+// "fits" for a model `serve --device cuda` refuses would mislead).
+void note_cuda_refusal(const ModelRecipe& r, ModelSource* src) {
+  if (Status s = require_features(r, kCudaRecipeFeatures, "the CUDA backend"); !s)
+    src->notes.push_back("Pagoda's CUDA backend does not run this model (" + s.message() + ")");
+}
+
+}  // namespace
+
 Result<ModelSource> source_from_gguf(const GgufFile& f) {
   if (f.tensors().empty())
     return invalid_argument("the file has no tensors (a vocabulary-only file?)");
@@ -196,12 +207,13 @@ Result<ModelSource> source_from_gguf(const GgufFile& f) {
   src.kind = "gguf";
   src.where = f.path();
   // What the engine would run: the configuration every backend reads, and a recipe whose
-  // features the CPU backend implements (the CUDA backend implements the same ones).
+  // features the CPU backend implements (the CUDA backend's may be fewer: noted).
   Result<ModelConfig> c = read_model_config(f);
   const Status read =
       c ? require_features(c.value().recipe, kCpuRecipeFeatures, "the CPU backend") : c.status();
   if (read.is_ok()) {
     src.shape = shape_from_config(c.value());  // the numbers the engine will use
+    note_cuda_refusal(c.value().recipe, &src);
   } else {
     if (read.code() != StatusCode::kUnsupported) return read;
     src.notes.push_back("Pagoda's engine does not run this file (" + read.message() +
@@ -232,6 +244,7 @@ Result<ModelSource> source_from_tensors(const TensorSource& ts) {
   src.kind = "checkpoint";
   src.where = ts.path();
   src.shape = shape_from_config(c);
+  note_cuda_refusal(c.recipe, &src);
   std::map<std::string, int64_t> by_type;
   bool restated = false;
   for (const WeightTensor& t : ts.tensors()) {

@@ -1,8 +1,10 @@
 // The CPU forward pass: it runs the model's recipe (model/arch/recipe.h) over the batch,
 // whatever the architecture. With the recipe's features it implements
 // (kCpuRecipeFeatures) one layer is:
-//   h = x + Wo . attention(rope(Wq . norm(x) + bq), rope(Wk . norm(x) + bk), Wv . norm(x) + bv)
+//   h = x + Wo . attention(rope(qn(Wq . norm(x) + bq)), rope(kn(Wk . norm(x) + bk)),
+//                          Wv . norm(x) + bv)
 //   x = h + Wdown . (silu(Wgate . norm(h)) * Wup . norm(h))
+// with the biases (Qwen2) and the per-head RMSNorms qn, kn (Qwen3) where the recipe has them.
 #include <cmath>
 #include <cstring>
 
@@ -125,6 +127,14 @@ Status Model::forward(const Batch& batch, KvStorage& kv, float* logits, Workspac
     for_rows(n, pool, [&](int64_t i) {
       float* r = ws.qkv.data() + i * qkv_w;
       if (!L.qkv_bias.empty()) cpu::add_inplace(r, L.qkv_bias.data(), qkv_w);
+      if (!L.q_norm.empty()) {  // each q and k head normalised on its own, before RoPE
+        for (int h = 0; h < c.n_heads; ++h)
+          cpu::rms_norm(r + h * c.head_dim, L.q_norm.data(), r + h * c.head_dim, c.head_dim,
+                        c.rms_eps);
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          cpu::rms_norm(r + qd + h * c.head_dim, L.k_norm.data(), r + qd + h * c.head_dim,
+                        c.head_dim, c.rms_eps);
+      }
       const float* cs = ws.rope_cos.data() + i * pairs;
       const float* sn = ws.rope_sin.data() + i * pairs;
       cpu::rope(r, c.n_heads, c.head_dim, pairs, cs, sn, neox);

@@ -154,6 +154,10 @@ Result<std::unique_ptr<Model>> Model::load(const TensorSource& f, ThreadPool* po
       PAGODA_ASSIGN_OR_RETURN(auto b, load_vector(f, t.qkv_bias[i], t.qkv.rows[i]));
       L.qkv_bias.insert(L.qkv_bias.end(), b.begin(), b.end());
     }
+    if (!t.q_norm.empty()) {
+      PAGODA_ASSIGN_OR_RETURN(L.q_norm, load_vector(f, t.q_norm, c.head_dim));
+      PAGODA_ASSIGN_OR_RETURN(L.k_norm, load_vector(f, t.k_norm, c.head_dim));
+    }
     PAGODA_ASSIGN_OR_RETURN(L.wo, load_matrix(f, t.wo, &ctx));
     PAGODA_ASSIGN_OR_RETURN(L.gate_up,
                             load_stacked(f, t.gate_up.names, t.gate_up.rows, t.gate_up.cols, &ctx));
@@ -174,7 +178,9 @@ size_t Model::weight_bytes() const {
     for (const auto& w : L.qkv) n += w.bytes();
     for (const auto& w : L.gate_up) n += w.bytes();
     n += L.wo.bytes() + L.down.bytes();
-    n += (L.attn_norm.size() + L.ffn_norm.size() + L.qkv_bias.size()) * sizeof(float);
+    n += (L.attn_norm.size() + L.ffn_norm.size() + L.qkv_bias.size() + L.q_norm.size() +
+          L.k_norm.size()) *
+         sizeof(float);
   }
   return n;
 }

@@ -29,7 +29,8 @@ struct LayerWeights {
   // q, k and v as one matrix when their types agree (one pass over the activations),
   // otherwise three.
   std::vector<cpu::WeightMatrix> qkv;
-  std::vector<float> qkv_bias;  // q_dim + 2*kv_dim, empty without biases
+  std::vector<float> qkv_bias;        // q_dim + 2*kv_dim, empty without biases
+  std::vector<float> q_norm, k_norm;  // head_dim each, empty without per-head q/k norms
   cpu::WeightMatrix wo;
   std::vector<cpu::WeightMatrix> gate_up;  // fused [gate; up] or {gate, up}
   cpu::WeightMatrix down;
@@ -50,7 +51,10 @@ class ActivationObserver {
 };
 
 // The recipe features (model/arch/recipe.h) the CPU forward pass runs.
-inline constexpr uint32_t kCpuRecipeFeatures = kFeatQkvBias | kFeatNeoxRope;
+inline constexpr uint32_t kCpuRecipeFeatures = kFeatQkvBias | kFeatQkNorm | kFeatNeoxRope;
+// The features the CUDA forward pass runs (CudaModel::kRecipeFeatures), here so that the
+// ledger can say what the CUDA backend refuses without linking the plugin.
+inline constexpr uint32_t kCudaRecipeFeatures = kFeatQkvBias | kFeatNeoxRope;
 
 class Model {
  public:

@@ -28,6 +28,7 @@ SCRIPT = os.path.join(ROOT, "scripts", "hf_from_gguf.py")
 SMOL_F16 = "models/SmolLM2-135M-Instruct.F16.gguf"
 SMOL_HF = "models/SmolLM2-135M-Instruct-hf"
 QWEN2 = "models/qwen2-random.gguf"
+QWEN3 = "models/qwen3-random.gguf"
 LLAMA3 = "models/llama3-rope-random.gguf"
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -91,6 +92,7 @@ def folders(tmp_path_factory):
         "smol_f32": (smol, d / "smol32", "--dtype", "f32"),
         "smol_bf16": (smol, d / "smolbf", "--dtype", "bf16"),
         "qwen2": (model_path(QWEN2), d / "qwen2"),
+        "qwen3": (model_path(QWEN3), d / "qwen3"),
         "llama3": (model_path(LLAMA3), d / "llama3", "--rope-scaling",
                    json.dumps(LLAMA3_SCALING)),
     }
@@ -162,6 +164,15 @@ def test_qwen2_folder_equals_its_gguf(folders):
     assert greedy(folders["qwen2"], tokens[:8], 6) == greedy(gguf, tokens[:8], 6)
 
 
+def test_qwen3_folder_equals_its_gguf(folders):
+    # Qwen3's q/k norm weights (self_attn.q_norm / k_norm) and a head size (64) that is not
+    # width / heads: the same bytes as the GGUF, bitwise the same logits.
+    gguf = model_path(QWEN3)
+    tokens = random_tokens(151936, 32, 3)
+    np.testing.assert_array_equal(logits(folders["qwen3"], tokens), logits(gguf, tokens))
+    assert greedy(folders["qwen3"], tokens[:8], 6) == greedy(gguf, tokens[:8], 6)
+
+
 def test_llama3_bf16_folder_equals_its_gguf(folders):
     # BF16 weights; the llama3 RoPE factors computed from config.json's rope_scaling must
     # be the rope_freqs.weight the GGUF holds, here checked against numpy's reading of
@@ -208,8 +219,10 @@ def transformers_logits(folder, tokens):
 
 @pytest.mark.parametrize("name,vocab,bound", [
     # Measured max |diff| / range over two sets of 24 ids (AVX2): SmolLM2 F16 1.5e-3 and
-    # 8.8e-4, Qwen2 F16 2.5e-4 and 2.6e-4, llama3-scaled BF16 2.7e-3 and 3.3e-3.
-    ("smol", 49152, 5e-3), ("qwen2", 151936, 2e-3), ("llama3", 128256, 1e-2)])
+    # 8.8e-4, Qwen2 F16 2.5e-4 and 2.6e-4, Qwen3 F16 6.0e-4 and 3.8e-4, llama3-scaled BF16
+    # 2.7e-3 and 3.3e-3.
+    ("smol", 49152, 5e-3), ("qwen2", 151936, 2e-3), ("qwen3", 151936, 2e-3),
+    ("llama3", 128256, 1e-2)])
 def test_logits_agree_with_transformers(folders, name, vocab, bound):
     torch_or_skip()
     folder = folders[name]
@@ -309,3 +322,14 @@ def test_broken_folders_are_refused(folders, tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     os.remove(st)
     refused(d, "neither model.safetensors nor model.safetensors.index.json")
+    # Qwen3: biases the recipe does not add, sliding windows, and a Qwen2 config over
+    # Qwen3's q/k norm weights (tensors no recipe reads) are refused by name.
+    q3 = tmp_path / "qwen3"
+    shutil.copytree(folders["qwen3"], q3)
+    cfg = json.loads((q3 / "config.json").read_text())
+    for change, fragment in [({"attention_bias": True}, "attention_bias"),
+                             ({"use_sliding_window": True}, "use_sliding_window"),
+                             ({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"},
+                              "_norm.weight' in")]:
+        (q3 / "config.json").write_text(json.dumps({**cfg, **change}))
+        refused(q3, fragment)

@@ -2,6 +2,8 @@
 // reader, and a backend's refusal of a recipe feature it does not run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "shared_dir.h"
 
 #include <string>
@@ -100,6 +102,16 @@ TEST(Arch, LayerTensorsNameEveryPartOnce) {
   t = layer_tensors(c, 0);
   EXPECT_EQ(t.qkv_bias, (std::vector<std::string>{"blk.0.attn_q.bias", "blk.0.attn_k.bias",
                                                   "blk.0.attn_v.bias"}));
+  EXPECT_TRUE(t.q_norm.empty() && t.k_norm.empty());
+  c.recipe.qk_norm = true;  // Qwen3
+  t = layer_tensors(c, 2);
+  EXPECT_EQ(t.q_norm, "blk.2.attn_q_norm.weight");
+  EXPECT_EQ(t.k_norm, "blk.2.attn_k_norm.weight");
+  c.n_layers = 2;
+  const std::vector<std::string> all = model_tensor_names(c);
+  EXPECT_EQ(std::count(all.begin(), all.end(), "blk.0.attn_k_norm.weight"), 1);
+  EXPECT_EQ(hf_to_gguf_tensor_name("model.layers.7.self_attn.q_norm.weight"),
+            "blk.7.attn_q_norm.weight");
 }
 
 // The shared model with `key` = `value` added to its metadata.

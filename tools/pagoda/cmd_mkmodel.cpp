@@ -1,7 +1,7 @@
 // pagoda mkmodel: writes a GGUF model with random weights in any llama-like shape,
 // taking its vocabulary from an existing GGUF file. Used to test architectures and
-// features for which no small real model is at hand (Qwen2's biases, llama3 RoPE
-// scaling), and to measure speed in real shapes without downloading weights. The
+// features for which no small real model is at hand (Qwen2's biases, Qwen3's q/k norms,
+// llama3 RoPE scaling), and to measure speed in real shapes without downloading weights. The
 // random stream is our own (splitmix64 + Box-Muller), so a given seed writes the same
 // bytes on every machine. --preset writes the exact shapes of a published model (speed
 // measurements without downloads, as vLLM's dummy weights); preset files draw each row
@@ -79,7 +79,7 @@ uint64_t mix(uint64_t x) {
 std::vector<FlagSpec> mkmodel_flag_specs() {
   return {
       {"--output", "-o", true, "file to write"},
-      {"--arch", "", true, "llama or qwen2 (default llama)"},
+      {"--arch", "", true, "llama, qwen2 or qwen3 (default llama)"},
       {"--vocab", "", true, "GGUF file whose tokenizer.* metadata (vocabulary) is copied"},
       {"--dim", "", true, "embedding width (default 64)"},
       {"--layers", "", true, "layers (default 2)"},
@@ -133,8 +133,8 @@ Result<Shape> read_shape(const Args& args) {
   PAGODA_ASSIGN_OR_RETURN(m.preset, find_preset(args));
   const Preset* preset = m.preset;
   m.arch = args.get_or("--arch", preset ? preset->arch : "llama");
-  if (m.arch != "llama" && m.arch != "qwen2")
-    return invalid_argument("--arch must be llama or qwen2");
+  if (m.arch != "llama" && m.arch != "qwen2" && m.arch != "qwen3")
+    return invalid_argument("--arch must be llama, qwen2 or qwen3");
   FlagReader flags(args);
   auto integer = [&](const char* flag, int64_t def, int64_t lo, int64_t hi) {
     return flags.integer(flag, def, lo, hi);
@@ -297,6 +297,10 @@ Status add_layer(const Shape& m, int64_t l, RandomTensors& t) {
     PAGODA_RETURN_IF_ERROR(t.add(p + "attn_q.bias", {qd}, sd * 10, 0, DType::kF32));
     PAGODA_RETURN_IF_ERROR(t.add(p + "attn_k.bias", {kvd}, sd * 10, 0, DType::kF32));
     PAGODA_RETURN_IF_ERROR(t.add(p + "attn_v.bias", {kvd}, sd * 10, 0, DType::kF32));
+  }
+  if (m.arch == "qwen3") {  // per-head q and k RMSNorm weights, about 1 as trained ones
+    PAGODA_RETURN_IF_ERROR(t.add(p + "attn_q_norm.weight", {m.head_dim}, 0.1, 1.0, DType::kF32));
+    PAGODA_RETURN_IF_ERROR(t.add(p + "attn_k_norm.weight", {m.head_dim}, 0.1, 1.0, DType::kF32));
   }
   PAGODA_RETURN_IF_ERROR(t.add(p + "attn_output.weight", {qd, m.dim}, sd, 0, m.wtype));
   PAGODA_RETURN_IF_ERROR(t.add(p + "ffn_norm.weight", {m.dim}, 0.1, 1.0, DType::kF32));

@@ -63,6 +63,7 @@ struct LayerTensors {
   MatrixParts qkv, gate_up;         // stacked where the types agree
   MatrixTensor wo, down;
   std::vector<std::string> qkv_bias;  // q, k, v biases; empty without
+  std::string q_norm, k_norm;         // per-head RMSNorm weights (head_dim); empty without
 };
 LayerTensors layer_tensors(const ModelConfig& c, int layer);
 // Every tensor the loaders read for `c`: the embedding, output norm, output matrix unless
@@ -93,7 +94,7 @@ Result<HfModelConfig> read_hf_model_config(std::string_view json_text, const std
 // num_hidden_layers, ..., rope_theta / rope_scaling or transformers 5's rope_parameters).
 Status read_llama_like_hf_config(const nlohmann::json& config, ModelConfig* out);
 
-// Llama-family checkpoint tensor names (Llama, Qwen2) and the GGUF names the loaders use:
+// Llama-family checkpoint tensor names (Llama, Qwen2, Qwen3) and the GGUF names the loaders use:
 // model.embed_tokens.weight <-> token_embd.weight, model.layers.N.self_attn.q_proj.weight
 // <-> blk.N.attn_q.weight, ... nullopt for a name outside the family's set.
 std::optional<std::string> hf_to_gguf_tensor_name(std::string_view hf_name);
@@ -104,7 +105,9 @@ bool hf_tensor_ignored(std::string_view hf_name);
 
 Status llama_read_config(const GgufFile& file, ModelConfig* config);
 Status qwen2_read_config(const GgufFile& file, ModelConfig* config);
+Status qwen3_read_config(const GgufFile& file, ModelConfig* config);
 Status llama_read_hf_config(const nlohmann::json& config, ModelConfig* out);
 Status qwen2_read_hf_config(const nlohmann::json& config, ModelConfig* out);
+Status qwen3_read_hf_config(const nlohmann::json& config, ModelConfig* out);
 
 }  // namespace pagoda

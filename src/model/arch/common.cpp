@@ -8,6 +8,7 @@ namespace {
 constexpr Architecture kArchitectures[] = {
     {"llama", "LlamaForCausalLM", llama_read_config, llama_read_hf_config},
     {"qwen2", "Qwen2ForCausalLM", qwen2_read_config, qwen2_read_hf_config},
+    {"qwen3", "Qwen3ForCausalLM", qwen3_read_config, qwen3_read_hf_config},
 };
 
 Status require_int(const GgufFile& f, const std::string& key, int64_t lo, int64_t hi, int* out) {
@@ -30,7 +31,7 @@ const Architecture* find_architecture(std::string_view name) {
 }
 
 std::string_view supported_architectures() {
-  return "llama, qwen2";
+  return "llama, qwen2, qwen3";
 }
 
 const Architecture* find_hf_architecture(std::string_view hf_name) {
@@ -40,7 +41,7 @@ const Architecture* find_hf_architecture(std::string_view hf_name) {
 }
 
 std::string_view supported_hf_architectures() {
-  return "LlamaForCausalLM, Qwen2ForCausalLM";
+  return "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
 }
 
 Result<ModelConfig> read_model_config(const GgufFile& f) {
@@ -74,6 +75,10 @@ LayerTensors layer_tensors(const ModelConfig& c, int l) {
   t.ffn_norm = p + "ffn_norm.weight";
   t.qkv = {{p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, {q, kv, kv}, c.dim};
   if (c.recipe.qkv_bias) t.qkv_bias = {p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"};
+  if (c.recipe.qk_norm) {
+    t.q_norm = p + "attn_q_norm.weight";
+    t.k_norm = p + "attn_k_norm.weight";
+  }
   t.wo = {p + "attn_output.weight", c.dim, q};
   t.gate_up = {{p + "ffn_gate.weight", p + "ffn_up.weight"}, {c.ffn_dim, c.ffn_dim}, c.dim};
   t.down = {p + "ffn_down.weight", c.dim, c.ffn_dim};
@@ -93,6 +98,8 @@ std::vector<std::string> model_tensor_names(const ModelConfig& c) {
     out.push_back(t.wo.name);
     out.push_back(t.down.name);
     out.insert(out.end(), t.qkv_bias.begin(), t.qkv_bias.end());
+    for (const std::string* n : {&t.q_norm, &t.k_norm})
+      if (!n->empty()) out.push_back(*n);
   }
   return out;
 }

@@ -22,7 +22,7 @@ class OpProfiler;
 class CudaModel : public ModelRunner {
  public:
   // The recipe features (model/arch/recipe.h) the CUDA forward pass runs.
-  static constexpr uint32_t kRecipeFeatures = kFeatQkvBias | kFeatNeoxRope;
+  static constexpr uint32_t kRecipeFeatures = kCudaRecipeFeatures;
   static Result<std::unique_ptr<CudaModel>> load(const TensorSource& file,
                                                  const RunnerOptions& options);
   ~CudaModel() override;
