@@ -94,6 +94,10 @@ Result<HfModelConfig> read_hf_model_config(std::string_view json_text, const std
 // num_hidden_layers, ..., rope_theta / rope_scaling or transformers 5's rope_parameters).
 Status read_llama_like_hf_config(const nlohmann::json& config, ModelConfig* out);
 
+// Qwen's config.json switch for sliding-window layers: refused when true (the recipe's
+// sliding window is not run yet), fine when false or absent.
+Status refuse_use_sliding_window(const nlohmann::json& config);
+
 // Llama-family checkpoint tensor names (Llama, Qwen2, Qwen3) and the GGUF names the loaders use:
 // model.embed_tokens.weight <-> token_embd.weight, model.layers.N.self_attn.q_proj.weight
 // <-> blk.N.attn_q.weight, ... nullopt for a name outside the family's set.

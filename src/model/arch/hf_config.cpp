@@ -165,6 +165,14 @@ Status read_llama_like_hf_config(const json& j, ModelConfig* c) {
   return Status::ok();
 }
 
+Status refuse_use_sliding_window(const json& j) {
+  const json* sw = find_key(j, "use_sliding_window");
+  if (sw != nullptr && !sw->is_null() && !(sw->is_boolean() && !sw->get<bool>()))
+    return unsupported("config.json use_sliding_window: " + sw->dump() +
+                       " (sliding-window attention) is not supported yet");
+  return Status::ok();
+}
+
 Result<HfModelConfig> read_hf_model_config(std::string_view text, const std::string& where) {
   const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return corrupt("'" + where + "' is not a JSON object");

@@ -27,12 +27,7 @@ Status qwen2_read_hf_config(const nlohmann::json& j, ModelConfig* config) {
   r.qkv_bias = true;
   r.rope_style = RopeStyle::kNeox;
   r.ffn_act = GatedAct::kSilu;
-  const auto sw = j.find("use_sliding_window");
-  if (sw != j.end() && sw->is_boolean() && sw->get<bool>())
-    return unsupported(
-        "config.json use_sliding_window: true (sliding-window attention) is not "
-        "supported yet");
-  return Status::ok();
+  return refuse_use_sliding_window(j);
 }
 
 }  // namespace pagoda

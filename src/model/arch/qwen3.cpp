@@ -36,12 +36,7 @@ Status qwen3_read_hf_config(const nlohmann::json& j, ModelConfig* config) {
       b != nullptr && !(b->is_boolean() && !b->get<bool>()))
     return unsupported("config.json attention_bias " + b->dump() +
                        " (q/k/v/o biases) is not supported for Qwen3");
-  const auto sw = j.find("use_sliding_window");
-  if (sw != j.end() && sw->is_boolean() && sw->get<bool>())
-    return unsupported(
-        "config.json use_sliding_window: true (sliding-window attention) is not "
-        "supported yet");
-  return Status::ok();
+  return refuse_use_sliding_window(j);
 }
 
 }  // namespace pagoda
