@@ -12,6 +12,7 @@ from pagoda_util import SHARED, model_path, pagoda_json, run_pagoda
 
 STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
 SMOLLM2 = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+QWEN3 = "models/qwen3-random.gguf"  # head size 64 over width 128 / 4 heads, q/k norms
 
 KEYS = ["weight_bytes", "kv_bytes_per_token", "kv_pool_bytes", "max_concurrent_sequences",
         "max_context_tokens", "fits", "overheads", "kv_bytes_per_sequence",
@@ -37,12 +38,14 @@ def gguf_facts(path):
     heads = field(r, f"{arch}.attention.head_count")
     kv_heads = field(r, f"{arch}.attention.head_count_kv") \
         if f"{arch}.attention.head_count_kv" in r.fields else heads
-    head_dim = field(r, f"{arch}.embedding_length") // heads
+    head_dim = field(r, f"{arch}.attention.key_length") \
+        if f"{arch}.attention.key_length" in r.fields else field(r, f"{arch}.embedding_length") // heads
     return {"tensor_bytes": sum(int(t.n_bytes) for t in r.tensors), "heads": heads,
             "kv_per_token": layers * 2 * kv_heads * head_dim * 2}
 
 
-@pytest.mark.parametrize("rel", [STORIES, SMOLLM2], ids=["stories260K", "SmolLM2-Q4_1"])
+@pytest.mark.parametrize("rel", [STORIES, SMOLLM2, QWEN3],
+                         ids=["stories260K", "SmolLM2-Q4_1", "qwen3-random"])
 def test_gguf_weight_bytes_are_the_tensor_sizes(rel):
     path = rel if os.path.isabs(rel) else model_path(rel)
     facts = gguf_facts(path)
@@ -59,6 +62,15 @@ def test_gguf_weight_bytes_are_the_tensor_sizes(rel):
     tp = 2 if facts["heads"] % 2 == 0 else 3
     split = pagoda_json("plan", path, "--json", "-tp", tp, "--device-memory", "4GiB")
     assert tensor_bytes / tp <= split["weight_bytes"] < tensor_bytes / tp * 1.05
+
+
+def test_a_recipe_cuda_does_not_run_is_noted():
+    # Qwen3's q/k norms run on the CPU only: the plan says so rather than just "fits".
+    plan = pagoda_json("plan", model_path(QWEN3), "--json", "--device-memory", "4GiB")
+    assert any("CUDA backend does not run this model (q/k norms" in n for n in plan["notes"]), \
+        plan["notes"]
+    smol = pagoda_json("plan", model_path(SMOLLM2), "--json", "--device-memory", "4GiB")
+    assert not any("CUDA backend" in n for n in smol["notes"]), smol["notes"]
 
 
 def test_json_keys_and_arithmetic():
