@@ -38,8 +38,8 @@ def gguf_facts(path):
     heads = field(r, f"{arch}.attention.head_count")
     kv_heads = field(r, f"{arch}.attention.head_count_kv") \
         if f"{arch}.attention.head_count_kv" in r.fields else heads
-    head_dim = field(r, f"{arch}.attention.key_length") \
-        if f"{arch}.attention.key_length" in r.fields else field(r, f"{arch}.embedding_length") // heads
+    key = f"{arch}.attention.key_length"
+    head_dim = field(r, key) if key in r.fields else field(r, f"{arch}.embedding_length") // heads
     return {"tensor_bytes": sum(int(t.n_bytes) for t in r.tensors), "heads": heads,
             "kv_per_token": layers * 2 * kv_heads * head_dim * 2}
 
