@@ -254,8 +254,7 @@ Result<const CtScheme*> CtConfig::scheme_for(const std::string& module, bool lin
   return linear ? found : nullptr;
 }
 
-DType ct_storage_type(const CtScheme& s, int64_t cols) {
-  const int64_t group = s.strategy == "group" ? s.group_size : cols;
+DType ct_storage_type(const CtScheme& s, int64_t cols, int64_t group) {
   switch (s.format) {
     case CtFormat::kInt8:
       return DType::kQ8_0;
@@ -304,14 +303,17 @@ void ct_packed_int4_to_q4(DType type, const uint8_t* packed, int64_t rows, int64
     for (int64_t c = 0; c < cols; c += block_cols, out += block_bytes) {
       const float s = sc.at(r, c);
       const uint8_t zp = zp_at(r, c);
+      const auto q4g = [&](auto* b) {
+        b->d = f32_to_fp16(s);
+        b->z = zp;
+        b->pad = 0;
+        return b->qs;
+      };
       uint8_t* qs;
-      if (type == DType::kQ4_G64 || type == DType::kQ4_G128) {
-        // BlockQ4G's fields for either S: d, z, a pad byte, then the codes.
-        const uint16_t d = f32_to_fp16(s);
-        std::memcpy(out, &d, 2);
-        out[2] = zp;
-        out[3] = 0;
-        qs = out + 4;
+      if (type == DType::kQ4_G128) {
+        qs = q4g(reinterpret_cast<cpu::BlockQ4G128*>(out));
+      } else if (type == DType::kQ4_G64) {
+        qs = q4g(reinterpret_cast<cpu::BlockQ4G64*>(out));
       } else if (type == DType::kQ4_0) {
         auto* b = reinterpret_cast<cpu::BlockQ4_0*>(out);
         b->d = f32_to_fp16(s);
@@ -441,7 +443,7 @@ Result<std::unique_ptr<CtLayer>> make_ct_layer(const std::string& module, const 
                                        static_cast<long long>(cols)));
     l.cols = cols;
   }
-  l.type = ct_storage_type(scheme, l.cols);
+  l.type = ct_storage_type(scheme, l.cols, group_of(l));
   if (scheme.format == CtFormat::kFp8) {
     PAGODA_RETURN_IF_ERROR(check_e4m3_finite(what, l.weight.data(), l.rows * l.cols));
     // The checkpoint's bytes and scales where every 32-column run lies under one scale;

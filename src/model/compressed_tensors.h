@@ -80,8 +80,9 @@ struct CtConfig {
 // Parses quantization_config (JSON text); unsupported parts refused by name.
 Result<CtConfig> parse_compressed_tensors_config(std::string_view json_text);
 
-// The block type a scheme's matrices of `cols` input columns are stored as.
-DType ct_storage_type(const CtScheme& s, int64_t cols);
+// The block type a scheme's matrix of `cols` input columns, in groups of `group` columns
+// under one scale, is stored as.
+DType ct_storage_type(const CtScheme& s, int64_t cols, int64_t group);
 
 // Per-(row, column group) scales as floats: scale(r, c) = s[r * n_groups + c / group].
 struct CtScales {
